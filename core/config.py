@@ -1,0 +1,112 @@
+"""Configuration: every constant in one place, each overridable by a KEYTRAIL_* variable.
+
+Fold rules (depth step, weakening, Hebbian step and clamps) are written into the log when a store
+is created, so changing their defaults here never rewrites the past. Everything else is a
+query-time or input-limit knob.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from keytrail.events import FoldRules, InvalidInput
+
+from .profiles import Thresholds
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Input limits. Anything past them is refused with an error naming the field and limit."""
+
+    content_chars: int = 20_000
+    keys_per_memory: int = 24
+    key_chars: int = 100
+    batch_items: int = 500
+    related_to: int = 32
+    source_chars: int = 200
+    query_chars: int = 2_000
+    ttl_seconds: int = 10 * 365 * 24 * 3600
+    page: int = 200
+    top_k: int = 100
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=lambda: Path.home() / ".keytrail")
+    embedder: str = "fastembed"
+    model: str | None = None
+    model_path: str | None = None
+    default_namespace: str = "default"
+    limits: Limits = field(default_factory=Limits)
+    rules: FoldRules = field(default_factory=FoldRules)
+    threshold_overrides: dict[str, float] = field(default_factory=dict)
+    #: days in the time factor 0.5 + 0.5·exp(−age·(1−0.7·depth)/decay_days)
+    time_decay_days: float = 30.0
+    #: a key with at least this many active memories in a namespace is a hub
+    hub_min: int = 3
+    #: write a key-graph snapshot after this many events past the last one
+    snapshot_every: int = 10_000
+    segment_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from KEYTRAIL_* variables, then explicit overrides (e.g. command-line flags)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        if "KEYTRAIL_HOME" in env:
+            values["home"] = Path(env["KEYTRAIL_HOME"]).expanduser()
+        for name, var in (("embedder", "KEYTRAIL_EMBEDDER"), ("model", "KEYTRAIL_EMBED_MODEL"),
+                          ("model_path", "KEYTRAIL_EMBED_MODEL_PATH"),
+                          ("default_namespace", "KEYTRAIL_NAMESPACE")):
+            if env.get(var):
+                values[name] = env[var]
+        for name, var, kind in (("time_decay_days", "KEYTRAIL_TIME_DECAY_DAYS", float),
+                                ("hub_min", "KEYTRAIL_HUB_MIN", int),
+                                ("snapshot_every", "KEYTRAIL_SNAPSHOT_EVERY", int),
+                                ("segment_bytes", "KEYTRAIL_SEGMENT_BYTES", int)):
+            if env.get(var):
+                values[name] = _parse(var, env[var], kind)
+        values["rules"] = _override(FoldRules(), "KEYTRAIL_", env)
+        values["limits"] = _override(Limits(), "KEYTRAIL_MAX_", env)
+        values["threshold_overrides"] = {
+            f.name: _parse(f"KEYTRAIL_THRESHOLD_{f.name.upper()}",
+                           env[f"KEYTRAIL_THRESHOLD_{f.name.upper()}"], float)
+            for f in dataclasses.fields(Thresholds)
+            if env.get(f"KEYTRAIL_THRESHOLD_{f.name.upper()}")
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if isinstance(values.get("home"), str):
+            values["home"] = Path(values["home"]).expanduser()
+        return cls(**values)
+
+
+def _parse(var: str, raw: str, kind: type[Any]) -> Any:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise InvalidInput(var, f"not a valid {kind.__name__}: {raw!r}") from None
+
+
+def _override(obj: Any, prefix: str, env: Mapping[str, str]) -> Any:
+    """A copy of a FoldRules or Limits with fields replaced by `<prefix><FIELD>` variables."""
+    import msgspec
+
+    names = (
+        [f.name for f in msgspec.structs.fields(obj)] if isinstance(obj, msgspec.Struct)
+        else [f.name for f in dataclasses.fields(obj)]
+    )
+    changes: dict[str, Any] = {}
+    for name in names:
+        var = prefix + name.upper()
+        if env.get(var):
+            changes[name] = _parse(var, env[var], type(getattr(obj, name)))
+    if not changes:
+        return obj
+    if isinstance(obj, msgspec.Struct):
+        return msgspec.structs.replace(obj, **changes)
+    return dataclasses.replace(obj, **changes)

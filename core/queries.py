@@ -1,0 +1,310 @@
+"""Read-side queries over the key graph: recall, read_key, related, list_memories, stats.
+
+Queries never append. Each first folds what other processes appended (`refresh`), so answers
+are never older than the log was when the question was asked.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from keytrail.events import NotFound
+from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
+
+from . import validation as check
+from .results import (
+    KeyMatch,
+    KeyPage,
+    KeyRef,
+    MemoryPage,
+    MemoryRef,
+    MemorySummary,
+    MemoryView,
+    Recall,
+    Related,
+    RelatedMemory,
+    Stats,
+)
+
+if TYPE_CHECKING:
+    from keytrail.events import EventLog
+    from keytrail.events.log import Clock
+    from keytrail.projections.vectors import Matrix
+
+    from .config import Settings
+    from .embedders import Embedder
+    from .profiles import Thresholds
+
+_WORD = re.compile(r"\w+(?:['’]\w+)*")
+_MAX_NGRAM = 6
+PREVIEW_CHARS = 120
+
+
+def visible(node: MemoryNode, now: datetime) -> bool:
+    """Current (not superseded, forgotten or expired) at `now`."""
+    return node.current() and (node.expires_at is None or node.expires_at > now)
+
+
+def literal_candidates(text: str) -> list[str]:
+    """Whole-word n-grams of `text`, case-folded: what a name key may literally match."""
+    words = _WORD.findall(text.casefold())
+    return [" ".join(words[i : i + n]) for n in range(1, _MAX_NGRAM + 1)
+            for i in range(len(words) - n + 1)]
+
+
+class Queries:
+    """The read side of `Store` (a mixin: it reads the store's state, settings and vectors)."""
+
+    state: GraphState
+    settings: Settings
+    clock: Clock
+    log: EventLog
+    embedder: Embedder
+    thresholds: Thresholds
+    _mutex: threading.RLock
+
+    def refresh(self) -> GraphState:
+        raise NotImplementedError
+
+    def embed(self, texts: list[str]) -> Matrix:
+        raise NotImplementedError
+
+    def key_vectors(self) -> VectorSet:
+        raise NotImplementedError
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    def time_factor(self, node: MemoryNode, now: datetime) -> float:
+        """0.5 + 0.5·exp(−age·(1−0.7·depth)/decay): deep memories fade slower."""
+        last = node.last_read_at or node.created_at
+        age_days = max(0.0, (now - last).total_seconds() / 86400.0)
+        return 0.5 + 0.5 * math.exp(-age_days * (1 - 0.7 * node.depth)
+                                    / self.settings.time_decay_days)
+
+    def _count(self, key: KeyNode, namespace: str | None, now: datetime) -> int:
+        memories = self.state.memories
+        return sum(1 for mid in key.links
+                   if visible(node := memories[mid], now)
+                   and (namespace is None or node.namespace == namespace))
+
+    def _key_ref(self, key_id: str, memory_id: str | None = None) -> KeyRef:
+        key = self.state.keys[key_id]
+        weight = None if memory_id is None else round(key.links[memory_id], 6)
+        return KeyRef(key_id=key.id, label=key.label, type=key.type, weight=weight)
+
+    def _match(self, key: KeyNode, match: str, score: float, count: int) -> KeyMatch:
+        return KeyMatch(key_id=key.id, label=key.label, type=key.type, match=match,
+                        score=round(score, 6), memory_count=count,
+                        hub=count >= self.settings.hub_min,
+                        specificity=round(1.0 / count, 6) if count else 0.0,
+                        aliases=list(key.aliases))
+
+    # -- recall ----------------------------------------------------------------------------
+
+    def recall(self, query: str, top_k: int = 10, namespace: str | None = None,
+               context: str | None = None) -> Recall:
+        """Keys for a query, never content. Names match literally, concepts by similarity."""
+        limits = self.settings.limits
+        query = check.text("query", query, limits.query_chars)
+        top_k = check.count("top_k", top_k, 1, limits.top_k)
+        namespace = check.optional_namespace(namespace)
+        if context is not None:
+            context = check.text("context", context, limits.query_chars, allow_empty=True)
+        with self._mutex:
+            self.refresh()
+            now = self.clock()
+            scores: dict[str, tuple[str, float]] = {}
+            for gram in literal_candidates(query):
+                key_id = self.state.labels.get(gram)
+                if key_id is not None:
+                    scores[key_id] = ("literal", 1.0)
+            similar = self._similar_keys(query, context)
+            counts: dict[str, int] = {}
+
+            def count(key_id: str) -> int:
+                if key_id not in counts:
+                    counts[key_id] = self._count(self.state.keys[key_id], namespace, now)
+                return counts[key_id]
+
+            for key_id, sim in similar:
+                if sim < self.thresholds.key_recall:
+                    break
+                if key_id not in scores:
+                    scores[key_id] = ("similar", sim)
+            ranked = sorted(((kid, m, s) for kid, (m, s) in scores.items() if count(kid) > 0),
+                            key=lambda t: (-t[2], -count(t[0])))[:top_k]
+            keys = self.state.keys
+            matches = [self._match(keys[kid], m, s, count(kid)) for kid, m, s in ranked]
+            nearest: list[KeyMatch] = []
+            if not matches:
+                nearest = [self._match(keys[kid], "similar", s, count(kid))
+                           for kid, s in similar if count(kid) > 0][:5]
+            return Recall(query=query, keys=matches, nearest=nearest)
+
+    def _similar_keys(self, query: str, context: str | None) -> list[tuple[str, float]]:
+        """Concept keys by cosine to the query (context, when given, weighs a quarter)."""
+        rows = self.key_vectors()
+        if not len(rows):
+            return []
+        texts = [query] if not context else [query, context]
+        vectors = self.embedder.embed(texts)  # queries are not cached: they are not content
+        scores = rows.scores(vectors[0])
+        if context:
+            scores = 0.75 * scores + 0.25 * rows.scores(vectors[1])
+        best: dict[str, float] = {}
+        keys = self.state.keys
+        for row in np.argsort(-scores)[:200]:
+            key_id = rows.ids[row]
+            if keys[key_id].type == "concept" and key_id not in best:
+                best[key_id] = float(scores[row])
+        return sorted(best.items(), key=lambda kv: -kv[1])
+
+    # -- read_key --------------------------------------------------------------------------
+
+    def read_key(self, key_id: str, query: str | None = None, namespace: str | None = None,
+                 limit: int = 20, offset: int = 0) -> KeyPage:
+        """The memories a key leads to, best first: ids and metadata, never content."""
+        limits = self.settings.limits
+        limit = check.count("limit", limit, 1, limits.page)
+        offset = check.count("offset", offset, 0, 10**9)
+        namespace = check.optional_namespace(namespace)
+        if query is not None:
+            query = check.text("query", query, limits.query_chars)
+        with self._mutex:
+            self.refresh()
+            key = self.state.keys.get(key_id)
+            if key is None:
+                raise NotFound("key_id", "key", key_id)
+            now = self.clock()
+            memories = self.state.memories
+            nodes = [n for mid in key.links if visible(n := memories[mid], now)
+                     and (namespace is None or n.namespace == namespace)]
+            scores = np.array([key.links[n.id] * (0.9 + 0.1 * n.depth) * self.time_factor(n, now)
+                               for n in nodes], dtype=np.float64)
+            if query is not None and nodes:
+                sims = self.embed([n.content for n in nodes]) @ self.embedder.embed([query])[0]
+                scores *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
+            order = np.argsort(-scores, kind="stable")[offset : offset + limit]
+            refs = [self._memory_ref(nodes[i], float(scores[i]), key.id) for i in order]
+            return KeyPage(key_id=key.id, label=key.label, type=key.type,
+                           aliases=list(key.aliases), total=len(nodes), offset=offset,
+                           memories=refs)
+
+    def _memory_ref(self, node: MemoryNode, score: float, via_key: str) -> MemoryRef:
+        return MemoryRef(
+            memory_id=node.id, namespace=node.namespace, score=round(score, 6),
+            weight=round(self.state.keys[via_key].links[node.id], 6), depth=round(node.depth, 6),
+            access_count=node.access_count, created_at=node.created_at,
+            last_read_at=node.last_read_at,
+            keys=[self._key_ref(k, node.id) for k in node.keys if k != via_key],
+            expires_at=node.expires_at, source=node.source, session_id=node.session_id,
+            supersedes=node.supersedes)
+
+    def memory_view(self, node: MemoryNode, seq: int | None = None) -> MemoryView:
+        return MemoryView(
+            memory_id=node.id, namespace=node.namespace, content=node.content,
+            depth=round(node.depth, 6), access_count=node.access_count,
+            created_at=node.created_at, last_read_at=node.last_read_at,
+            keys=[self._key_ref(k, node.id) for k in node.keys],
+            related_to=list(node.related_to), supersedes=node.supersedes,
+            superseded_by=node.superseded_by, status=node.status, expires_at=node.expires_at,
+            source=node.source, session_id=node.session_id, seq=seq)
+
+    # -- related ---------------------------------------------------------------------------
+
+    def related(self, memory_id: str, limit: int = 10) -> Related:
+        """Memories sharing keys (rare keys count more than hubs) or related_to edges."""
+        limit = check.count("limit", limit, 1, self.settings.limits.page)
+        with self._mutex:
+            self.refresh()
+            node = self.state.memories.get(memory_id)
+            if node is None or node.status == "forgotten":
+                raise NotFound("memory_id", "memory", memory_id)
+            now = self.clock()
+            memories, keys = self.state.memories, self.state.keys
+            scores: dict[str, float] = {}
+            shared: dict[str, list[str]] = {}
+            for key_id in node.keys:
+                key = keys[key_id]
+                others = [mid for mid in key.links if mid != node.id
+                          and visible(memories[mid], now)
+                          and memories[mid].namespace == node.namespace]
+                df = len(others) + (1 if visible(node, now) else 0)
+                idf = 1.0 if df <= 1 else 1.0 / df
+                if key.type != "concept":
+                    idf *= 0.5
+                for mid in others:
+                    scores[mid] = scores.get(mid, 0.0) + idf
+                    shared.setdefault(mid, []).append(key_id)
+            edges = {m for m in (*node.related_to, *node.related_from)
+                     if m in memories and visible(memories[m], now)}
+            for mid in edges:
+                scores[mid] = scores.get(mid, 0.0) + 1.0
+            ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
+            return Related(memory_id=node.id, related=[
+                RelatedMemory(memory_id=mid, score=round(score, 6),
+                              shared_keys=[self._key_ref(k, mid) for k in shared.get(mid, [])],
+                              related_edge=mid in edges, depth=round(memories[mid].depth, 6))
+                for mid, score in ranked])
+
+    # -- listing and stats -----------------------------------------------------------------
+
+    def list_memories(self, namespace: str | None = None, limit: int = 50,
+                      offset: int = 0) -> MemoryPage:
+        """Current memories, newest first, with a short preview."""
+        limit = check.count("limit", limit, 1, self.settings.limits.page)
+        offset = check.count("offset", offset, 0, 10**9)
+        namespace = check.optional_namespace(namespace)
+        with self._mutex:
+            self.refresh()
+            now = self.clock()
+            nodes = [n for n in self.state.memories.values() if visible(n, now)
+                     and (namespace is None or n.namespace == namespace)]
+            nodes.reverse()
+            page = nodes[offset : offset + limit]
+            return MemoryPage(total=len(nodes), offset=offset, memories=[
+                MemorySummary(memory_id=n.id, namespace=n.namespace,
+                              preview=_preview(n.content), depth=round(n.depth, 6),
+                              access_count=n.access_count, created_at=n.created_at,
+                              keys=[self._key_ref(k, n.id) for k in n.keys],
+                              expires_at=n.expires_at)
+                for n in page])
+
+    def memory_stats(self) -> Stats:
+        with self._mutex:
+            state = self.refresh()
+            now = self.clock()
+            namespaces: dict[str, int] = {}
+            superseded = expired = forgotten = 0
+            for n in state.memories.values():
+                if n.status == "forgotten":
+                    forgotten += 1
+                elif n.status == "expired" or (n.expires_at is not None and n.expires_at <= now):
+                    expired += 1
+                elif n.superseded_by is not None:
+                    superseded += 1
+                else:
+                    namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
+            hubs = sum(1 for k in state.keys.values()
+                       if self._count(k, None, now) >= self.settings.hub_min)
+            log_bytes = sum((self.log.dir / s).stat().st_size for s in self.log.segments())
+            return Stats(
+                store_id=state.store_id, seq=state.seq, memories=sum(namespaces.values()),
+                superseded=superseded, expired=expired, forgotten=forgotten,
+                keys=len(state.keys), links=sum(len(k.links) for k in state.keys.values()),
+                hubs=hubs, namespaces=dict(sorted(namespaces.items())),
+                sessions=len(state.conversations), embedder=self.embedder.fingerprint,
+                log_bytes=log_bytes, last_event_at=state.at if state.seq else None)
+
+
+def _preview(content: str) -> str:
+    flat = " ".join(content.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+
+

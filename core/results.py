@@ -1,0 +1,200 @@
+"""What commands and queries return: frozen dataclasses, turned into JSON by `to_dict`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+
+def to_dict(value: Any) -> Any:
+    """Plain JSON-ready data (datetimes as ISO strings) from any result."""
+    return msgspec.to_builtins(value)
+
+
+@dataclass(frozen=True)
+class KeyRef:
+    key_id: str
+    label: str
+    type: str
+    weight: float | None = None
+
+
+@dataclass(frozen=True)
+class KeyOutcome:
+    """How a key given to remember/correct was resolved."""
+
+    key_id: str
+    label: str
+    type: str
+    resolution: str  # new | existing | alias
+    merged_into: str | None = None  # for alias: the existing key's label
+    similarity: float | None = None
+
+
+@dataclass(frozen=True)
+class Flag:
+    memory_id: str
+    similarity: float
+
+
+@dataclass(frozen=True)
+class Remembered:
+    memory_id: str
+    namespace: str
+    seq: int
+    keys: list[KeyOutcome]
+    expires_at: datetime | None = None
+    #: set when this memory replaced a near-identical one (dedup); the old one is kept as history
+    deduplicated: Flag | None = None
+    #: memories sharing a key whose content is close but not the same: check and `correct`
+    possible_contradictions: list[Flag] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Corrected:
+    memory_id: str
+    old_id: str
+    seq: int
+    keys: list[KeyOutcome]
+    old_depth: float
+    weaken_factor: float
+
+
+@dataclass(frozen=True)
+class KeyMatch:
+    key_id: str
+    label: str
+    type: str
+    match: str  # literal | similar
+    score: float
+    memory_count: int
+    hub: bool
+    specificity: float
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Recall:
+    query: str
+    keys: list[KeyMatch]
+    #: only when nothing matched: the closest keys, to try with read_key or a new query
+    nearest: list[KeyMatch] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemoryRef:
+    """A memory as seen from a key: metadata to choose by, never the content."""
+
+    memory_id: str
+    namespace: str
+    score: float
+    weight: float
+    depth: float
+    access_count: int
+    created_at: datetime
+    last_read_at: datetime | None
+    keys: list[KeyRef]
+    expires_at: datetime | None = None
+    source: str | None = None
+    session_id: str | None = None
+    supersedes: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    key_id: str
+    label: str
+    type: str
+    aliases: list[str]
+    total: int
+    offset: int
+    memories: list[MemoryRef]
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """A memory read in full."""
+
+    memory_id: str
+    namespace: str
+    content: str
+    depth: float
+    access_count: int
+    created_at: datetime
+    last_read_at: datetime | None
+    keys: list[KeyRef]
+    related_to: list[str]
+    supersedes: str | None
+    superseded_by: str | None
+    status: str
+    expires_at: datetime | None = None
+    source: str | None = None
+    session_id: str | None = None
+    seq: int | None = None  # the memory.read event, when the read was recorded
+
+
+@dataclass(frozen=True)
+class RelatedMemory:
+    memory_id: str
+    score: float
+    shared_keys: list[KeyRef]
+    related_edge: bool
+    depth: float
+
+
+@dataclass(frozen=True)
+class Related:
+    memory_id: str
+    related: list[RelatedMemory]
+
+
+@dataclass(frozen=True)
+class MemorySummary:
+    memory_id: str
+    namespace: str
+    preview: str
+    depth: float
+    access_count: int
+    created_at: datetime
+    keys: list[KeyRef]
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    total: int
+    offset: int
+    memories: list[MemorySummary]
+
+
+@dataclass(frozen=True)
+class Stats:
+    store_id: str
+    seq: int
+    memories: int
+    superseded: int
+    expired: int
+    forgotten: int
+    keys: int
+    links: int
+    hubs: int
+    namespaces: dict[str, int]
+    sessions: int
+    embedder: str
+    log_bytes: int
+    last_event_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    memory_id: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class Expired:
+    memory_ids: list[str]
+    seq: int | None

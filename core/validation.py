@@ -1,0 +1,126 @@
+"""Input checks. Each failure names the field, the problem and the limit; nothing is written."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from keytrail.events import KEY_TYPES, InvalidInput
+
+from .config import Limits
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
+NAMESPACE_CHARS = 64
+SESSION_CHARS = 128
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    label: str
+    type: str
+
+
+def text(field: str, value: object, limit: int, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a string, got {type(value).__name__}")
+    stripped = value.strip()
+    if not stripped and not allow_empty:
+        raise InvalidInput(field, "must not be empty")
+    if len(value) > limit:
+        raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
+    return stripped
+
+
+def name(field: str, value: object, limit: int) -> str:
+    """A namespace or session id: letters, digits and _ . : @ - , starting with a letter or digit."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(field, "must be a non-empty string")
+    if len(value) > limit:
+        raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
+    if not _NAME_RE.match(value):
+        raise InvalidInput(
+            field, f"{value!r} may only contain letters, digits and _ . : @ -, "
+            "and must start with a letter or digit")
+    return value
+
+
+def namespace(value: object | None, default: str) -> str:
+    return name("namespace", default if value is None else value, NAMESPACE_CHARS)
+
+
+def optional_namespace(value: object | None) -> str | None:
+    return None if value is None else name("namespace", value, NAMESPACE_CHARS)
+
+
+def session_id(value: object | None) -> str | None:
+    return None if value is None else name("session_id", value, SESSION_CHARS)
+
+
+def keys(labels: object, types: Mapping[str, str] | None, limits: Limits,
+         *, field: str = "keys", required: bool = True) -> list[KeySpec]:
+    if labels is None or (isinstance(labels, Sequence) and not isinstance(labels, str)
+                          and len(labels) == 0):
+        if required:
+            raise InvalidInput(field, "at least one key is required (a concept, name or topic)",
+                               limit=f"1 to {limits.keys_per_memory} keys")
+        labels = []
+    if isinstance(labels, str) or not isinstance(labels, Sequence):
+        raise InvalidInput(field, "must be a list of strings")
+    if len(labels) > limits.keys_per_memory:
+        raise InvalidInput(field, f"has {len(labels)} keys",
+                           limit=f"{limits.keys_per_memory} keys")
+    types = dict(types or {})
+    if not isinstance(types, dict):
+        raise InvalidInput("key_types", "must map key labels to a type")
+    specs: list[KeySpec] = []
+    seen: set[str] = set()
+    folded_types = {str(k).casefold(): v for k, v in types.items()}
+    for i, raw in enumerate(labels):
+        label = " ".join(text(f"{field}[{i}]", raw, limits.key_chars).split())
+        kind = folded_types.pop(label.casefold(), "concept")
+        if kind not in KEY_TYPES:
+            raise InvalidInput("key_types", f"{label!r} has unknown type {kind!r}",
+                               limit=" | ".join(KEY_TYPES))
+        if label.casefold() not in seen:
+            seen.add(label.casefold())
+            specs.append(KeySpec(label, kind))
+    if folded_types:
+        raise InvalidInput("key_types", f"names keys that are not in {field}: "
+                           f"{sorted(folded_types)}")
+    return specs
+
+
+def ttl(value: object | None, limits: Limits) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput("ttl_seconds", "must be a whole number of seconds")
+    if value <= 0 or value > limits.ttl_seconds:
+        raise InvalidInput("ttl_seconds", f"{value} is out of range",
+                           limit=f"1 to {limits.ttl_seconds} seconds")
+    return value
+
+
+def id_list(field: str, value: object | None, limit: int) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInput(field, "must be a list of memory ids")
+    if len(value) > limit:
+        raise InvalidInput(field, f"has {len(value)} ids", limit=f"{limit} ids")
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise InvalidInput(f"{field}[{i}]", "must be a memory id")
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def count(field: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(field, "must be an integer")
+    if value < low or value > high:
+        raise InvalidInput(field, f"{value} is out of range", limit=f"{low} to {high}")
+    return value

@@ -1,0 +1,110 @@
+"""One event per line: encoding, checksums and schema upcasting.
+
+A line is the event's JSON object with a CRC-32 of everything before it appended as the last
+field, `,"crc":"xxxxxxxx"}`. The checksum sits at a fixed distance from the end, so checking it
+costs one crc32 call and no search. Lines without it (hand-written fixtures) are accepted.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from .errors import KeytrailError
+from .types import BY_TAG, CURRENT_VERSION, AnyEvent, Event
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]
+_raw_decoder = msgspec.json.Decoder(dict[str, Any])
+
+_CRC_PREFIX = b',"crc":"'
+_CRC_LEN = len(_CRC_PREFIX) + 8 + 2  # prefix, 8 hex digits, closing quote and brace
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: (type tag, from version) -> pure function turning a decoded vN object into vN+1.
+#: Every entry must come with golden lines of the old version in tests/golden/.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+class DecodeError(KeytrailError):
+    """A line is not a valid event (bad JSON, bad checksum, unknown type or version)."""
+
+
+def _crc(body: bytes | memoryview) -> str:
+    return f"{zlib.crc32(b'}', zlib.crc32(body)):08x}"
+
+
+def encode_line(event: Event) -> bytes:
+    """The event as one complete log line, newline included."""
+    body = _encoder.encode(event)
+    return b"%s%s%s\"}\n" % (body[:-1], _CRC_PREFIX, _crc(memoryview(body)[:-1]).encode())
+
+
+def _check_crc(line: bytes) -> None:
+    if len(line) > _CRC_LEN and line[-_CRC_LEN : -_CRC_LEN + len(_CRC_PREFIX)] == _CRC_PREFIX:
+        expected = line[-10:-2].decode("ascii", "replace")
+        if _crc(memoryview(line)[:-_CRC_LEN]) != expected:
+            raise DecodeError("checksum mismatch", expected=expected)
+
+
+def decode_line(
+    line: bytes, *, upcasters: dict[tuple[str, int], Upcaster] | None = None
+) -> AnyEvent:
+    """Decode one line (without its newline), upcasting older schema versions."""
+    _check_crc(line)
+    try:
+        event: AnyEvent = _decoder.decode(line)
+    except msgspec.DecodeError:
+        # Possibly an older version whose shape no longer fits the current class.
+        return _decode_slow(line, upcasters if upcasters is not None else UPCASTERS)
+    if event.v != CURRENT_VERSION[_tag(event)]:
+        return _decode_slow(line, upcasters if upcasters is not None else UPCASTERS)
+    return event
+
+
+def _tag(event: Event) -> str:
+    return str(type(event).__struct_config__.tag)
+
+
+def _decode_slow(line: bytes, upcasters: dict[tuple[str, int], Upcaster]) -> AnyEvent:
+    try:
+        raw = _raw_decoder.decode(line)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not a JSON object: {exc}") from None
+    raw.pop("crc", None)
+    return upcast(raw, upcasters)
+
+
+def upcast(raw: dict[str, Any], upcasters: dict[tuple[str, int], Upcaster]) -> AnyEvent:
+    """Walk a decoded object up the vN -> vN+1 chain to the current version, then type it."""
+    tag = raw.get("type")
+    if not isinstance(tag, str) or tag not in BY_TAG:
+        raise DecodeError(f"unknown event type {tag!r}", type=tag)
+    version = raw.get("v", 1)
+    current = CURRENT_VERSION[tag]
+    if not isinstance(version, int) or version < 1 or version > current:
+        raise DecodeError(f"{tag}: unsupported version {version!r} (current {current})")
+    while version < current:
+        step = upcasters.get((tag, version))
+        if step is None:
+            raise DecodeError(f"{tag}: no upcaster from v{version}")
+        raw = step(dict(raw))
+        version += 1
+        raw["v"] = version
+    try:
+        return msgspec.convert(raw, BY_TAG[tag], strict=False)  # type: ignore[return-value]
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"{tag} v{version}: {exc}") from None
+
+
+def encode_event(event: Event) -> bytes:
+    """Plain JSON for an event (no checksum, no newline): for export and display."""
+    return _encoder.encode(event)
+
+
+def event_tag(event: Event) -> str:
+    return _tag(event)

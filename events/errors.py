@@ -1,0 +1,60 @@
+"""The one exception hierarchy of keytrail.
+
+It lives in the lowest layer so every layer can raise it; `keytrail.core` re-exports it.
+Every error carries fields a caller (or an MCP client) can act on, not only a message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KeytrailError(Exception):
+    """Root of every error keytrail raises on purpose."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": type(self).__name__, "message": self.message, **self.fields}
+
+
+class InvalidInput(KeytrailError):
+    """A command or query was given a value it cannot accept. Nothing was changed."""
+
+    def __init__(self, field: str, problem: str, *, limit: Any = None, value: Any = None) -> None:
+        message = f"{field}: {problem}"
+        if limit is not None:
+            message += f" (limit: {limit})"
+        super().__init__(message, field=field, problem=problem, limit=limit)
+        self.field = field
+        self.problem = problem
+        self.limit = limit
+        self.value = value
+
+
+class NotFound(InvalidInput):
+    """An id names nothing that exists (or nothing visible at the time asked)."""
+
+    def __init__(self, field: str, kind: str, ident: str, detail: str = "") -> None:
+        problem = f"no {kind} {ident!r}" + (f": {detail}" if detail else "")
+        super().__init__(field, problem, value=ident)
+        self.kind = kind
+        self.ident = ident
+
+
+class CorruptLog(KeytrailError):
+    """A line of the event log cannot be decoded; the store refuses to open."""
+
+    def __init__(self, segment: str, line: int, reason: str) -> None:
+        super().__init__(f"corrupt event log: {segment} line {line}: {reason}",
+                         segment=segment, line=line, reason=reason)
+        self.segment = segment
+        self.line = line
+        self.reason = reason
+
+
+class StoreError(KeytrailError):
+    """The store is in a state the operation cannot work with (wrong directory, bad cache...)."""

@@ -1,0 +1,298 @@
+"""The append-only, segmented JSONL event log: the only source of truth of a store.
+
+Layout under a store directory::
+
+    log/00000000000000000001.jsonl   segments, named by the seq of their first line
+    log/torn/                        torn tails cut off by an appender, kept for inspection
+    lock                             flock(2) target for appenders
+
+Writers serialise on an exclusive flock of `lock`. Under the lock a writer first reads every line
+other processes appended (so its decision sees them), then appends, then fsyncs before anyone is
+told the command happened. Readers never lock: they read complete lines past their cursor, and a
+partial last line (a write in progress, or a crashed writer's torn tail) is simply not there yet.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from .codec import DecodeError, Upcaster, decode_line, encode_line
+from .errors import CorruptLog, StoreError
+from .types import EPOCH, AnyEvent, Event
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_READ_CHUNK = 16 * 1024 * 1024
+_SEGMENT_RE = re.compile(r"^(\d{20})\.jsonl$")
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def segment_name(first_seq: int) -> str:
+    return f"{first_seq:020d}.jsonl"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where a reader stands: after `seq`, at byte `offset` of `segment`."""
+
+    segment: str | None
+    offset: int
+    seq: int
+    at: datetime
+
+
+class EventLog:
+    """Reads and appends the log of one store directory."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        clock: Clock = utc_now,
+        upcasters: dict[tuple[str, int], Upcaster] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.dir = self.root / "log"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock_path = self.root / "lock"
+        self.segment_bytes = segment_bytes
+        self.clock = clock
+        self.upcasters = upcasters
+        self._segment: str | None = None  # segment the cursor is in
+        self._offset = 0
+        self._seq = 0
+        self._at = EPOCH
+        self._dir_mtime = -1
+        self._segments: list[str] = []
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def position(self) -> LogPosition:
+        return LogPosition(self._segment, self._offset, self._seq, self._at)
+
+    def segments(self) -> list[str]:
+        """Segment file names in seq order (cached until the directory changes)."""
+        mtime = os.stat(self.dir).st_mtime_ns
+        if mtime != self._dir_mtime:
+            self._segments = sorted(n for n in os.listdir(self.dir) if _SEGMENT_RE.match(n))
+            self._dir_mtime = mtime
+        return self._segments
+
+    def seek(self, position: LogPosition) -> bool:
+        """Put the cursor right after `position.seq` if the hint still points there.
+
+        Returns False (cursor at the start) when the hint is stale, e.g. after a log rewrite.
+        """
+        self._reset()
+        if position.seq == 0 or position.segment is None:
+            return position.seq == 0
+        path = self.dir / position.segment
+        try:
+            with open(path, "rb") as f:
+                if position.offset > 0:
+                    f.seek(position.offset - 1)
+                    if f.read(1) != b"\n":
+                        return False
+                nxt = f.readline()
+        except FileNotFoundError:
+            return False
+        if nxt.endswith(b"\n"):
+            try:
+                following = decode_line(nxt[:-1], upcasters=self.upcasters)
+            except DecodeError:
+                return False
+            if following.seq != position.seq + 1:
+                return False
+        self._segment, self._offset = position.segment, position.offset
+        self._seq, self._at = position.seq, position.at
+        return True
+
+    def _reset(self) -> None:
+        self._segment, self._offset, self._seq, self._at = None, 0, 0, EPOCH
+
+    def read_new(self) -> list[AnyEvent]:
+        """Every complete line appended since the cursor, decoded; advances the cursor."""
+        return list(self.iter_new())
+
+    def iter_new(self) -> Iterator[AnyEvent]:
+        segments = self.segments()
+        if not segments:
+            return
+        if self._segment is None:
+            self._segment, self._offset = segments[0], 0
+        index = segments.index(self._segment) if self._segment in segments else -1
+        if index < 0:
+            raise StoreError(f"log segment {self._segment} disappeared under a reader",
+                             segment=self._segment)
+        while True:
+            yield from self._read_segment(self._segment)
+            if index + 1 >= len(segments):
+                return
+            path = self.dir / self._segment
+            if os.path.getsize(path) != self._offset:
+                return  # a partial line at the end of a rolled segment: torn, not yet cut
+            index += 1
+            self._segment, self._offset = segments[index], 0
+
+    def _read_segment(self, name: str) -> Iterator[AnyEvent]:
+        path = self.dir / name
+        with open(path, "rb") as f:
+            while True:
+                base = self._offset
+                f.seek(base)
+                chunk = f.read(_READ_CHUNK)
+                full = len(chunk) == _READ_CHUNK
+                end = chunk.rfind(b"\n")
+                if end < 0:
+                    if not full:
+                        return
+                    chunk += f.readline()  # one line longer than a chunk
+                    if not chunk.endswith(b"\n"):
+                        return
+                    end = len(chunk) - 1
+                start = 0
+                while start <= end:
+                    stop = chunk.index(b"\n", start)
+                    event = self._decode_checked(chunk[start:stop], path, base + start)
+                    self._seq, self._at = event.seq, event.at
+                    # Advance per line, so a consumer that stops early resumes exactly here.
+                    self._offset = base + stop + 1
+                    start = stop + 1
+                    yield event
+                if not full:
+                    return
+
+    def _decode_checked(self, line: bytes, path: Path, offset: int) -> AnyEvent:
+        try:
+            event = decode_line(line, upcasters=self.upcasters)
+        except DecodeError as exc:
+            raise CorruptLog(path.name, self._line_number(path, offset), exc.message) from None
+        if event.seq != self._seq + 1:
+            raise CorruptLog(path.name, self._line_number(path, offset),
+                             f"seq {event.seq} follows {self._seq} (the log must be gap-free)")
+        if event.at < self._at:
+            raise CorruptLog(path.name, self._line_number(path, offset),
+                             f"time {event.at.isoformat()} is before {self._at.isoformat()}")
+        return event
+
+    @staticmethod
+    def _line_number(path: Path, offset: int) -> int:
+        with open(path, "rb") as f:
+            return f.read(offset).count(b"\n") + 1
+
+    # -- appending -------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self) -> Iterator[Appender]:
+        """Hold the appenders' lock: cut a torn tail, catch up, then append as often as needed."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._cut_torn_tail()
+            pending = self.read_new()
+            yield Appender(self, pending)
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def _cut_torn_tail(self) -> None:
+        segments = self.segments()
+        if not segments:
+            return
+        path = self.dir / segments[-1]
+        size = os.path.getsize(path)
+        if size == 0:
+            return
+        with open(path, "r+b") as f:
+            back = min(size, 1 << 20)
+            while True:
+                f.seek(size - back)
+                tail = f.read(back)
+                cut = tail.rfind(b"\n")
+                if cut >= 0 or back == size:
+                    break
+                back = min(size, back * 4)
+            keep = (size - back) + cut + 1 if cut >= 0 else 0
+            if keep == size:
+                return
+            f.seek(keep)
+            torn = f.read()
+            torn_dir = self.dir / "torn"
+            torn_dir.mkdir(exist_ok=True)
+            side = torn_dir / f"{segments[-1]}.{keep}.torn"
+            with open(side, "wb") as s:
+                s.write(torn)
+                s.flush()
+                os.fsync(s.fileno())
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class Appender:
+    """Appends events while its `EventLog.lock()` is held."""
+
+    def __init__(self, log: EventLog, pending: list[AnyEvent]) -> None:
+        self._log = log
+        #: Events other processes appended since this process last read: fold them first.
+        self.pending = pending
+        self.at = max(log.clock(), log._at)
+
+    @property
+    def next_seq(self) -> int:
+        return self._log._seq + 1
+
+    def append(self, event: Event) -> AnyEvent:
+        """Stamp `event` with the next seq and the record time, write it, fsync, return it."""
+        log = self._log
+        at = max(self.at, log._at)
+        stamped: AnyEvent = msgspec.structs.replace(event, seq=log._seq + 1, at=at)  # type: ignore[assignment]
+        line = encode_line(stamped)
+        # The lock holder is caught up, so the cursor stands at the end of the last segment.
+        name = log._segment
+        new_segment = name is None or (0 < log._offset and log._offset + len(line) > log.segment_bytes)
+        if new_segment:
+            name = segment_name(stamped.seq)
+        offset = 0 if new_segment else log._offset
+        assert name is not None
+        path = log.dir / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            written = 0
+            try:
+                while written < len(line):
+                    written += os.pwrite(fd, line[written:], offset + written)
+                os.fsync(fd)
+            except BaseException:
+                # Never leave half a line behind a failed write: the command did not happen.
+                os.ftruncate(fd, offset)
+                raise
+        finally:
+            os.close(fd)
+        if new_segment:
+            _fsync_dir(log.dir)
+        log._segment, log._offset = name, offset + len(line)
+        log._seq, log._at = stamped.seq, stamped.at
+        return stamped

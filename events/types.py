@@ -1,0 +1,208 @@
+"""The event catalogue: every fact the log can hold.
+
+Each event is a frozen msgspec Struct with a stable dotted tag (`type` on the wire) and a schema
+version `v`. The envelope (`seq`, `at`, `type`, `v`) is shared; the rest is the event's own
+payload, which carries every decision the command made, so a fold never needs the clock, the
+environment or an embedding model.
+
+Evolution: adding a field with a default needs no new version. Renaming, retyping or changing the
+meaning of a field bumps the class's `VERSION` and adds an upcaster in `codec.UPCASTERS`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+KeyType = Literal["concept", "name", "proper_noun"]
+KEY_TYPES: tuple[str, ...] = ("concept", "name", "proper_noun")
+
+#: How a key named by a command was resolved against the graph.
+#: "new": created; "existing": the label (or an alias) was already there;
+#: "alias": a new concept label close enough to an existing key became its alias.
+Resolution = Literal["new", "existing", "alias"]
+
+EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+
+class FoldRules(msgspec.Struct, frozen=True, kw_only=True):
+    """Constants the fold applies. Written into the log so a replay never depends on code defaults."""
+
+    depth_step: float = 0.05
+    depth_max: float = 1.0
+    weaken_threshold: float = 0.7
+    weaken_deep: float = 0.8
+    weaken_shallow: float = 0.3
+    link_initial: float = 1.0
+    hebbian_step: float = 0.1
+    hebbian_decay: float = 0.005
+    weight_min: float = 0.1
+    weight_max: float = 3.0
+
+
+class KeyLink(msgspec.Struct, frozen=True, kw_only=True):
+    """One key of a memory, with how it was resolved and the weight of its link."""
+
+    key_id: str
+    label: str
+    type: KeyType = "concept"
+    resolution: Resolution = "existing"
+    # For "alias": the cosine that justified the merge and the model that measured it.
+    similarity: float | None = None
+    fingerprint: str | None = None
+    weight: float = 1.0
+    # True when the key was extracted from the content rather than given by the caller.
+    extracted: bool = False
+
+
+class Similar(msgspec.Struct, frozen=True, kw_only=True):
+    """An embedding comparison that drove a decision, kept for audit."""
+
+    memory_id: str
+    similarity: float
+    fingerprint: str
+
+
+class NewMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """The payload of one memory created by remember, remember_batch or correct."""
+
+    memory_id: str
+    namespace: str
+    content: str
+    content_hash: str
+    keys: list[KeyLink]
+    related_to: list[str] = []
+    expires_at: datetime | None = None
+    session_id: str | None = None
+    source: str | None = None
+    # Dedup: this memory replaces a near-identical active one.
+    supersedes: str | None = None
+    supersede_reason: str | None = None
+    duplicate_of: Similar | None = None
+    # Memories in the contradiction band that share a key: flagged, not changed.
+    contradicts: list[Similar] = []
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Envelope shared by every event. A type whose schema changes overrides `v`'s default."""
+
+    seq: int = 0
+    at: datetime = EPOCH
+    v: int = 1
+
+
+class StoreCreated(Event, frozen=True, kw_only=True, tag="store.created"):
+    store_id: str
+    rules: FoldRules
+    software: str = ""
+
+
+class RulesChanged(Event, frozen=True, kw_only=True, tag="rules.changed"):
+    rules: FoldRules
+    reason: str = ""
+
+
+class MemoryRemembered(Event, frozen=True, kw_only=True, tag="memory.remembered"):
+    """remember (one memory) or remember_batch (all of them, all or nothing)."""
+
+    memories: list[NewMemory]
+
+
+class MemoryCorrected(Event, frozen=True, kw_only=True, tag="memory.corrected"):
+    old_id: str
+    memory: NewMemory
+    # Factor applied to the old version's depth (decided from its depth at the time).
+    weaken_factor: float
+
+
+class MemoryRead(Event, frozen=True, kw_only=True, tag="memory.read"):
+    memory_id: str
+    via_key_id: str | None = None
+    query: str | None = None
+
+
+class LinkDelta(msgspec.Struct, frozen=True, kw_only=True):
+    key_id: str
+    memory_id: str
+    delta: float
+
+
+class LinksAdjusted(Event, frozen=True, kw_only=True, tag="links.adjusted"):
+    adjustments: list[LinkDelta]
+    query: str | None = None
+
+
+class KeyAliased(Event, frozen=True, kw_only=True, tag="key.aliased"):
+    key_id: str
+    alias: str
+    evidence: str = ""
+    similarity: float | None = None
+    fingerprint: str | None = None
+
+
+class KeyRetyped(Event, frozen=True, kw_only=True, tag="key.retyped"):
+    key_id: str
+    key_type: KeyType
+    evidence: str = ""
+
+
+class MemoryForgotten(Event, frozen=True, kw_only=True, tag="memory.forgotten"):
+    memory_id: str
+    content_hash: str
+    reason: str = ""
+
+
+class MemoriesExpired(Event, frozen=True, kw_only=True, tag="memories.expired"):
+    memory_ids: list[str]
+
+
+class TurnRecorded(Event, frozen=True, kw_only=True, tag="turn.recorded"):
+    session_id: str
+    turn: int
+    role: str
+    content: str
+
+
+AnyEvent = (
+    StoreCreated
+    | RulesChanged
+    | MemoryRemembered
+    | MemoryCorrected
+    | MemoryRead
+    | LinksAdjusted
+    | KeyAliased
+    | KeyRetyped
+    | MemoryForgotten
+    | MemoriesExpired
+    | TurnRecorded
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    StoreCreated,
+    RulesChanged,
+    MemoryRemembered,
+    MemoryCorrected,
+    MemoryRead,
+    LinksAdjusted,
+    KeyAliased,
+    KeyRetyped,
+    MemoryForgotten,
+    MemoriesExpired,
+    TurnRecorded,
+)
+
+#: tag -> class, e.g. "memory.remembered" -> MemoryRemembered
+BY_TAG: dict[str, type[Event]] = {str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES}
+
+
+def current_version(cls: type[Event]) -> int:
+    """The schema version new events of this type are written with (the default of `v`)."""
+    for field in msgspec.structs.fields(cls):
+        if field.name == "v":
+            return int(field.default)
+    raise AssertionError(f"{cls.__name__} has no v field")
+
+
+CURRENT_VERSION: dict[str, int] = {tag: current_version(cls) for tag, cls in BY_TAG.items()}

@@ -1,0 +1,248 @@
+"""The key graph: keys, memories and weighted links, folded purely from events.
+
+`apply(state, event)` is the whole fold. It never reads the clock, the environment or a model:
+everything it needs is in the event or in the fold rules the log itself carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+from keytrail.events import (
+    AnyEvent,
+    Event,
+    FoldRules,
+    KeyAliased,
+    KeyRetyped,
+    LinksAdjusted,
+    MemoriesExpired,
+    MemoryCorrected,
+    MemoryForgotten,
+    MemoryRead,
+    MemoryRemembered,
+    NewMemory,
+    RulesChanged,
+    StoreCreated,
+    TurnRecorded,
+)
+from keytrail.events.types import EPOCH
+
+Status = Literal["active", "expired", "forgotten"]
+
+
+class KeyNode(msgspec.Struct, kw_only=True):
+    id: str
+    label: str
+    type: str = "concept"
+    aliases: list[str] = []
+    #: memory id -> link weight (Hebbian). Links of superseded/expired memories stay, for history.
+    links: dict[str, float] = {}
+    created_seq: int = 0
+    extracted: bool = False
+
+
+class MemoryNode(msgspec.Struct, kw_only=True):
+    id: str
+    namespace: str
+    content: str
+    content_hash: str
+    created_at: datetime
+    created_seq: int
+    keys: list[str] = []
+    depth: float = 0.0
+    access_count: int = 0
+    last_read_at: datetime | None = None
+    expires_at: datetime | None = None
+    session_id: str | None = None
+    source: str | None = None
+    related_to: list[str] = []
+    related_from: list[str] = []
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    supersede_reason: str | None = None
+    status: Status = "active"
+    updated_seq: int = 0
+
+    def current(self) -> bool:
+        """Active and not replaced by a newer version (expiry by time is checked by queries)."""
+        return self.status == "active" and self.superseded_by is None
+
+
+class Turn(msgspec.Struct, kw_only=True):
+    turn: int
+    role: str
+    content: str
+    at: datetime
+    seq: int
+
+
+class GraphState(msgspec.Struct, kw_only=True):
+    store_id: str = ""
+    rules: FoldRules = FoldRules()
+    seq: int = 0
+    at: datetime = EPOCH
+    keys: dict[str, KeyNode] = {}
+    memories: dict[str, MemoryNode] = {}
+    #: case-folded label or alias -> key id
+    labels: dict[str, str] = {}
+    conversations: dict[str, list[Turn]] = {}
+
+    def key_for_label(self, label: str) -> KeyNode | None:
+        key_id = self.labels.get(label.casefold())
+        return self.keys[key_id] if key_id is not None else None
+
+
+def _clamp(rules: FoldRules, weight: float) -> float:
+    return min(rules.weight_max, max(rules.weight_min, weight))
+
+
+def _add_memory(state: GraphState, new: NewMemory, event: Event) -> MemoryNode:
+    node = MemoryNode(
+        id=new.memory_id,
+        namespace=new.namespace,
+        content=new.content,
+        content_hash=new.content_hash,
+        created_at=event.at,
+        created_seq=event.seq,
+        expires_at=new.expires_at,
+        session_id=new.session_id,
+        source=new.source,
+        related_to=list(new.related_to),
+        updated_seq=event.seq,
+    )
+    state.memories[node.id] = node
+    for link in new.keys:
+        key = state.keys.get(link.key_id)
+        if key is None:
+            key = KeyNode(id=link.key_id, label=link.label, type=link.type,
+                          created_seq=event.seq, extracted=link.extracted)
+            state.keys[key.id] = key
+            state.labels.setdefault(link.label.casefold(), key.id)
+        elif link.resolution == "alias":
+            key.aliases.append(link.label)
+            state.labels.setdefault(link.label.casefold(), key.id)
+        key.links[node.id] = link.weight
+        node.keys.append(key.id)
+    for target_id in new.related_to:
+        target = state.memories.get(target_id)
+        if target is not None:
+            target.related_from.append(node.id)
+    if new.supersedes is not None:
+        old = state.memories.get(new.supersedes)
+        if old is not None:
+            old.superseded_by = node.id
+            old.updated_seq = event.seq
+            node.supersedes = old.id
+            node.supersede_reason = new.supersede_reason
+            if new.supersede_reason == "duplicate":
+                # The same fact told again keeps what reading it had built up.
+                node.depth, node.access_count = old.depth, old.access_count
+    return node
+
+
+def _remembered(state: GraphState, event: MemoryRemembered) -> None:
+    for new in event.memories:
+        _add_memory(state, new, event)
+
+
+def _corrected(state: GraphState, event: MemoryCorrected) -> None:
+    old = state.memories[event.old_id]
+    old.depth *= event.weaken_factor
+    node = _add_memory(state, event.memory, event)
+    old.superseded_by = node.id
+    old.updated_seq = event.seq
+    node.supersedes = old.id
+    node.supersede_reason = "correction"
+
+
+def _read(state: GraphState, event: MemoryRead) -> None:
+    rules = state.rules
+    node = state.memories[event.memory_id]
+    node.depth = min(rules.depth_max, node.depth + rules.depth_step)
+    node.access_count += 1
+    node.last_read_at = event.at
+    node.updated_seq = event.seq
+    if event.via_key_id is not None:
+        links = state.keys[event.via_key_id].links
+        links[node.id] = _clamp(rules, links[node.id] + rules.hebbian_step)
+
+
+def _links_adjusted(state: GraphState, event: LinksAdjusted) -> None:
+    for adj in event.adjustments:
+        links = state.keys[adj.key_id].links
+        links[adj.memory_id] = _clamp(state.rules, links[adj.memory_id] + adj.delta)
+
+
+def _aliased(state: GraphState, event: KeyAliased) -> None:
+    state.keys[event.key_id].aliases.append(event.alias)
+    state.labels.setdefault(event.alias.casefold(), event.key_id)
+
+
+def _retyped(state: GraphState, event: KeyRetyped) -> None:
+    state.keys[event.key_id].type = event.key_type
+
+
+def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
+    node = state.memories[event.memory_id]
+    node.status = "forgotten"
+    node.content = ""  # nothing derived from the log serves forgotten content
+    node.updated_seq = event.seq
+
+
+def _expired(state: GraphState, event: MemoriesExpired) -> None:
+    for memory_id in event.memory_ids:
+        node = state.memories[memory_id]
+        node.status = "expired"
+        node.updated_seq = event.seq
+
+
+def _turn(state: GraphState, event: TurnRecorded) -> None:
+    state.conversations.setdefault(event.session_id, []).append(
+        Turn(turn=event.turn, role=event.role, content=event.content, at=event.at, seq=event.seq))
+
+
+def _created(state: GraphState, event: StoreCreated) -> None:
+    state.store_id = event.store_id
+    state.rules = event.rules
+
+
+def _rules_changed(state: GraphState, event: RulesChanged) -> None:
+    state.rules = event.rules
+
+
+_FOLD: dict[type[Any], Callable[[GraphState, Any], None]] = {
+    StoreCreated: _created,
+    RulesChanged: _rules_changed,
+    MemoryRemembered: _remembered,
+    MemoryCorrected: _corrected,
+    MemoryRead: _read,
+    LinksAdjusted: _links_adjusted,
+    KeyAliased: _aliased,
+    KeyRetyped: _retyped,
+    MemoryForgotten: _forgotten,
+    MemoriesExpired: _expired,
+    TurnRecorded: _turn,
+}
+
+
+def apply(state: GraphState, event: AnyEvent) -> GraphState:
+    """Fold one event into the state (in place) and return it."""
+    _FOLD[type(event)](state, event)
+    state.seq = event.seq
+    state.at = event.at
+    return state
+
+
+def fold(events: Iterable[AnyEvent], state: GraphState | None = None) -> GraphState:
+    """Fold a sequence of events, from nothing or onto `state`."""
+    state = state if state is not None else GraphState()
+    fold_map = _FOLD
+    for event in events:
+        fold_map[type(event)](state, event)
+        state.seq = event.seq
+        state.at = event.at
+    return state

@@ -1,0 +1,159 @@
+"""Embedding matrices: a content-addressed vector cache per model fingerprint.
+
+Vectors are keyed by the hash of the text they embed, so the same text is never embedded twice
+by the same model, a replay into a new model embeds each distinct text once, and switching back
+to an earlier model costs nothing. On disk, per fingerprint::
+
+    cache/vectors/<fingerprint>/vectors.f32   rows of float32, appended
+    cache/vectors/<fingerprint>/hashes.txt    one text hash per row, appended
+
+Only the holder of the store lock appends, so processes never interleave rows. A crash can leave
+the two files at different lengths; the shorter one decides how many rows are valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+Matrix = npt.NDArray[np.float32]
+
+
+_HASH_LINE = 33  # 32 hex digits and a newline
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _safe(fingerprint: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", fingerprint)
+
+
+class VectorCache:
+    """text hash -> unit vector, for one model fingerprint."""
+
+    def __init__(self, directory: Path | None, fingerprint: str, dim: int) -> None:
+        self.fingerprint = fingerprint
+        self.dim = dim
+        self.dir = directory / _safe(fingerprint) if directory is not None else None
+        self._rows: dict[str, int] = {}
+        self._matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
+        self._count = 0
+        self._persisted = 0  # rows already on disk
+        self._pending: list[str] = []
+        self.refresh()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, digest: str) -> bool:
+        return digest in self._rows
+
+    def refresh(self) -> None:
+        """Load rows other processes appended since the last look."""
+        if self.dir is None:
+            return
+        hashes_path, vectors_path = self.dir / "hashes.txt", self.dir / "vectors.f32"
+        try:
+            with open(hashes_path, "rb") as hf, open(vectors_path, "rb") as vf:
+                hf_size = os.fstat(hf.fileno()).st_size
+                rows_on_disk = os.fstat(vf.fileno()).st_size // (4 * self.dim)
+                if rows_on_disk <= self._persisted:
+                    return
+                hashes = hf.read(hf_size).split(b"\n")[:-1]
+                valid = min(len(hashes), rows_on_disk)
+                vf.seek(self._persisted * 4 * self.dim)
+                data = vf.read((valid - self._persisted) * 4 * self.dim)
+        except FileNotFoundError:
+            return
+        if valid <= self._persisted:
+            return
+        fresh = np.frombuffer(data, dtype=np.float32).reshape(-1, self.dim)
+        # Rows another process added after our own unsaved ones would shift indexes: re-base.
+        pending = [(h, self._matrix[self._rows[h]]) for h in self._pending]
+        base = self._matrix[: self._persisted]
+        self._matrix = np.concatenate([base, fresh])
+        self._rows = {h.decode(): i for i, h in enumerate(hashes[:valid])}
+        self._count = self._persisted = valid
+        self._pending = []
+        for digest, vector in pending:
+            if digest not in self._rows:
+                self._put(digest, vector)
+
+    def _put(self, digest: str, vector: npt.NDArray[np.float32]) -> None:
+        if self._count == len(self._matrix):
+            grown = np.zeros((max(64, 2 * len(self._matrix)), self.dim), dtype=np.float32)
+            grown[: self._count] = self._matrix[: self._count]
+            self._matrix = grown
+        self._matrix[self._count] = vector
+        self._rows[digest] = self._count
+        self._count += 1
+        self._pending.append(digest)
+
+    def get(self, digest: str) -> npt.NDArray[np.float32] | None:
+        row = self._rows.get(digest)
+        return None if row is None else self._matrix[row]
+
+    def put_many(self, digests: list[str], vectors: Matrix) -> None:
+        for digest, vector in zip(digests, vectors, strict=True):
+            if digest not in self._rows:
+                self._put(digest, vector)
+
+    def rows(self, digests: list[str]) -> Matrix:
+        """The vectors of `digests` (all must be present), as one matrix."""
+        index = np.fromiter((self._rows[d] for d in digests), dtype=np.int64, count=len(digests))
+        return self._matrix[index]
+
+    def flush(self) -> None:
+        """Append unsaved rows to disk. Call only holding the store lock, after `refresh()`."""
+        if self.dir is None or not self._pending:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        rows = self._matrix[self._persisted : self._count]
+        with open(self.dir / "vectors.f32", "ab") as vf:
+            vf.truncate(self._persisted * 4 * self.dim)
+            vf.seek(self._persisted * 4 * self.dim)
+            vf.write(np.ascontiguousarray(rows, dtype=np.float32).tobytes())
+        with open(self.dir / "hashes.txt", "ab") as hf:
+            hf.truncate(self._persisted * _HASH_LINE)  # drop a torn line left by a crash
+            hf.write("".join(f"{d}\n" for d in self._pending).encode())
+        self._persisted = self._count
+        self._pending = []
+
+
+class VectorSet:
+    """An in-memory matrix of rows labelled by an id (several rows may share one id)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.ids: list[str] = []
+        self._matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def matrix(self) -> Matrix:
+        return self._matrix[: len(self.ids)]
+
+    def add(self, ids: list[str], vectors: Matrix) -> None:
+        if not ids:
+            return
+        need = len(self.ids) + len(ids)
+        if need > len(self._matrix):
+            grown = np.zeros((max(need, 2 * len(self._matrix), 64), self.dim), dtype=np.float32)
+            grown[: len(self.ids)] = self.matrix
+            self._matrix = grown
+        self._matrix[len(self.ids) : need] = vectors
+        self.ids.extend(ids)
+
+    def scores(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Cosine of every row with a unit `query` (rows are unit vectors)."""
+        result: npt.NDArray[np.float32] = self.matrix @ query
+        return result
