@@ -1,0 +1,51 @@
+"""Shared fixtures: stores on temporary directories, with the hashing or the real embedder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.embedders import DEFAULT_MODEL, FastEmbedder
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def model_path() -> str | None:
+    """Where the real model is when tests run offline (CI sets KEYTRAIL_EMBED_MODEL_PATH)."""
+    return os.environ.get("KEYTRAIL_EMBED_MODEL_PATH") or None
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
+    """Open stores (hash embedder unless one is given) on a temp directory; closed afterwards."""
+    opened: list[Store] = []
+
+    def make(home: Path | None = None, embedder: object = None, **settings: object) -> Store:
+        store = Store(Settings(home=home or tmp_path / "store", embedder="hash", **settings),  # type: ignore[arg-type]
+                      embedder=embedder or HashEmbedder())  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: Callable[..., Store]) -> Store:
+    return make_store()
+
+
+@pytest.fixture(scope="session")
+def real_embedder() -> FastEmbedder:
+    """all-MiniLM-L6-v2 from KEYTRAIL_EMBED_MODEL_PATH (offline), or fetched like a user's."""
+    return FastEmbedder(DEFAULT_MODEL, model_path())
+
+
+@pytest.fixture
+def real_store(make_store: Callable[..., Store], real_embedder: FastEmbedder) -> Store:
+    return make_store(embedder=real_embedder)
