@@ -19,6 +19,9 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
 from . import validation as check
 from .results import (
+    Conversation,
+    KeyBrowse,
+    KeyListing,
     KeyMatch,
     KeyPage,
     KeyRef,
@@ -29,7 +32,10 @@ from .results import (
     Recall,
     Related,
     RelatedMemory,
+    SessionList,
+    SessionSummary,
     Stats,
+    TurnView,
 )
 
 if TYPE_CHECKING:
@@ -301,6 +307,51 @@ class Queries:
                 hubs=hubs, namespaces=dict(sorted(namespaces.items())),
                 sessions=len(state.conversations), embedder=self.embedder.fingerprint,
                 log_bytes=log_bytes, last_event_at=state.at if state.seq else None)
+
+    # -- browsing keys and conversations ---------------------------------------------------
+
+    def browse_keys(self, namespace: str | None = None, hubs_only: bool = False,
+                    limit: int = 50, offset: int = 0) -> KeyBrowse:
+        """Keys leading to current memories, most-used first, with memory counts and hub flags."""
+        limit = check.count("limit", limit, 1, self.settings.limits.page)
+        offset = check.count("offset", offset, 0, 10**9)
+        namespace = check.optional_namespace(namespace)
+        with self._mutex:
+            self.refresh()
+            now = self.clock()
+            hub_min = self.settings.hub_min
+            counted = [(k, c) for k in self.state.keys.values()
+                       if (c := self._count(k, namespace, now)) > 0
+                       and (not hubs_only or c >= hub_min)]
+            counted.sort(key=lambda kc: (-kc[1], kc[0].label.casefold(), kc[0].id))
+            return KeyBrowse(total=len(counted), offset=offset, keys=[
+                KeyListing(key_id=k.id, label=k.label, type=k.type, memory_count=c,
+                           hub=c >= hub_min, aliases=list(k.aliases))
+                for k, c in counted[offset : offset + limit]])
+
+    def get_conversation(self, session_id: str, turn: int | None = None) -> Conversation:
+        """The recorded turns of a session in order, or only turn number `turn` (1-based)."""
+        session_id = check.name("session_id", session_id, check.SESSION_CHARS)
+        with self._mutex:
+            self.refresh()
+            turns = self.state.conversations.get(session_id)
+            if not turns:
+                raise NotFound("session_id", "session", session_id)
+            if turn is not None:
+                turn = check.count("turn", turn, 1, len(turns))
+            chosen = [t for t in turns if turn is None or t.turn == turn]
+            return Conversation(session_id=session_id, total=len(turns), turns=[
+                TurnView(turn=t.turn, role=t.role, content=t.content, at=t.at) for t in chosen])
+
+    def list_sessions(self) -> SessionList:
+        """Every session with recorded turns, most recently active first."""
+        with self._mutex:
+            self.refresh()
+            sessions = [SessionSummary(session_id=sid, turns=len(turns), first_at=turns[0].at,
+                                       last_at=turns[-1].at)
+                        for sid, turns in self.state.conversations.items() if turns]
+            sessions.sort(key=lambda s: (s.last_at, s.session_id), reverse=True)
+            return SessionList(sessions=sessions)
 
 
 def _preview(content: str) -> str:

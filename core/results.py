@@ -198,3 +198,57 @@ class Forgotten:
 class Expired:
     memory_ids: list[str]
     seq: int | None
+
+
+@dataclass(frozen=True)
+class KeyListing:
+    """A key as listed by `browse_keys`: how many current memories it leads to."""
+
+    key_id: str
+    label: str
+    type: str
+    memory_count: int
+    hub: bool
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class KeyBrowse:
+    total: int
+    offset: int
+    keys: list[KeyListing]
+
+
+@dataclass(frozen=True)
+class TurnSaved:
+    session_id: str
+    turn: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class TurnView:
+    turn: int
+    role: str
+    content: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Conversation:
+    session_id: str
+    total: int
+    turns: list[TurnView]
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    turns: int
+    first_at: datetime
+    last_at: datetime
+
+
+@dataclass(frozen=True)
+class SessionList:
+    sessions: list[SessionSummary]

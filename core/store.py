@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,6 +36,7 @@ from keytrail.events import (
     Similar,
     StoreCreated,
     StoreError,
+    TurnRecorded,
     utc_now,
 )
 from keytrail.events.log import Clock, LogPosition
@@ -48,10 +49,22 @@ from .config import Settings
 from .embedders import Embedder, make_embedder
 from .profiles import Thresholds, profile_for
 from .queries import Queries
-from .results import Corrected, Expired, Flag, Forgotten, KeyOutcome, MemoryView, Remembered
+from .results import (
+    Corrected,
+    Expired,
+    Flag,
+    Forgotten,
+    KeyOutcome,
+    MemoryView,
+    Remembered,
+    TurnSaved,
+)
 
 T = TypeVar("T")
 SNAPSHOT_FILE = "keygraph.msgpack"
+TURN_ROLES = ("user", "assistant", "system", "tool")
+#: Called while opening with (bytes of the log folded so far, total bytes).
+OpenProgress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,8 @@ class Store(Queries):
     """One store directory, opened by one process (several processes may open the same one)."""
 
     def __init__(self, settings: Settings | None = None, *, home: Path | str | None = None,
-                 embedder: Embedder | None = None, clock: Clock = utc_now) -> None:
+                 embedder: Embedder | None = None, clock: Clock = utc_now,
+                 progress: OpenProgress | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self.home = Path(home if home is not None else self.settings.home)
         self.home.mkdir(parents=True, exist_ok=True)
@@ -103,7 +117,7 @@ class Store(Queries):
         self._labels_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
-        self.state = self._open_state()
+        self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
 
@@ -113,7 +127,7 @@ class Store(Queries):
     def snapshot_path(self) -> Path:
         return self.home / "cache" / "snapshot" / SNAPSHOT_FILE
 
-    def _open_state(self) -> GraphState:
+    def _open_state(self, progress: OpenProgress | None = None) -> GraphState:
         snap = snapshots.load(self.snapshot_path)
         state = GraphState()
         if snap is not None and self.log.seek(
@@ -122,10 +136,30 @@ class Store(Queries):
             self._snapshot_seq = snap.seq
         else:
             self.log.seek(LogPosition(None, 0, 0, state.at))
-        tail = fold(self.log.iter_new(), state)
+        events = self.log.iter_new()
+        tail = fold(events if progress is None else self._reporting(events, progress), state)
         if tail.seq - self._snapshot_seq >= self.settings.snapshot_every:
             self._save_snapshot(tail)
         return tail
+
+    def _reporting(self, events: Iterable[AnyEvent],
+                   progress: OpenProgress) -> Iterator[AnyEvent]:
+        sizes = {name: (self.log.dir / name).stat().st_size for name in self.log.segments()}
+        total = sum(sizes.values())
+        names = list(sizes)
+
+        def done() -> int:
+            pos = self.log.position
+            if pos.segment not in sizes:
+                return 0
+            return sum(sizes[n] for n in names[: names.index(pos.segment)]) + pos.offset
+
+        progress(done(), total)
+        for i, event in enumerate(events, 1):
+            yield event
+            if i % 2000 == 0:
+                progress(done(), total)
+        progress(total, total)
 
     def _create(self) -> None:
         with self._mutex, self.log.lock() as app:
@@ -326,13 +360,20 @@ class Store(Queries):
         return self._write(decide)
 
     def read_memory(self, memory_id: str, via_key_id: str | None = None,
-                    query: str | None = None) -> MemoryView:
-        """Read a memory in full. Deepens it; strengthens the link from `via_key_id` if given."""
+                    query: str | None = None, namespace: str | None = None) -> MemoryView:
+        """Read a memory in full. Deepens it; strengthens the link from `via_key_id` if given.
+
+        With `namespace`, a memory of another namespace is not found (nothing is recorded).
+        """
         if query is not None:
             query = check.text("query", query, self.settings.limits.query_chars)
+        namespace = check.optional_namespace(namespace)
 
         def decide(app: Appender) -> MemoryView:
             node = self._visible_memory("memory_id", memory_id, app.at)
+            if namespace is not None and node.namespace != namespace:
+                raise NotFound("memory_id", "memory", memory_id,
+                               f"it is not in namespace {namespace!r}")
             if via_key_id is not None:
                 key = self.state.keys.get(via_key_id)
                 if key is None:
@@ -358,6 +399,21 @@ class Store(Queries):
             event = self._append(app, MemoryForgotten(
                 memory_id=node.id, content_hash=node.content_hash, reason=reason))
             return Forgotten(memory_id=node.id, seq=event.seq)
+
+        return self._write(decide)
+
+    def record_turn(self, session_id: str, role: str, content: str) -> TurnSaved:
+        """Append one turn to a session's conversation log (turns are numbered from 1)."""
+        checked_session = check.name("session_id", session_id, check.SESSION_CHARS)
+        if role not in TURN_ROLES:
+            raise InvalidInput("role", f"unknown role {role!r}", limit=" | ".join(TURN_ROLES))
+        content = check.text("content", content, self.settings.limits.content_chars)
+
+        def decide(app: Appender) -> TurnSaved:
+            turn = len(self.state.conversations.get(checked_session, ())) + 1
+            event = self._append(app, TurnRecorded(session_id=checked_session, turn=turn,
+                                                   role=role, content=content))
+            return TurnSaved(session_id=checked_session, turn=turn, seq=event.seq)
 
         return self._write(decide)
 
