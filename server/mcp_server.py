@@ -1,0 +1,513 @@
+"""The MCP face of a store: one small tool per core command or query, and a usage prompt.
+
+Tools are plain synchronous functions over `Store`; the SDK runs each call on a worker thread,
+so a slow embedding or an fsync never blocks the event loop (the Store serialises itself with
+its own lock). A `KeytrailError` becomes a `ToolError`: the client sees `isError` with the
+message, which names the field and the limit. Nothing is ever returned as error text.
+"""
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field
+
+import keytrail
+from keytrail.core import KeytrailError, Limits, RememberItem, Settings, Store
+from keytrail.core.results import (
+    Conversation,
+    Corrected,
+    Expired,
+    Forgotten,
+    KeyBrowse,
+    KeyPage,
+    MemoryPage,
+    MemoryView,
+    Recall,
+    Related,
+    Remembered,
+    SessionList,
+    Stats,
+    TurnSaved,
+)
+from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
+
+T = TypeVar("T")
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$"
+KeyType = Literal["concept", "name", "proper_noun"]
+Role = Literal["user", "assistant", "system", "tool"]
+
+MEMORY_SYSTEM_PROMPT = """\
+You have a long-term associative memory (keytrail). Use it quietly and well.
+
+Recall before you answer
+- Before your first reply in a conversation, call `recall` with the user's request (and the
+  names, places and topics in it). Do it silently: never tell the user you are checking,
+  searching or using a memory, and never mention keys, ids or tools.
+- `recall` returns keys (concepts and names), never content. Walk the graph:
+  Key -> Memory -> Key. `read_key(key_id)` lists the memories behind a key (ids, depth, other
+  keys, no content); `read_memory(memory_id, via_key_id=...)` reads one in full and strengthens
+  that path. The other keys of what you read lead on to more: follow them when they matter.
+- Prefer specific keys (low memory_count, not hubs) over hubs; pass `query` to `read_key` to
+  rank a hub's memories by relevance. If nothing matches, try the `nearest` keys or a
+  differently worded recall.
+
+Remember what will matter later
+- Store durable facts, preferences, decisions, people and plans - not small talk.
+- One fact per memory, written so it stands alone ("Dana's daughter Mia starts school in
+  September 2025"), with several diverse keys: the people and named things (typed as `name`
+  in key_types, e.g. {"Dana": "name"}), the topic, and a broader concept or two
+  ("school", "family", "children"). Diverse keys are what let a later recall find it.
+- Use `remember_batch` for several facts at once, `related_to` to tie a memory to others,
+  `ttl_seconds` for things that stop being true (a trip next week).
+
+Keep it true
+- When a fact changes, `correct` the memory that holds it (find it with recall/read_key) rather
+  than remembering a second, contradicting one. The old version is kept as history.
+- When `remember` reports `possible_contradictions`, read them and correct the stale one.
+- `forget` only when the user asks you to forget something.
+"""
+
+
+def _limits_from_env() -> Limits:
+    """The input limits the schemas advertise: KEYTRAIL_MAX_* if set, else the defaults.
+
+    Core checks the store's own limits again on every call, so a schema is a first line only.
+    """
+    try:
+        return Settings.from_env().limits
+    except KeytrailError:
+        return Limits()
+
+
+LIMITS = _limits_from_env()
+
+NamespaceStr = Annotated[str, Field(min_length=1, max_length=NAMESPACE_CHARS, pattern=NAME_PATTERN)]
+SessionStr = Annotated[str, Field(min_length=1, max_length=SESSION_CHARS, pattern=NAME_PATTERN)]
+NamespaceFilter = Annotated[
+    NamespaceStr | None,
+    Field(description="Only this namespace (letters, digits, _ . : @ -); omit for all."),
+]
+MemoryId = Annotated[
+    str, Field(min_length=1, max_length=64, description="A memory id, e.g. 'm_3f2a9c1b7d0e'.")
+]
+KeyId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="A key id from recall/browse_keys, e.g. 'k_9a1b2c3d4e'.",
+    ),
+]
+Content = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=LIMITS.content_chars,
+        description="The fact, written to stand alone.",
+    ),
+]
+KeyLabel = Annotated[str, Field(min_length=1, max_length=LIMITS.key_chars)]
+Keys = Annotated[
+    list[KeyLabel],
+    Field(
+        min_length=1,
+        max_length=LIMITS.keys_per_memory,
+        description="Several diverse keys: names, topics and broader concepts.",
+    ),
+]
+KeyTypes = Annotated[
+    dict[str, KeyType] | None,
+    Field(
+        description="Type of some keys: 'name' or 'proper_noun' match literally; "
+        'the default \'concept\' matches by meaning. E.g. {"Dana": "name"}.'
+    ),
+]
+RelatedTo = Annotated[
+    list[MemoryId] | None,
+    Field(max_length=LIMITS.related_to, description="Ids of memories this one relates to."),
+]
+Source = Annotated[
+    str | None, Field(max_length=LIMITS.source_chars, description="Where the fact came from.")
+]
+Ttl = Annotated[
+    int | None, Field(ge=1, le=LIMITS.ttl_seconds, description="Forget after this many seconds.")
+]
+Query = Annotated[str, Field(min_length=1, max_length=LIMITS.query_chars)]
+Limit = Annotated[int, Field(ge=1, le=LIMITS.page, description="Page size.")]
+Offset = Annotated[int, Field(ge=0, le=10**9, description="Items to skip.")]
+
+
+class MemoryItem(BaseModel):
+    """One memory of a remember_batch call (the arguments of remember)."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: Content
+    keys: Keys
+    key_types: KeyTypes = None
+    namespace: Annotated[
+        NamespaceStr | None, Field(description="Namespace to store in; omit for the default.")
+    ] = None
+    ttl_seconds: Ttl = None
+    related_to: RelatedTo = None
+    source: Source = None
+    session_id: SessionStr | None = None
+
+
+def _guard(call: Callable[[], T]) -> T:
+    """Run a core call; a keytrail error becomes a tool error with the same message."""
+    try:
+        return call()
+    except KeytrailError as exc:
+        raise ToolError(exc.message) from exc
+
+
+def _types(key_types: dict[str, KeyType] | None) -> dict[str, str] | None:
+    return None if key_types is None else {label: str(kind) for label, kind in key_types.items()}
+
+
+def _hints(
+    *, read_only: bool = False, destructive: bool = False, idempotent: bool = False, title: str
+) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=None if read_only else destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=False,
+    )
+
+
+@dataclass(frozen=True)
+class BatchRemembered:
+    """What `remember_batch` returns: one outcome per item, in order."""
+
+    memories: list[Remembered]
+
+
+def build_server(store: Store) -> MCPServer[Any]:
+    """An MCPServer whose tools work on `store` (opened and closed by the caller)."""
+    server: MCPServer[Any] = MCPServer(
+        "keytrail",
+        title="keytrail associative memory",
+        description="Event-sourced associative memory: recall keys, walk to memories.",
+        instructions=MEMORY_SYSTEM_PROMPT,
+        version=keytrail.__version__,
+    )
+
+    read_only = dict(read_only=True, idempotent=True)
+
+    @server.tool(annotations=_hints(title="Recall keys", **read_only))
+    def recall(
+        query: Annotated[
+            Query,
+            Field(description="What you want to remember about: the user's words, names, topics."),
+        ],
+        top_k: Annotated[
+            int, Field(ge=1, le=LIMITS.top_k, description="Most keys to return.")
+        ] = 10,
+        namespace: NamespaceFilter = None,
+        context: Annotated[
+            str | None,
+            Field(
+                max_length=LIMITS.query_chars,
+                description="Optional surrounding conversation, weighs a quarter.",
+            ),
+        ] = None,
+    ) -> Recall:
+        """Find the keys (concepts and names) a query leads to. Never returns content.
+
+        Use first, silently, before answering. Names match literally (whole words), concepts
+        by meaning. Each key has memory_count, hub (many memories, less specific) and
+        specificity. Next: read_key(key_id) on the most specific keys. When nothing matches,
+        `nearest` holds the closest keys to try.
+        Example: recall(query="What does Dana's daughter like?") ->
+        {"keys": [{"key_id": "k_..", "label": "Dana", "type": "name", "memory_count": 3, ...}]}
+        """
+        return _guard(lambda: store.recall(query, top_k, namespace, context))
+
+    @server.tool(annotations=_hints(title="Memories behind a key", **read_only))
+    def read_key(
+        key_id: KeyId,
+        query: Annotated[
+            Query | None, Field(description="Rank the key's memories by relevance to this.")
+        ] = None,
+        namespace: NamespaceFilter = None,
+        limit: Limit = 20,
+        offset: Offset = 0,
+    ) -> KeyPage:
+        """List the memories a key leads to, best first: ids, depth, their other keys.
+
+        No content: choose which to read with read_memory. The `keys` of each memory are the
+        next hops of the walk (Key -> Memory -> Key). Page with limit/offset (`total` says
+        how many). Example: read_key(key_id="k_9a1b2c3d4e", query="school") ->
+        {"label": "Mia", "total": 2, "memories": [{"memory_id": "m_..", "keys": [...]}]}
+        """
+        return _guard(lambda: store.read_key(key_id, query, namespace, limit, offset))
+
+    @server.tool(annotations=_hints(title="Read a memory"))
+    def read_memory(
+        memory_id: MemoryId,
+        via_key_id: Annotated[
+            str | None,
+            Field(max_length=64, description="The key you came through: strengthens that link."),
+        ] = None,
+        namespace: NamespaceFilter = None,
+        query: Annotated[
+            Query | None, Field(description="The recall query that led here (teaches aliases).")
+        ] = None,
+    ) -> MemoryView:
+        """Read one memory in full (content, keys, versions). Recorded: it deepens the memory.
+
+        Pass via_key_id when you reached it from read_key. If `superseded_by` is set, a newer
+        version exists: read that one. Example:
+        read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
+        -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
+        """
+        return _guard(lambda: store.read_memory(memory_id, via_key_id, query, namespace))
+
+    @server.tool(annotations=_hints(title="Browse keys", **read_only))
+    def browse_keys(
+        namespace: NamespaceFilter = None,
+        hubs_only: Annotated[
+            bool, Field(description="Only hubs (keys with many memories).")
+        ] = False,
+        limit: Limit = 50,
+        offset: Offset = 0,
+    ) -> KeyBrowse:
+        """List keys with their memory counts, most-used first. For an overview of what is known.
+
+        Example: browse_keys(hubs_only=True) ->
+        {"total": 4, "keys": [{"label": "family", "memory_count": 12, "hub": true, ...}]}
+        """
+        return _guard(lambda: store.browse_keys(namespace, hubs_only, limit, offset))
+
+    @server.tool(annotations=_hints(title="Remember a fact"))
+    def remember(
+        content: Content,
+        keys: Keys,
+        key_types: KeyTypes = None,
+        namespace: Annotated[
+            NamespaceStr | None, Field(description="Namespace to store in; omit for the default.")
+        ] = None,
+        ttl_seconds: Ttl = None,
+        related_to: RelatedTo = None,
+        source: Source = None,
+        session_id: Annotated[
+            SessionStr | None, Field(description="The conversation this came from.")
+        ] = None,
+    ) -> Remembered:
+        """Store one fact, reachable through several diverse keys.
+
+        Type people and named things as 'name'. A near-duplicate replaces the old memory
+        (`deduplicated`); similar-but-different memories come back as
+        `possible_contradictions`: read them and `correct` the stale one. To change a known
+        fact use `correct`, not remember. Example:
+        remember(content="Dana's daughter Mia starts school in September 2025",
+                 keys=["Dana", "Mia", "school", "children"],
+                 key_types={"Dana": "name", "Mia": "name"})
+        """
+        return _guard(
+            lambda: store.remember(
+                content,
+                keys,
+                _types(key_types),
+                namespace,
+                ttl_seconds,
+                related_to,
+                session_id,
+                source,
+            )
+        )
+
+    @server.tool(annotations=_hints(title="Remember several facts"))
+    def remember_batch(
+        items: Annotated[
+            list[MemoryItem],
+            Field(
+                min_length=1,
+                max_length=LIMITS.batch_items,
+                description="The memories, each with the arguments of remember.",
+            ),
+        ],
+    ) -> BatchRemembered:
+        """Store several facts at once, all or none (one bad item stores nothing).
+
+        Example: remember_batch(items=[{"content": "Dana lives in Lyon",
+        "keys": ["Dana", "Lyon", "home"], "key_types": {"Dana": "name", "Lyon": "name"}}, ...])
+        -> {"memories": [{"memory_id": "m_..", ...}, ...]}
+        """
+        batch = [
+            RememberItem(
+                content=i.content,
+                keys=i.keys,
+                key_types=_types(i.key_types),
+                namespace=i.namespace,
+                ttl_seconds=i.ttl_seconds,
+                related_to=i.related_to,
+                session_id=i.session_id,
+                source=i.source,
+            )
+            for i in items
+        ]
+        return BatchRemembered(memories=_guard(lambda: store.remember_batch(batch)))
+
+    @server.tool(annotations=_hints(title="Correct a memory"))
+    def correct(
+        memory_id: MemoryId,
+        content: Content,
+        keys: Annotated[
+            list[KeyLabel] | None,
+            Field(
+                max_length=LIMITS.keys_per_memory,
+                description="New keys; omit to keep the old version's keys.",
+            ),
+        ] = None,
+        key_types: KeyTypes = None,
+        related_to: RelatedTo = None,
+        source: Source = None,
+    ) -> Corrected:
+        """Replace a fact that changed with its new version (the old one is kept as history).
+
+        Use instead of remember when a known fact is outdated or wrong. Returns the new id.
+        Example: correct(memory_id="m_3f2a9c1b7d0e",
+                         content="Mia starts school in September 2026")
+        """
+        return _guard(
+            lambda: store.correct(memory_id, content, keys, _types(key_types), related_to, source)
+        )
+
+    @server.tool(annotations=_hints(title="Related memories", **read_only))
+    def related(
+        memory_id: MemoryId,
+        limit: Annotated[
+            int, Field(ge=1, le=LIMITS.page, description="Most memories to return.")
+        ] = 10,
+    ) -> Related:
+        """Memories sharing keys with this one (rare keys count most) or linked by related_to.
+
+        Example: related(memory_id="m_3f2a9c1b7d0e") ->
+        {"related": [{"memory_id": "m_..", "score": 1.5, "shared_keys": [...]}]}
+        """
+        return _guard(lambda: store.related(memory_id, limit))
+
+    @server.tool(annotations=_hints(title="Forget a memory", destructive=True, idempotent=True))
+    def forget(memory_id: MemoryId) -> Forgotten:
+        """Forget a memory: hidden from every read from now on. Only when the user asks.
+
+        Example: forget(memory_id="m_3f2a9c1b7d0e") -> {"memory_id": "m_3f2a9c1b7d0e", "seq": 42}
+        """
+        return _guard(lambda: store.forget(memory_id))
+
+    @server.tool(annotations=_hints(title="List memories", **read_only))
+    def list_memories(
+        namespace: NamespaceFilter = None, limit: Limit = 50, offset: Offset = 0
+    ) -> MemoryPage:
+        """Current memories, newest first, with a short preview. For review, not for recall.
+
+        Example: list_memories(limit=10) -> {"total": 57, "memories": [{"preview": "..."}]}
+        """
+        return _guard(lambda: store.list_memories(namespace, limit, offset))
+
+    @server.tool(annotations=_hints(title="Memory statistics", **read_only))
+    def memory_stats() -> Stats:
+        """Counts of memories (current, superseded, expired, forgotten), keys, links, hubs,
+        namespaces and sessions, the embedder and the log size."""
+        return _guard(store.memory_stats)
+
+    @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
+    def cleanup_expired() -> Expired:
+        """Mark every memory whose ttl_seconds has passed as expired; returns their ids.
+
+        Expired memories are already hidden from reads; this records it in the log.
+        """
+        return _guard(store.cleanup_expired)
+
+    @server.tool(annotations=_hints(title="Record a conversation turn"))
+    def record_turn(session_id: SessionStr, role: Role, content: Content) -> TurnSaved:
+        """Append one turn to a session's conversation log (numbered from 1).
+
+        Example: record_turn(session_id="chat-2025-06-01", role="user", content="Hi!")
+        -> {"session_id": "chat-2025-06-01", "turn": 1, "seq": 17}
+        """
+        return _guard(lambda: store.record_turn(session_id, role, content))
+
+    @server.tool(annotations=_hints(title="Read a conversation", **read_only))
+    def get_conversation(
+        session_id: SessionStr,
+        turn: Annotated[int | None, Field(ge=1, description="Only this turn (1-based).")] = None,
+    ) -> Conversation:
+        """The recorded turns of a session, in order (or one turn).
+
+        Example: get_conversation(session_id="chat-2025-06-01", turn=1)
+        """
+        return _guard(lambda: store.get_conversation(session_id, turn))
+
+    @server.tool(annotations=_hints(title="List conversations", **read_only))
+    def list_sessions() -> SessionList:
+        """Sessions with recorded turns, most recently active first, with turn counts."""
+        return _guard(store.list_sessions)
+
+    @server.prompt(title="How to use the memory")
+    def memory_system_prompt() -> str:
+        """How an agent should use keytrail: recall first, walk keys, remember and correct."""
+        return MEMORY_SYSTEM_PROMPT
+
+    return server
+
+
+def token_matches(header: str | None, token: str) -> bool:
+    """Constant-time check of an `Authorization: Bearer <token>` header."""
+    if not header or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+
+
+class BearerAuth:
+    """ASGI middleware refusing HTTP requests without the bearer token (401)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            raw = headers.get(b"authorization")
+            if not token_matches(raw.decode("latin-1") if raw else None, self.token):
+                body = b'{"error":"unauthorized: send Authorization: Bearer <token>"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="keytrail"'),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def run_stdio(store: Store) -> None:
+    build_server(store).run("stdio")
+
+
+def run_http(
+    store: Store, host: str, port: int, token: str | None, log_level: str = "warning"
+) -> None:
+    """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given."""
+    import uvicorn
+
+    app: Any = build_server(store).streamable_http_app(host=host)
+    if token:
+        app = BearerAuth(app, token)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

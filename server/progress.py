@@ -1,0 +1,48 @@
+"""A progress bar on stderr for long command-line work (verify, rebuild, import, export)."""
+
+import sys
+import time
+from typing import TextIO
+
+
+class ProgressBar:
+    """`bar(done, total)` redraws `label [#####.....]  42%` at most ten times a second.
+
+    On a terminal it redraws in place; otherwise (a pipe, a log file) it prints a line at each
+    tenth of the way, so captured stderr stays short.
+    """
+
+    def __init__(self, label: str, stream: TextIO | None = None, width: int = 30) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.tty = self.stream.isatty()
+        self._last_draw = 0.0
+        self._last_tenth = -1
+        self._finished = False
+
+    def __call__(self, done: int, total: int) -> None:
+        fraction = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
+        if self.tty:
+            now = time.monotonic()
+            if fraction < 1.0 and now - self._last_draw < 0.1:
+                return
+            self._last_draw = now
+            filled = int(self.width * fraction)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\r{self.label} [{bar}] {fraction:6.1%}")
+            if fraction >= 1.0:
+                self.stream.write("\n")
+                self._finished = True
+            self.stream.flush()
+            return
+        tenth = int(fraction * 10)
+        if tenth > self._last_tenth:
+            self._last_tenth = tenth
+            self.stream.write(f"{self.label}: {fraction:.0%}\n")
+            self.stream.flush()
+            self._finished = fraction >= 1.0
+
+    def finish(self) -> None:
+        if not self._finished:
+            self(1, 1)
