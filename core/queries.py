@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .profiles import Thresholds
 
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
+_POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 PREVIEW_CHARS = 120
 
@@ -58,8 +59,20 @@ def visible(node: MemoryNode, now: datetime) -> bool:
 
 
 def literal_candidates(text: str) -> list[str]:
-    """Whole-word n-grams of `text`, case-folded: what a name key may literally match."""
+    """Whole-word n-grams of `text`, case-folded: what a name key may literally match.
+
+    A possessive is the same word ("Anna's" matches Anna), so n-grams of the words without
+    a trailing 's are candidates too.
+    """
     words = _WORD.findall(text.casefold())
+    grams = _ngrams(words)
+    bare = [_POSSESSIVE.sub("", w) for w in words]
+    if bare != words:
+        grams = list(dict.fromkeys(grams + _ngrams(bare)))
+    return grams
+
+
+def _ngrams(words: list[str]) -> list[str]:
     return [" ".join(words[i : i + n]) for n in range(1, _MAX_NGRAM + 1)
             for i in range(len(words) - n + 1)]
 
