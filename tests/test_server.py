@@ -1,0 +1,649 @@
+"""End to end over MCP: the SDK's real client against `keytrail serve` in a subprocess.
+
+stdio for the tool surface, every tool's valid and invalid input, the associative walk and two
+servers sharing one store; streamable HTTP for remember/recall and the bearer token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden" / "mcp_tools.json"
+TIMEOUT = 90.0
+TOOLS = [
+    "recall",
+    "read_key",
+    "read_memory",
+    "browse_keys",
+    "remember",
+    "remember_batch",
+    "correct",
+    "related",
+    "forget",
+    "list_memories",
+    "memory_stats",
+    "cleanup_expired",
+    "record_turn",
+    "get_conversation",
+    "list_sessions",
+]
+
+
+def server_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run(test: Callable[[], Awaitable[None]], timeout: float = TIMEOUT) -> None:
+    async def bounded() -> None:
+        with anyio.fail_after(timeout):
+            await test()
+
+    anyio.run(bounded)
+
+
+@asynccontextmanager
+async def stdio_session(home: Path, errlog: Path) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "keytrail.server.cli", "serve"],
+        env=server_env(home),
+        cwd=str(REPO),
+    )
+    with open(errlog, "a") as err:
+        async with (
+            stdio_client(params, errlog=err) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+
+
+def data(result: Any) -> Any:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    # The text block is the same JSON, for clients that read only text.
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+async def call(session: ClientSession, name: str, **args: Any) -> Any:
+    return data(await session.call_tool(name, args))
+
+
+async def refused(
+    session: ClientSession, home: Path, name: str, args: dict[str, Any], *needles: str
+) -> str:
+    """The call fails with isError, its message holds every needle, and nothing was written."""
+    before = log_bytes(home)
+    result = await session.call_tool(name, args)
+    assert result.is_error, f"{name}({args}) should fail: {result.structured_content}"
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in {text!r}"
+    assert log_bytes(home) == before, f"{name}({args}) changed the log"
+    return text
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def errlog(tmp_path: Path) -> Path:
+    return tmp_path / "server-stderr.txt"
+
+
+# -- the tool surface ------------------------------------------------------------------------
+
+
+def surface(tools: list[Any]) -> dict[str, Any]:
+    return {
+        t.name: {
+            "inputSchema": t.input_schema,
+            "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True),
+        }
+        for t in tools
+    }
+
+
+def test_tool_list_and_schemas_are_pinned(home: Path, errlog: Path) -> None:
+    async def test() -> None:
+        async with stdio_session(home, errlog) as session:
+            listed = (await session.list_tools()).tools
+            assert sorted(t.name for t in listed) == sorted(TOOLS)
+            for tool in listed:
+                assert (
+                    (tool.description
+                    and "Example" in tool.description)
+                    or tool.name in ("memory_stats", "cleanup_expired", "list_sessions")
+                ), tool.name
+                assert tool.output_schema is not None, tool.name
+            got = surface(listed)
+            if os.environ.get("KEYTRAIL_UPDATE_GOLDEN"):
+                GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+            assert got == json.loads(GOLDEN.read_text()), (
+                "tool names or input schemas changed; if on purpose, rerun with "
+                "KEYTRAIL_UPDATE_GOLDEN=1 and review the diff of tests/golden/mcp_tools.json"
+            )
+            prompts = (await session.list_prompts()).prompts
+            assert [p.name for p in prompts] == ["memory_system_prompt"]
+            prompt = await session.get_prompt("memory_system_prompt")
+            text = prompt.messages[0].content.text  # type: ignore[union-attr]
+            assert "recall" in text and "correct" in text and "name" in text
+
+    run(test)
+
+
+def test_instructions_are_the_prompt(home: Path, errlog: Path) -> None:
+    from keytrail.server.mcp_server import MEMORY_SYSTEM_PROMPT
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "keytrail.server.cli", "serve"],
+        env=server_env(home),
+        cwd=str(REPO),
+    )
+
+    async def test() -> None:
+        with open(errlog, "a") as err:
+            async with (
+                stdio_client(params, errlog=err) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                init = await session.initialize()
+                assert init.instructions == MEMORY_SYSTEM_PROMPT
+                assert init.server_info.name == "keytrail"
+
+    run(test)
+
+
+# -- every tool, valid and invalid -----------------------------------------------------------
+
+
+def test_every_tool_valid_and_invalid(home: Path, errlog: Path) -> None:
+    async def test() -> None:
+        async with stdio_session(home, errlog) as s:
+            # remember
+            r1 = await call(
+                s,
+                "remember",
+                content="Alice likes strawberries with cream",
+                keys=["Alice", "strawberry", "dessert"],
+                key_types={"Alice": "name"},
+                source="test",
+            )
+            m1 = r1["memory_id"]
+            assert [k["label"] for k in r1["keys"]] == ["Alice", "strawberry", "dessert"]
+            await refused(s, home, "remember", {"content": "x", "keys": []}, "keys")
+            await refused(
+                s, home, "remember", {"content": "x" * 20_001, "keys": ["a"]}, "content", "20000"
+            )
+            await refused(
+                s,
+                home,
+                "remember",
+                {"content": "   ", "keys": ["a"]},
+                "content",
+                "must not be empty",
+            )
+            await refused(
+                s,
+                home,
+                "remember",
+                {"content": "x", "keys": ["a"], "key_types": {"a": "person"}},
+                "key_types",
+            )
+            await refused(
+                s,
+                home,
+                "remember",
+                {"content": "x", "keys": ["a"], "related_to": ["m_missing"]},
+                "related_to[0]",
+                "m_missing",
+            )
+            await refused(
+                s,
+                home,
+                "remember",
+                {"content": "x", "keys": ["a"], "namespace": "no spaces"},
+                "namespace",
+            )
+            await refused(
+                s,
+                home,
+                "remember",
+                {"content": "x", "keys": ["a"], "ttl_seconds": 0},
+                "ttl_seconds",
+            )
+
+            # remember_batch: all or nothing
+            batch = await call(
+                s,
+                "remember_batch",
+                items=[
+                    {
+                        "content": "Bob grows strawberries in his garden",
+                        "keys": ["Bob", "strawberry", "garden"],
+                        "key_types": {"Bob": "name"},
+                    },
+                    {
+                        "content": "Carol bakes strawberry pies for the fair",
+                        "keys": ["Carol", "strawberry", "baking"],
+                        "key_types": {"Carol": "name"},
+                        "related_to": [m1],
+                    },
+                ],
+            )
+            assert len(batch["memories"]) == 2
+            await refused(s, home, "remember_batch", {"items": []}, "items")
+            await refused(
+                s,
+                home,
+                "remember_batch",
+                {
+                    "items": [
+                        {"content": "Dave likes plums", "keys": ["Dave"]},
+                        {"content": "bad", "keys": ["x"], "related_to": ["m_missing"]},
+                    ]
+                },
+                "items[1].related_to[0]",
+            )
+
+            # recall
+            rec = await call(s, "recall", query="What does Alice like?", top_k=5)
+            alice = next(k for k in rec["keys"] if k["label"] == "Alice")
+            assert alice["match"] == "literal" and alice["memory_count"] == 1
+            await refused(s, home, "recall", {"query": ""}, "query")
+            await refused(s, home, "recall", {"query": "x", "top_k": 1000}, "top_k", "100")
+            await refused(s, home, "recall", {"query": "x", "namespace": "a b"}, "namespace")
+
+            # read_key
+            page = await call(s, "read_key", key_id=alice["key_id"])
+            assert page["total"] == 1 and page["memories"][0]["memory_id"] == m1
+            assert "content" not in page["memories"][0]
+            await refused(s, home, "read_key", {"key_id": "k_missing"}, "key_id", "k_missing")
+            await refused(s, home, "read_key", {"key_id": alice["key_id"], "limit": 0}, "limit")
+
+            # read_memory (recorded: appends memory.read)
+            before = log_bytes(home)
+            view = await call(s, "read_memory", memory_id=m1, via_key_id=alice["key_id"])
+            assert view["content"] == "Alice likes strawberries with cream"
+            assert view["depth"] > 0 and log_bytes(home) != before
+            await refused(s, home, "read_memory", {"memory_id": "m_missing"}, "memory_id")
+            await refused(
+                s,
+                home,
+                "read_memory",
+                {"memory_id": m1, "namespace": "elsewhere"},
+                "memory_id",
+                "elsewhere",
+            )
+            await refused(
+                s, home, "read_memory", {"memory_id": m1, "via_key_id": "k_missing"}, "via_key_id"
+            )
+
+            # browse_keys
+            keys = await call(s, "browse_keys")
+            top = keys["keys"][0]
+            assert top["label"] == "strawberry" and top["memory_count"] == 3 and top["hub"]
+            hubs = await call(s, "browse_keys", hubs_only=True)
+            assert [k["label"] for k in hubs["keys"]] == ["strawberry"]
+            await refused(s, home, "browse_keys", {"limit": 100_000}, "limit", "200")
+
+            # correct
+            corr = await call(
+                s, "correct", memory_id=m1, content="Alice now prefers raspberries to strawberries"
+            )
+            m1b = corr["memory_id"]
+            assert corr["old_id"] == m1 and m1b != m1
+            await refused(
+                s,
+                home,
+                "correct",
+                {"memory_id": m1, "content": "again"},
+                "memory_id",
+                "already replaced",
+            )
+            await refused(
+                s,
+                home,
+                "correct",
+                {"memory_id": "m_missing", "content": "x"},
+                "memory_id",
+                "m_missing",
+            )
+
+            # related
+            rel = await call(s, "related", memory_id=batch["memories"][1]["memory_id"])
+            assert rel["related"]
+            await refused(s, home, "related", {"memory_id": "m_missing"}, "memory_id")
+            await refused(s, home, "related", {"memory_id": m1b, "limit": 0}, "limit")
+
+            # list_memories
+            listing = await call(s, "list_memories", limit=2)
+            assert listing["total"] == 3 and len(listing["memories"]) == 2
+            await refused(s, home, "list_memories", {"offset": -1}, "offset")
+
+            # memory_stats
+            stats = await call(s, "memory_stats")
+            assert stats["memories"] == 3 and stats["superseded"] == 1
+
+            # record_turn / get_conversation / list_sessions
+            t1 = await call(s, "record_turn", session_id="chat-1", role="user", content="hi")
+            t2 = await call(
+                s, "record_turn", session_id="chat-1", role="assistant", content="hello!"
+            )
+            assert (t1["turn"], t2["turn"]) == (1, 2)
+            await refused(
+                s,
+                home,
+                "record_turn",
+                {"session_id": "chat-1", "role": "robot", "content": "x"},
+                "role",
+            )
+            await refused(
+                s,
+                home,
+                "record_turn",
+                {"session_id": "bad id", "role": "user", "content": "x"},
+                "session_id",
+            )
+            conv = await call(s, "get_conversation", session_id="chat-1")
+            assert [t["content"] for t in conv["turns"]] == ["hi", "hello!"]
+            one = await call(s, "get_conversation", session_id="chat-1", turn=2)
+            assert [t["role"] for t in one["turns"]] == ["assistant"]
+            await refused(s, home, "get_conversation", {"session_id": "nope"}, "session_id")
+            await refused(
+                s, home, "get_conversation", {"session_id": "chat-1", "turn": 3}, "turn", "1 to 2"
+            )
+            sessions = await call(s, "list_sessions")
+            assert sessions["sessions"][0]["session_id"] == "chat-1"
+            assert sessions["sessions"][0]["turns"] == 2
+
+            # cleanup_expired
+            short = await call(
+                s,
+                "remember",
+                content="The oven is preheating right now",
+                keys=["oven"],
+                ttl_seconds=1,
+            )
+            await anyio.sleep(1.2)
+            expired = await call(s, "cleanup_expired")
+            assert expired["memory_ids"] == [short["memory_id"]]
+            again = await call(s, "cleanup_expired")
+            assert again["memory_ids"] == [] and again["seq"] is None
+
+            # forget
+            gone = await call(s, "forget", memory_id=m1b)
+            assert gone["memory_id"] == m1b
+            await refused(s, home, "forget", {"memory_id": m1b}, "memory_id", "forgotten")
+            await refused(s, home, "forget", {"memory_id": ""}, "memory_id")
+            await refused(s, home, "read_memory", {"memory_id": m1b}, "memory_id")
+
+            # an unknown tool is an error too, and writes nothing
+            await refused(s, home, "no_such_tool", {}, "no_such_tool")
+
+    run(test, timeout=120)
+
+
+# -- the associative walk --------------------------------------------------------------------
+
+
+def test_associative_walk(home: Path, errlog: Path) -> None:
+    async def test() -> None:
+        async with stdio_session(home, errlog) as s:
+            await call(
+                s,
+                "remember_batch",
+                items=[
+                    {
+                        "content": "Isaac Newton watched an apple fall in his garden",
+                        "keys": ["Newton", "apple", "gravity"],
+                        "key_types": {"Newton": "name"},
+                    },
+                    {
+                        "content": "Apples and strawberries are the user's favourite fruit",
+                        "keys": ["apple", "strawberry", "fruit"],
+                    },
+                    {
+                        "content": "The user grows strawberries on the balcony",
+                        "keys": ["strawberry", "balcony", "gardening"],
+                    },
+                ],
+            )
+            # Key: recall finds Newton literally.
+            rec = await call(s, "recall", query="Tell me about Newton")
+            newton = next(k for k in rec["keys"] if k["label"] == "Newton")
+            # Key -> Memory
+            page = await call(s, "read_key", key_id=newton["key_id"])
+            first = page["memories"][0]
+            apple = next(k for k in first["keys"] if k["label"] == "apple")
+            view = await call(
+                s, "read_memory", memory_id=first["memory_id"], via_key_id=newton["key_id"]
+            )
+            assert "Newton" in view["content"]
+            # Memory -> Key -> Memory: apple leads to the fruit memory, then strawberry on.
+            apple_page = await call(s, "read_key", key_id=apple["key_id"], query="fruit")
+            fruit_ref = next(
+                m for m in apple_page["memories"] if m["memory_id"] != first["memory_id"]
+            )
+            fruit = await call(
+                s, "read_memory", memory_id=fruit_ref["memory_id"], via_key_id=apple["key_id"]
+            )
+            assert "favourite fruit" in fruit["content"]
+            strawberry = next(k for k in fruit["keys"] if k["label"] == "strawberry")
+            berry_page = await call(s, "read_key", key_id=strawberry["key_id"])
+            assert berry_page["total"] == 2
+            # The traversed link got stronger.
+            again = await call(s, "read_key", key_id=apple["key_id"])
+            weights = {m["memory_id"]: m["weight"] for m in again["memories"]}
+            assert weights[fruit_ref["memory_id"]] > 1.0
+            # correct the fruit memory: the new version is reached through the same keys
+            fixed = await call(
+                s,
+                "correct",
+                memory_id=fruit["memory_id"],
+                content="Strawberries (no longer apples) are the favourite",
+            )
+            old = await call(s, "read_key", key_id=strawberry["key_id"])
+            ids = [m["memory_id"] for m in old["memories"]]
+            assert fixed["memory_id"] in ids and fruit["memory_id"] not in ids
+            new = await call(
+                s, "read_memory", memory_id=fixed["memory_id"], via_key_id=strawberry["key_id"]
+            )
+            assert new["supersedes"] == fruit["memory_id"]
+            assert "no longer apples" in new["content"]
+
+    run(test)
+
+
+# -- two servers, one store ------------------------------------------------------------------
+
+
+def test_two_servers_share_one_store(home: Path, errlog: Path) -> None:
+    async def test() -> None:
+        async with stdio_session(home, errlog) as a, stdio_session(home, errlog) as b:
+            ra = await call(
+                a,
+                "remember",
+                content="Dana lives in Lyon",
+                keys=["Dana", "Lyon"],
+                key_types={"Dana": "name", "Lyon": "name"},
+            )
+            rec = await call(b, "recall", query="Where does Dana live?")
+            dana = next(k for k in rec["keys"] if k["label"] == "Dana")
+            page = await call(b, "read_key", key_id=dana["key_id"])
+            assert [m["memory_id"] for m in page["memories"]] == [ra["memory_id"]]
+            rb = await call(
+                b,
+                "remember",
+                content="Dana works as a nurse",
+                keys=["Dana", "nurse", "work"],
+                key_types={"Dana": "name"},
+            )
+            # b reused a's key (no duplicate "Dana" key), and a sees b's memory.
+            assert rb["keys"][0]["key_id"] == dana["key_id"]
+            assert rb["keys"][0]["resolution"] == "existing"
+            view = await call(a, "read_memory", memory_id=rb["memory_id"])
+            assert view["content"] == "Dana works as a nurse"
+            stats_a = await call(a, "memory_stats")
+            stats_b = await call(b, "memory_stats")
+            assert stats_a["seq"] == stats_b["seq"] and stats_a["memories"] == 2
+
+    run(test)
+
+
+# -- streamable HTTP -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(home: Path, tmp_path: Path) -> Any:
+    port = free_port()
+    token = "s3cret-token"
+    err = open(tmp_path / "http-stderr.txt", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keytrail.server.cli",
+            "serve",
+            "--http",
+            "--port",
+            str(port),
+            "--token",
+            token,
+        ],
+        env=server_env(home),
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError((tmp_path / "http-stderr.txt").read_text())
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise AssertionError("the HTTP server did not start in 30 s")
+    yield f"http://127.0.0.1:{port}/mcp", token
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    err.close()
+
+
+def test_http_remember_and_recall(http_server: tuple[str, str]) -> None:
+    url, token = http_server
+
+    async def test() -> None:
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with (
+            client,
+            streamable_http_client(url, http_client=client) as (read, write),
+            ClientSession(read, write) as s,
+        ):
+            await s.initialize()
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert names == set(TOOLS)
+            r = await call(
+                s,
+                "remember",
+                content="Emil plays the cello on Sundays",
+                keys=["Emil", "cello", "music"],
+                key_types={"Emil": "name"},
+            )
+            rec = await call(s, "recall", query="Emil's hobbies")
+            emil = next(k for k in rec["keys"] if k["label"] == "Emil")
+            page = await call(s, "read_key", key_id=emil["key_id"])
+            assert page["memories"][0]["memory_id"] == r["memory_id"]
+            bad = await s.call_tool("recall", {"query": ""})
+            assert bad.is_error
+
+    run(test)
+
+
+def test_http_refuses_requests_without_the_token(http_server: tuple[str, str]) -> None:
+    url, token = http_server
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with httpx2.Client(timeout=10) as client:
+        none = client.post(url, json=init, headers=headers)
+        assert none.status_code == 401
+        wrong = client.post(url, json=init, headers={**headers, "Authorization": "Bearer wrong"})
+        assert wrong.status_code == 401
+        right = client.post(url, json=init, headers={**headers, "Authorization": f"Bearer {token}"})
+        assert right.status_code == 200
+
+
+def test_http_on_a_public_host_needs_a_token(home: Path) -> None:
+    env = server_env(home)
+    env.pop("KEYTRAIL_HTTP_TOKEN", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keytrail.server.cli",
+            "serve",
+            "--http",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("keytrail: error: --token")
+    assert "Traceback" not in proc.stderr
