@@ -136,10 +136,10 @@ def test_tool_list_and_schemas_are_pinned(home: Path, errlog: Path) -> None:
             listed = (await session.list_tools()).tools
             assert sorted(t.name for t in listed) == sorted(TOOLS)
             for tool in listed:
-                assert (
-                    (tool.description
-                    and "Example" in tool.description)
-                    or tool.name in ("memory_stats", "cleanup_expired", "list_sessions")
+                assert (tool.description and "Example" in tool.description) or tool.name in (
+                    "memory_stats",
+                    "cleanup_expired",
+                    "list_sessions",
                 ), tool.name
                 assert tool.output_schema is not None, tool.name
             got = surface(listed)

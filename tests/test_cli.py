@@ -1,0 +1,227 @@
+"""The `keytrail` command, run as a user would: a subprocess per verb, under a timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VERBS = [
+    "serve",
+    "stats",
+    "log",
+    "verify",
+    "rebuild",
+    "remember",
+    "recall",
+    "read-key",
+    "read",
+    "correct",
+    "forget",
+    "export",
+    "import",
+]
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash", PYTHONUNBUFFERED="1")
+    return env
+
+
+def kt(
+    home: Path, *args: str, ok: bool = True, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", *args],
+        env=env_for(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+    )
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def kt_json(home: Path, *args: str) -> Any:
+    return json.loads(kt(home, *args, "--json").stdout)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def test_help_for_every_verb(home: Path) -> None:
+    top = kt(home, "--help")
+    for verb in VERBS:
+        assert verb in top.stdout
+        out = kt(home, verb, "--help").stdout
+        assert f"usage: keytrail {verb}" in out and "--home" in out
+
+
+def test_quick_verbs(home: Path) -> None:
+    r = kt_json(home, "remember", "Alice likes strawberries", "-n", "Alice", "-k", "fruit")
+    memory_id = r["memory_id"]
+    rec = kt_json(home, "recall", "What does Alice like?")
+    alice = next(k for k in rec["keys"] if k["label"] == "Alice")
+    page = kt_json(home, "read-key", alice["key_id"])
+    assert page["memories"][0]["memory_id"] == memory_id
+    view = kt_json(home, "read", memory_id, "--via", alice["key_id"])
+    assert view["content"] == "Alice likes strawberries" and view["depth"] > 0
+    fixed = kt_json(home, "correct", memory_id, "Alice likes raspberries now")
+    assert fixed["old_id"] == memory_id
+    stats = kt_json(home, "stats")
+    assert stats["memories"] == 1 and stats["superseded"] == 1
+    # the readable forms run too
+    assert "Alice [name] literal" in kt(home, "recall", "Alice").stdout
+    gone = kt_json(home, "forget", fixed["memory_id"])
+    assert gone["memory_id"] == fixed["memory_id"]
+    assert "events" in kt(home, "stats").stdout
+    assert "remembered m_" in kt(home, "remember", "Bob is tall", "-n", "Bob").stdout
+
+
+def test_errors_are_one_line_and_exit_2(home: Path) -> None:
+    kt(home, "stats")
+    proc = kt(home, "read", "m_missing", ok=False)
+    assert proc.returncode == 2
+    assert proc.stderr == "keytrail: error: memory_id: no memory 'm_missing'\n"
+    proc = kt(home, "remember", "no keys", ok=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: keys:")
+    assert "Traceback" not in proc.stderr
+    proc = kt(home.parent / "nothing-here", "log", ok=False)
+    assert proc.returncode == 2 and "no store" in proc.stderr
+
+
+def test_log_filters(home: Path) -> None:
+    a = kt_json(home, "remember", "Alice likes tea", "-n", "Alice")
+    kt_json(home, "remember", "Bob likes coffee", "-n", "Bob")
+    kt_json(home, "read", a["memory_id"])
+    lines = [json.loads(x) for x in kt(home, "log", "--json").stdout.splitlines()]
+    assert [e["type"] for e in lines] == [
+        "store.created",
+        "memory.remembered",
+        "memory.remembered",
+        "memory.read",
+    ]
+    assert [e["seq"] for e in lines] == [1, 2, 3, 4]
+    only = kt(home, "log", "--json", "--type", "memory.read").stdout.splitlines()
+    assert [json.loads(x)["seq"] for x in only] == [4]
+    mine = kt(home, "log", "--json", "--memory", a["memory_id"]).stdout.splitlines()
+    assert [json.loads(x)["seq"] for x in mine] == [2, 4]
+    table = kt(home, "log").stdout
+    assert "memory.remembered" in table and "'Alice likes tea'" in table
+
+
+def test_verify_ok_then_detects_a_corrupted_line(home: Path) -> None:
+    for i in range(3):
+        kt(home, "remember", f"fact number {i}", "-k", f"topic{i}")
+    ok = kt(home, "verify")
+    assert "ok: 4 events" in ok.stdout and "verify" in ok.stderr  # progress on stderr
+    segment = sorted((home / "log").glob("*.jsonl"))[0]
+    lines = segment.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b"fact number 1", b"fact number X")  # checksum now wrong
+    segment.write_bytes(b"".join(lines))
+    bad = kt(home, "verify", ok=False)
+    assert bad.returncode == 1
+    assert "PROBLEMS" in bad.stdout and "line 3" in bad.stdout and "checksum" in bad.stdout
+    report = json.loads(kt(home, "verify", "--json", ok=False).stdout)
+    assert report["ok"] is False and report["problems"]
+
+
+def test_rebuild_replays_from_the_log(home: Path) -> None:
+    kt(home, "remember", "Alice likes tea", "-n", "Alice", "-k", "tea")
+    kt(home, "remember", "Bob likes tea too", "-n", "Bob", "-k", "tea")
+    before = kt_json(home, "stats")
+    out = kt(home, "rebuild")
+    assert "rebuilt" in out.stdout and "replay" in out.stderr
+    assert (home / "cache" / "snapshot").exists()
+    after = kt_json(home, "stats")
+    assert {k: v for k, v in after.items() if k != "log_bytes"} == {
+        k: v for k, v in before.items() if k != "log_bytes"
+    }
+    rec = kt_json(home, "recall", "tea")
+    assert any(k["label"] == "tea" for k in rec["keys"])
+
+
+def test_export_then_import_into_an_empty_store(home: Path, tmp_path: Path) -> None:
+    a = kt_json(home, "remember", "Alice likes tea", "-n", "Alice", "-k", "tea", "--ttl", "3600")
+    kt_json(home, "correct", a["memory_id"], "Alice likes green tea")
+    kt_json(home, "remember", "Bob likes coffee", "-n", "Bob")
+    dump = tmp_path / "export.jsonl"
+    kt(home, "export", "-o", str(dump))
+    to_stdout = kt(home, "export").stdout
+    assert to_stdout == dump.read_text()
+    copy = tmp_path / "copy"
+    out = kt(copy, "import", str(dump))
+    assert "imported 4 events" in out.stderr
+    # Same events, same seq and record times: the copy is the same history.
+    assert kt(copy, "export").stdout == dump.read_text()
+    assert kt_json(copy, "stats")["memories"] == 2
+    assert "ok: 4 events" in kt(copy, "verify").stdout
+    # from stdin as well
+    third = tmp_path / "third"
+    kt(third, "import", stdin=dump.read_text())
+    assert kt(third, "export").stdout == dump.read_text()
+    # never into a store that holds events, and a broken export writes nothing
+    again = kt(copy, "import", str(dump), ok=False)
+    assert again.returncode == 2 and "empty store" in again.stderr
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*dump.read_text().splitlines()[:1], '{"seq": 5}']) + "\n")
+    fourth = tmp_path / "fourth"
+    bad = kt(fourth, "import", str(broken), ok=False)
+    assert bad.returncode == 2 and "line 2" in bad.stderr
+    assert not list((fourth / "log").glob("*.jsonl")) or all(
+        p.stat().st_size == 0 for p in (fourth / "log").glob("*.jsonl")
+    )
+
+
+def test_log_follow_sees_another_process_append(home: Path, tmp_path: Path) -> None:
+    kt(home, "remember", "first fact", "-k", "one")
+    out_path = tmp_path / "follow.out"
+    with open(out_path, "w") as out:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "keytrail.server.cli", "log", "--json", "--follow"],
+            env=env_for(home),
+            cwd=str(REPO),
+            stdout=out,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while out_path.read_text().count("\n") < 2:
+                assert follower.poll() is None, follower.stderr.read() if follower.stderr else ""
+                assert time.monotonic() < deadline, "follow did not print the existing log"
+                time.sleep(0.05)
+            kt(home, "remember", "second fact from another process", "-k", "two")
+            deadline = time.monotonic() + 20
+            while "second fact from another process" not in out_path.read_text():
+                assert follower.poll() is None
+                assert time.monotonic() < deadline, "follow did not see the append"
+                time.sleep(0.05)
+        finally:
+            follower.terminate()
+            follower.wait(timeout=10)
+    events = [json.loads(x) for x in out_path.read_text().splitlines()]
+    assert [e["seq"] for e in events] == [1, 2, 3]
+
+
+def test_serve_flags_override_the_environment(home: Path, tmp_path: Path) -> None:
+    # --home beats KEYTRAIL_HOME for every verb (checked on a quick one).
+    other = tmp_path / "other"
+    kt(home, "remember", "lives elsewhere", "-k", "x", "--home", str(other))
+    assert (other / "log").is_dir() and not (home / "log").exists()
+    ns = kt_json(
+        home, "remember", "namespaced", "-k", "y", "--home", str(other), "--namespace", "work"
+    )
+    assert ns["namespace"] == "work"
