@@ -9,6 +9,7 @@ than the log was when it was asked.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -99,20 +100,29 @@ def _content_hash(content: str) -> str:
 class Store(Queries):
     """One store directory, opened by one process (several processes may open the same one)."""
 
-    def __init__(self, settings: Settings | None = None, *, home: Path | str | None = None,
-                 embedder: Embedder | None = None, clock: Clock = utc_now,
-                 progress: OpenProgress | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        home: Path | str | None = None,
+        embedder: Embedder | None = None,
+        clock: Clock = utc_now,
+        progress: OpenProgress | None = None,
+    ) -> None:
         self.settings = settings or Settings.from_env()
         self.home = Path(home if home is not None else self.settings.home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
         self.embedder = embedder or make_embedder(
-            self.settings.embedder, self.settings.model, self.settings.model_path)
+            self.settings.embedder, self.settings.model, self.settings.model_path
+        )
         self.thresholds: Thresholds = profile_for(
-            self.embedder.model_id, self.settings.threshold_overrides)
-        self.vectors = VectorCache(self.home / "cache" / "vectors",
-                                   self.embedder.fingerprint, self.embedder.dim)
+            self.embedder.model_id, self.settings.threshold_overrides
+        )
+        self.vectors = VectorCache(
+            self.home / "cache" / "vectors", self.embedder.fingerprint, self.embedder.dim
+        )
         self._key_vectors = VectorSet(self.embedder.dim)
         self._labels_embedded = 0
         self._mutex = threading.RLock()
@@ -131,7 +141,8 @@ class Store(Queries):
         snap = snapshots.load(self.snapshot_path)
         state = GraphState()
         if snap is not None and self.log.seek(
-                LogPosition(snap.segment, snap.offset, snap.seq, snap.at)):
+            LogPosition(snap.segment, snap.offset, snap.seq, snap.at)
+        ):
             state = snap.state
             self._snapshot_seq = snap.seq
         else:
@@ -142,8 +153,7 @@ class Store(Queries):
             self._save_snapshot(tail)
         return tail
 
-    def _reporting(self, events: Iterable[AnyEvent],
-                   progress: OpenProgress) -> Iterator[AnyEvent]:
+    def _reporting(self, events: Iterable[AnyEvent], progress: OpenProgress) -> Iterator[AnyEvent]:
         sizes = {name: (self.log.dir / name).stat().st_size for name in self.log.segments()}
         total = sum(sizes.values())
         names = list(sizes)
@@ -165,9 +175,14 @@ class Store(Queries):
         with self._mutex, self.log.lock() as app:
             self._fold(app.pending)
             if self.state.seq == 0:
-                self._append(app, StoreCreated(
-                    store_id=secrets.token_hex(8), rules=self.settings.rules,
-                    software=f"keytrail {keytrail.__version__}"))
+                self._append(
+                    app,
+                    StoreCreated(
+                        store_id=secrets.token_hex(8),
+                        rules=self.settings.rules,
+                        software=f"keytrail {keytrail.__version__}",
+                    ),
+                )
 
     def close(self) -> None:
         with self._mutex:
@@ -184,9 +199,17 @@ class Store(Queries):
         pos = self.log.position
         if pos.seq != state.seq:
             return
-        snapshots.save(self.snapshot_path, snapshots.Snapshot(
-            store_id=state.store_id, seq=state.seq, at=state.at, segment=pos.segment,
-            offset=pos.offset, state=state))
+        snapshots.save(
+            self.snapshot_path,
+            snapshots.Snapshot(
+                store_id=state.store_id,
+                seq=state.seq,
+                at=state.at,
+                segment=pos.segment,
+                offset=pos.offset,
+                state=state,
+            ),
+        )
         self._snapshot_seq = state.seq
 
     # -- staying current -------------------------------------------------------------------
@@ -227,16 +250,22 @@ class Store(Queries):
             missing = {d: t for d, t in missing.items() if d not in self.vectors}
         if missing:
             self.vectors.put_many(list(missing), self.embedder.embed(list(missing.values())))
-        return self.vectors.rows(digests) if digests else np.zeros((0, self.embedder.dim),
-                                                                    dtype=np.float32)
+        return (
+            self.vectors.rows(digests)
+            if digests
+            else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        )
 
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""
         labels = self.state.labels
         if self._labels_embedded < len(labels):
-            fresh = list(labels.items())[self._labels_embedded :]
-            self._key_vectors.add([key_id for _, key_id in fresh],
-                                  self.embed([label for label, _ in fresh]))
+            # Labels are only ever added, so the new ones are the dict's tail: read it backwards.
+            tail = itertools.islice(reversed(labels.items()), len(labels) - self._labels_embedded)
+            fresh = list(tail)[::-1]
+            self._key_vectors.add(
+                [key_id for _, key_id in fresh], self.embed([label for label, _ in fresh])
+            )
             self._labels_embedded = len(labels)
         return self._key_vectors
 
@@ -251,39 +280,59 @@ class Store(Queries):
             ttl=check.ttl(item.ttl_seconds, limits),
             related_to=check.id_list(prefix + "related_to", item.related_to, limits.related_to),
             session_id=check.session_id(item.session_id),
-            source=None if item.source is None else check.text(
-                prefix + "source", item.source, limits.source_chars),
+            source=None
+            if item.source is None
+            else check.text(prefix + "source", item.source, limits.source_chars),
         )
 
-    def remember(self, content: str, keys: Sequence[str] | None = None,
-                 key_types: dict[str, str] | None = None, namespace: str | None = None,
-                 ttl_seconds: int | None = None, related_to: Sequence[str] | None = None,
-                 session_id: str | None = None, source: str | None = None) -> Remembered:
+    def remember(
+        self,
+        content: str,
+        keys: Sequence[str] | None = None,
+        key_types: dict[str, str] | None = None,
+        namespace: str | None = None,
+        ttl_seconds: int | None = None,
+        related_to: Sequence[str] | None = None,
+        session_id: str | None = None,
+        source: str | None = None,
+    ) -> Remembered:
         """Store one memory reachable through `keys`. See `remember_batch`."""
-        return self.remember_batch([RememberItem(
-            content, keys, key_types, namespace, ttl_seconds, related_to, session_id, source)],
-            _single=True)[0]
+        return self.remember_batch(
+            [
+                RememberItem(
+                    content, keys, key_types, namespace, ttl_seconds, related_to, session_id, source
+                )
+            ],
+            _single=True,
+        )[0]
 
-    def remember_batch(self, items: Sequence[RememberItem], *,
-                       _single: bool = False) -> list[Remembered]:
+    def remember_batch(
+        self, items: Sequence[RememberItem], *, _single: bool = False
+    ) -> list[Remembered]:
         """Store several memories as one event: all of them or, on any bad input, none."""
         limits = self.settings.limits
         if not items:
-            raise InvalidInput("items", "must hold at least one memory",
-                               limit=f"1 to {limits.batch_items} items")
+            raise InvalidInput(
+                "items", "must hold at least one memory", limit=f"1 to {limits.batch_items} items"
+            )
         if len(items) > limits.batch_items:
-            raise InvalidInput("items", f"has {len(items)} memories",
-                               limit=f"{limits.batch_items} items")
-        checked = [self._check_item(it, "" if _single else f"items[{i}].")
-                   for i, it in enumerate(items)]
+            raise InvalidInput(
+                "items", f"has {len(items)} memories", limit=f"{limits.batch_items} items"
+            )
+        checked = [
+            self._check_item(it, "" if _single else f"items[{i}].") for i, it in enumerate(items)
+        ]
         # Embed before taking the lock: a model call must not block other writers.
         with self._mutex:
-            self.embed([c.content for c in checked]
-                       + [k.label for c in checked for k in c.keys if k.type == "concept"])
+            self.embed(
+                [c.content for c in checked]
+                + [k.label for c in checked for k in c.keys if k.type == "concept"]
+            )
         return self._write(lambda app: self._decide_remember(app, checked, _single))
 
-    def _decide_remember(self, app: Appender, checked: list[_Checked],
-                         single: bool) -> list[Remembered]:
+    def _decide_remember(
+        self, app: Appender, checked: list[_Checked], single: bool
+    ) -> list[Remembered]:
         batch = _Batch(self)
         news: list[NewMemory] = []
         outcomes: list[Remembered] = []
@@ -295,38 +344,64 @@ class Store(Queries):
             links, key_outcomes = batch.resolve_keys(item.keys)
             memory_id = batch.new_memory_id()
             vector = self.embed([item.content])[0]
-            duplicate, contradictions = batch.compare(item.namespace, vector,
-                                                      [link.key_id for link in links])
+            duplicate, contradictions = batch.compare(
+                item.namespace, vector, [link.key_id for link in links]
+            )
             if duplicate is not None:
                 links = links + batch.inherited_links(duplicate.memory_id, links)
             new = NewMemory(
-                memory_id=memory_id, namespace=item.namespace, content=item.content,
-                content_hash=_content_hash(item.content), keys=links,
+                memory_id=memory_id,
+                namespace=item.namespace,
+                content=item.content,
+                content_hash=_content_hash(item.content),
+                keys=links,
                 related_to=item.related_to,
                 expires_at=None if item.ttl is None else app.at + timedelta(seconds=item.ttl),
-                session_id=item.session_id, source=item.source,
+                session_id=item.session_id,
+                source=item.source,
                 supersedes=duplicate.memory_id if duplicate else None,
                 supersede_reason="duplicate" if duplicate else None,
-                duplicate_of=duplicate, contradicts=contradictions)
+                duplicate_of=duplicate,
+                contradicts=contradictions,
+            )
             batch.add_memory(new, vector)
             news.append(new)
-            outcomes.append(Remembered(
-                memory_id=memory_id, namespace=item.namespace, seq=0, keys=key_outcomes,
-                expires_at=new.expires_at,
-                deduplicated=Flag(duplicate.memory_id, duplicate.similarity) if duplicate else None,
-                possible_contradictions=[Flag(c.memory_id, c.similarity) for c in contradictions]))
+            outcomes.append(
+                Remembered(
+                    memory_id=memory_id,
+                    namespace=item.namespace,
+                    seq=0,
+                    keys=key_outcomes,
+                    expires_at=new.expires_at,
+                    deduplicated=Flag(duplicate.memory_id, duplicate.similarity)
+                    if duplicate
+                    else None,
+                    possible_contradictions=[
+                        Flag(c.memory_id, c.similarity) for c in contradictions
+                    ],
+                )
+            )
         event = self._append(app, MemoryRemembered(memories=news))
         return [_with_seq(o, event.seq) for o in outcomes]
 
-    def correct(self, memory_id: str, content: str, keys: Sequence[str] | None = None,
-                key_types: dict[str, str] | None = None, related_to: Sequence[str] | None = None,
-                source: str | None = None) -> Corrected:
+    def correct(
+        self,
+        memory_id: str,
+        content: str,
+        keys: Sequence[str] | None = None,
+        key_types: dict[str, str] | None = None,
+        related_to: Sequence[str] | None = None,
+        source: str | None = None,
+    ) -> Corrected:
         """Replace a memory with a new version. The old one is kept (weakened) as history."""
         limits = self.settings.limits
         content = check.text("content", content, limits.content_chars)
         specs = check.keys(keys, key_types, limits, required=False)
-        related = None if related_to is None else check.id_list("related_to", related_to,
-                                                                limits.related_to)
+        related = (
+            None
+            if related_to is None
+            else check.id_list("related_to", related_to, limits.related_to)
+        )
         source = None if source is None else check.text("source", source, limits.source_chars)
         with self._mutex:
             self.embed([content] + [k.label for k in specs if k.type == "concept"])
@@ -343,24 +418,42 @@ class Store(Queries):
                 links = batch.inherited_links(old.id, [])
                 outcomes = [KeyOutcome(lk.key_id, lk.label, lk.type, "existing") for lk in links]
             rules = self.state.rules
-            factor = (rules.weaken_deep if old.depth >= rules.weaken_threshold
-                      else rules.weaken_shallow)
+            factor = (
+                rules.weaken_deep if old.depth >= rules.weaken_threshold else rules.weaken_shallow
+            )
             new = NewMemory(
-                memory_id=batch.new_memory_id(), namespace=old.namespace, content=content,
-                content_hash=_content_hash(content), keys=links,
+                memory_id=batch.new_memory_id(),
+                namespace=old.namespace,
+                content=content,
+                content_hash=_content_hash(content),
+                keys=links,
                 related_to=related if related is not None else list(old.related_to),
-                expires_at=old.expires_at, session_id=old.session_id,
-                source=source if source is not None else old.source)
+                expires_at=old.expires_at,
+                session_id=old.session_id,
+                source=source if source is not None else old.source,
+            )
             old_depth = old.depth
-            event = self._append(app, MemoryCorrected(old_id=old.id, memory=new,
-                                                      weaken_factor=factor))
-            return Corrected(memory_id=new.memory_id, old_id=old.id, seq=event.seq,
-                             keys=outcomes, old_depth=old_depth, weaken_factor=factor)
+            event = self._append(
+                app, MemoryCorrected(old_id=old.id, memory=new, weaken_factor=factor)
+            )
+            return Corrected(
+                memory_id=new.memory_id,
+                old_id=old.id,
+                seq=event.seq,
+                keys=outcomes,
+                old_depth=old_depth,
+                weaken_factor=factor,
+            )
 
         return self._write(decide)
 
-    def read_memory(self, memory_id: str, via_key_id: str | None = None,
-                    query: str | None = None, namespace: str | None = None) -> MemoryView:
+    def read_memory(
+        self,
+        memory_id: str,
+        via_key_id: str | None = None,
+        query: str | None = None,
+        namespace: str | None = None,
+    ) -> MemoryView:
         """Read a memory in full. Deepens it; strengthens the link from `via_key_id` if given.
 
         With `namespace`, a memory of another namespace is not found (nothing is recorded).
@@ -372,17 +465,22 @@ class Store(Queries):
         def decide(app: Appender) -> MemoryView:
             node = self._visible_memory("memory_id", memory_id, app.at)
             if namespace is not None and node.namespace != namespace:
-                raise NotFound("memory_id", "memory", memory_id,
-                               f"it is not in namespace {namespace!r}")
+                raise NotFound(
+                    "memory_id", "memory", memory_id, f"it is not in namespace {namespace!r}"
+                )
             if via_key_id is not None:
                 key = self.state.keys.get(via_key_id)
                 if key is None:
                     raise NotFound("via_key_id", "key", via_key_id)
                 if node.id not in key.links:
-                    raise InvalidInput("via_key_id", f"key {via_key_id!r} ({key.label}) has no "
-                                       f"link to memory {memory_id!r}", value=via_key_id)
-            event = self._append(app, MemoryRead(memory_id=node.id, via_key_id=via_key_id,
-                                                 query=query))
+                    raise InvalidInput(
+                        "via_key_id",
+                        f"key {via_key_id!r} ({key.label}) has no link to memory {memory_id!r}",
+                        value=via_key_id,
+                    )
+            event = self._append(
+                app, MemoryRead(memory_id=node.id, via_key_id=via_key_id, query=query)
+            )
             return self.memory_view(node, seq=event.seq)
 
         return self._write(decide)
@@ -394,10 +492,16 @@ class Store(Queries):
         def decide(app: Appender) -> Forgotten:
             node = self.state.memories.get(memory_id)
             if node is None or node.status == "forgotten":
-                raise NotFound("memory_id", "memory", memory_id,
-                               "already forgotten" if node is not None else "")
-            event = self._append(app, MemoryForgotten(
-                memory_id=node.id, content_hash=node.content_hash, reason=reason))
+                raise NotFound(
+                    "memory_id",
+                    "memory",
+                    memory_id,
+                    "already forgotten" if node is not None else "",
+                )
+            event = self._append(
+                app,
+                MemoryForgotten(memory_id=node.id, content_hash=node.content_hash, reason=reason),
+            )
             return Forgotten(memory_id=node.id, seq=event.seq)
 
         return self._write(decide)
@@ -411,8 +515,9 @@ class Store(Queries):
 
         def decide(app: Appender) -> TurnSaved:
             turn = len(self.state.conversations.get(checked_session, ())) + 1
-            event = self._append(app, TurnRecorded(session_id=checked_session, turn=turn,
-                                                   role=role, content=content))
+            event = self._append(
+                app, TurnRecorded(session_id=checked_session, turn=turn, role=role, content=content)
+            )
             return TurnSaved(session_id=checked_session, turn=turn, seq=event.seq)
 
         return self._write(decide)
@@ -421,8 +526,11 @@ class Store(Queries):
         """Mark every memory whose TTL has passed as expired (one event; none if nothing is)."""
 
         def decide(app: Appender) -> Expired:
-            ids = [m.id for m in self.state.memories.values()
-                   if m.status == "active" and m.expires_at is not None and m.expires_at <= app.at]
+            ids = [
+                m.id
+                for m in self.state.memories.values()
+                if m.status == "active" and m.expires_at is not None and m.expires_at <= app.at
+            ]
             if not ids:
                 return Expired(memory_ids=[], seq=None)
             event = self._append(app, MemoriesExpired(memory_ids=ids))
@@ -443,9 +551,12 @@ class Store(Queries):
     def _current_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
         node = self._visible_memory(field, memory_id, now)
         if node.superseded_by is not None:
-            raise InvalidInput(field, f"memory {memory_id!r} was already replaced by "
-                               f"{node.superseded_by!r}; correct the current version",
-                               value=memory_id)
+            raise InvalidInput(
+                field,
+                f"memory {memory_id!r} was already replaced by "
+                f"{node.superseded_by!r}; correct the current version",
+                value=memory_id,
+            )
         return node
 
 
@@ -463,6 +574,7 @@ class _Batch:
         self.state = store.state
         self.new_keys: dict[str, KeyLink] = {}  # folded label -> link of a key new in this batch
         self.new_key_vectors: list[tuple[str, Matrix]] = []
+        self._graph_best: dict[str, tuple[str, float]] = {}
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
 
     def new_memory_id(self) -> str:
@@ -487,17 +599,39 @@ class _Batch:
         outcomes: list[KeyOutcome] = []
         initial = self.state.rules.link_initial
         seen: set[str] = set()
+        # One matrix product for every label that may become an alias, not one per label.
+        self._graph_best.update(
+            self._closest_in_graph(
+                [
+                    s.label
+                    for s in specs
+                    if s.type == "concept"
+                    and self.state.key_for_label(s.label) is None
+                    and s.label.casefold() not in self.new_keys
+                ]
+            )
+        )
         for spec in specs:
             folded = spec.label.casefold()
             existing = self.state.key_for_label(spec.label)
             if existing is not None:
-                link = KeyLink(key_id=existing.id, label=spec.label, type=existing.type,  # type: ignore[arg-type]
-                               resolution="existing", weight=initial)
+                link = KeyLink(
+                    key_id=existing.id,
+                    label=spec.label,
+                    type=existing.type,  # type: ignore[arg-type]
+                    resolution="existing",
+                    weight=initial,
+                )
                 outcome = KeyOutcome(existing.id, existing.label, existing.type, "existing")
             elif folded in self.new_keys:
                 first = self.new_keys[folded]
-                link = KeyLink(key_id=first.key_id, label=spec.label, type=first.type,
-                               resolution="existing", weight=initial)
+                link = KeyLink(
+                    key_id=first.key_id,
+                    label=spec.label,
+                    type=first.type,
+                    resolution="existing",
+                    weight=initial,
+                )
                 outcome = KeyOutcome(first.key_id, first.label, first.type, "existing")
             else:
                 link, outcome = self._new_or_alias(spec, initial)
@@ -512,18 +646,35 @@ class _Batch:
         store = self.store
         if spec.type == "concept":
             vector = store.embed([spec.label])[0]
-            best_id, best_sim = self._closest_concept(vector)
+            best_id, best_sim = self._closest_concept(spec.label, vector)
             if best_id is not None and best_sim >= store.thresholds.merge:
                 target_label = self._label_of(best_id)
-                link = KeyLink(key_id=best_id, label=spec.label, type="concept",
-                               resolution="alias", similarity=round(best_sim, 6),
-                               fingerprint=store.embedder.fingerprint, weight=initial)
+                link = KeyLink(
+                    key_id=best_id,
+                    label=spec.label,
+                    type="concept",
+                    resolution="alias",
+                    similarity=round(best_sim, 6),
+                    fingerprint=store.embedder.fingerprint,
+                    weight=initial,
+                )
                 self.new_keys[spec.label.casefold()] = link
                 self.new_key_vectors.append((best_id, vector))
-                return link, KeyOutcome(best_id, spec.label, "concept", "alias",
-                                        merged_into=target_label, similarity=round(best_sim, 6))
-        link = KeyLink(key_id=self._new_key_id(), label=spec.label, type=spec.type,  # type: ignore[arg-type]
-                       resolution="new", weight=initial)
+                return link, KeyOutcome(
+                    best_id,
+                    spec.label,
+                    "concept",
+                    "alias",
+                    merged_into=target_label,
+                    similarity=round(best_sim, 6),
+                )
+        link = KeyLink(
+            key_id=self._new_key_id(),
+            label=spec.label,
+            type=spec.type,  # type: ignore[arg-type]
+            resolution="new",
+            weight=initial,
+        )
         self.new_keys[spec.label.casefold()] = link
         if spec.type == "concept":
             self.new_key_vectors.append((link.key_id, store.embed([spec.label])[0]))
@@ -535,26 +686,35 @@ class _Batch:
             return node.label
         return next(lk.label for lk in self.new_keys.values() if lk.key_id == key_id)
 
-    def _closest_concept(self, vector: Matrix) -> tuple[str | None, float]:
-        best_id: str | None = None
-        best = -1.0
+    def _closest_in_graph(self, labels: list[str]) -> dict[str, tuple[str, float]]:
+        """For each label, the closest concept key already in the graph and its cosine."""
         rows = self.store.key_vectors()
-        if len(rows):
-            scores = rows.scores(vector)
-            keys = self.state.keys
-            for row in np.argsort(-scores)[:16]:
-                key_id = rows.ids[row]
-                if keys[key_id].type == "concept":
-                    best_id, best = key_id, float(scores[row])
+        if not labels or not len(rows):
+            return {}
+        scores = rows.matrix @ self.store.embed(labels).T
+        keys = self.state.keys
+        found: dict[str, tuple[str, float]] = {}
+        for j, label in enumerate(labels):
+            column = scores[:, j]
+            for _ in range(16):  # the best row whose key is (still) a concept
+                row = int(np.argmax(column))
+                if keys[rows.ids[row]].type == "concept":
+                    found[label.casefold()] = (rows.ids[row], float(column[row]))
                     break
-        for key_id, other in self.new_key_vectors:
+                column[row] = -2.0
+        return found
+
+    def _closest_concept(self, label: str, vector: Matrix) -> tuple[str | None, float]:
+        best_id, best = self._graph_best.get(label.casefold(), (None, -1.0))
+        for key_id, other in self.new_key_vectors:  # keys created earlier in this command
             sim = float(other @ vector)
             if sim > best:
                 best_id, best = key_id, sim
         return best_id, best
 
-    def compare(self, namespace: str, vector: Matrix,
-                key_ids: list[str]) -> tuple[Similar | None, list[Similar]]:
+    def compare(
+        self, namespace: str, vector: Matrix, key_ids: list[str]
+    ) -> tuple[Similar | None, list[Similar]]:
         """Dedup and contradiction candidates: current memories of the namespace sharing a key."""
         store = self.store
         now = store.clock()
@@ -563,13 +723,19 @@ class _Batch:
             key = self.state.keys.get(key_id)
             for memory_id in key.links if key is not None else ():
                 node = self.state.memories[memory_id]
-                if (node.namespace == namespace and node.current()
-                        and (node.expires_at is None or node.expires_at > now)):
+                if (
+                    node.namespace == namespace
+                    and node.current()
+                    and (node.expires_at is None or node.expires_at > now)
+                ):
                     candidates[memory_id] = node.content
         superseded = {n.supersedes for n, _ in self.new_memories.values() if n.supersedes}
         for memory_id, (new, _) in self.new_memories.items():
-            if (new.namespace == namespace and memory_id not in superseded
-                    and {lk.key_id for lk in new.keys} & set(key_ids)):
+            if (
+                new.namespace == namespace
+                and memory_id not in superseded
+                and {lk.key_id for lk in new.keys} & set(key_ids)
+            ):
                 candidates[memory_id] = new.content
         for memory_id in superseded:
             candidates.pop(memory_id, None)
@@ -581,11 +747,14 @@ class _Batch:
         fingerprint = store.embedder.fingerprint
         top = float(sims[order[0]])
         if top >= store.thresholds.dedup:
-            return Similar(memory_id=ids[order[0]], similarity=round(top, 6),
-                           fingerprint=fingerprint), []
-        flagged = [Similar(memory_id=ids[i], similarity=round(float(sims[i]), 6),
-                           fingerprint=fingerprint)
-                   for i in order[:3] if sims[i] >= store.thresholds.contradiction]
+            return Similar(
+                memory_id=ids[order[0]], similarity=round(top, 6), fingerprint=fingerprint
+            ), []
+        flagged = [
+            Similar(memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint)
+            for i in order[:3]
+            if sims[i] >= store.thresholds.contradiction
+        ]
         return None, flagged
 
     def inherited_links(self, memory_id: str, present: list[KeyLink]) -> list[KeyLink]:
@@ -599,8 +768,15 @@ class _Batch:
             if key_id in have:
                 continue
             key = self.state.keys[key_id]
-            out.append(KeyLink(key_id=key_id, label=key.label, type=key.type,  # type: ignore[arg-type]
-                               resolution="existing", weight=key.links[memory_id]))
+            out.append(
+                KeyLink(
+                    key_id=key_id,
+                    label=key.label,
+                    type=key.type,  # type: ignore[arg-type]
+                    resolution="existing",
+                    weight=key.links[memory_id],
+                )
+            )
         return out
 
     def add_memory(self, new: NewMemory, vector: Matrix) -> None:

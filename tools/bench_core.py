@@ -1,0 +1,153 @@
+"""Core benchmark: remember/recall/read latency, replay and snapshot-open speed, peak memory.
+
+Runs with the hashing embedder (no model) so it measures keytrail, not the embedding model.
+
+    .venv/bin/python tools/bench_core.py --memories 100000 > bench.json
+
+Prints one JSON object. `remember` is compared with a bare write+fsync of the same line bytes
+to a file on the same disk, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.events import EventLog
+from keytrail.projections import fold
+
+WORDS = [f"w{i}" for i in range(5000)]
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def content(rng: random.Random, i: int) -> str:
+    return f"memory {i}: " + " ".join(rng.choice(WORDS) for _ in range(18))
+
+
+def bare_fsync(path: Path, lines: list[bytes]) -> float:
+    """p50 ms of write+fsync of each line, appended to one file: the floor for a durable append."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    samples = []
+    try:
+        for line in lines:
+            t = time.perf_counter()
+            os.write(fd, line)
+            os.fsync(fd)
+            samples.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+    return p50(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--keys", type=int, default=20_000, help="distinct key labels")
+    parser.add_argument("--sample", type=int, default=500, help="timed operations per point")
+    parser.add_argument(
+        "--dir", default=None, help="where to build the store (default: a temp dir)"
+    )
+    args = parser.parse_args()
+    rng = random.Random(7)
+    root = Path(args.dir or tempfile.mkdtemp(prefix="keytrail-bench-"))
+    home = root / "store"
+    settings = Settings(home=home, embedder="hash", snapshot_every=10**12)
+    store = Store(settings, embedder=HashEmbedder())
+    labels = [f"topic {i}" for i in range(args.keys)]
+
+    def keys() -> list[str]:
+        return rng.sample(labels, 3)
+
+    growth: list[dict[str, float]] = []
+    checkpoints = sorted({c for c in (1_000, 10_000, args.memories) if c <= args.memories})
+    fill_start = time.perf_counter()
+    done = 0
+    for checkpoint in checkpoints:
+        untimed = checkpoint - done - args.sample
+        for i in range(max(0, untimed)):
+            store.remember(content(rng, done + i), keys())
+        done += max(0, untimed)
+        samples = []
+        for _ in range(checkpoint - done):
+            text, ks = content(rng, done), keys()
+            t = time.perf_counter()
+            store.remember(text, ks)
+            samples.append(time.perf_counter() - t)
+            done += 1
+        growth.append({"memories": checkpoint, "remember_p50_ms": p50(samples)})
+        print(f"# {checkpoint} memories, remember p50 {p50(samples):.3f} ms", file=sys.stderr)
+    fill_s = time.perf_counter() - fill_start
+
+    # The same bytes, appended and fsynced with nothing else around them.
+    segment = sorted((home / "log").glob("*.jsonl"))[-1]
+    last_lines = segment.read_bytes().splitlines(keepends=True)[-args.sample :]
+    bare = bare_fsync(root / "bare.jsonl", last_lines)
+
+    ids = list(store.state.memories)
+    key_ids = list(store.state.keys)
+    recall_s, read_key_s, read_memory_s = [], [], []
+    for _ in range(args.sample):
+        q = " ".join(rng.choice(WORDS) for _ in range(4)) + " " + rng.choice(labels)
+        t = time.perf_counter()
+        store.recall(q)
+        recall_s.append(time.perf_counter() - t)
+        kid = rng.choice(key_ids)
+        t = time.perf_counter()
+        page = store.read_key(kid)
+        read_key_s.append(time.perf_counter() - t)
+        mid = page.memories[0].memory_id if page.memories else rng.choice(ids)
+        t = time.perf_counter()
+        store.read_memory(mid, kid if page.memories else None)
+        read_memory_s.append(time.perf_counter() - t)
+
+    events = store.state.seq
+    t = time.perf_counter()
+    replayed = fold(EventLog(home).iter_new())
+    replay_s = time.perf_counter() - t
+    assert replayed.seq == events
+
+    store.close()  # writes the snapshot
+    t = time.perf_counter()
+    reopened = Store(settings, embedder=HashEmbedder())
+    open_s = time.perf_counter() - t
+    assert reopened.state.seq == events
+
+    log_bytes = sum(p.stat().st_size for p in (home / "log").glob("*.jsonl"))
+    print(
+        json.dumps(
+            {
+                "memories": args.memories,
+                "events": events,
+                "log_bytes": log_bytes,
+                "fill_seconds": round(fill_s, 2),
+                "remember_p50_ms_by_size": growth,
+                "bare_write_fsync_p50_ms": round(bare, 4),
+                "remember_over_bare": round(growth[-1]["remember_p50_ms"] / bare, 2),
+                "recall_p50_ms": round(p50(recall_s), 3),
+                "read_key_p50_ms": round(p50(read_key_s), 3),
+                "read_memory_p50_ms": round(p50(read_memory_s), 3),
+                "replay_seconds": round(replay_s, 3),
+                "replay_events_per_s": round(events / replay_s),
+                "open_from_snapshot_seconds": round(open_s, 3),
+                "open_over_replay": round(open_s / replay_s, 3),
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
