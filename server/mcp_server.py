@@ -7,17 +7,18 @@ message, which names the field and the limit. Nothing is ever returned as error 
 """
 
 import hmac
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 import keytrail
-from keytrail.core import KeytrailError, Limits, RememberItem, Settings, Store
+from keytrail.core import KeytrailError, Limits, RememberItem, Settings, Store, to_dict
 from keytrail.core.results import (
     Conversation,
     Corrected,
@@ -171,6 +172,14 @@ def _types(key_types: dict[str, KeyType] | None) -> dict[str, str] | None:
     return None if key_types is None else {label: str(kind) for label, kind in key_types.items()}
 
 
+def _reply(call: Callable[[], Any]) -> CallToolResult:
+    """The result as structured content (its type, in each tool's annotation, drives the
+    output schema) and the same JSON, compact, as text for clients that read only text."""
+    data = to_dict(_guard(call))
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
 def _hints(
     *, read_only: bool = False, destructive: bool = False, idempotent: bool = False, title: str
 ) -> ToolAnnotations:
@@ -219,7 +228,7 @@ def build_server(store: Store) -> MCPServer[Any]:
                 description="Optional surrounding conversation, weighs a quarter.",
             ),
         ] = None,
-    ) -> Recall:
+    ) -> Annotated[CallToolResult, Recall]:
         """Find the keys (concepts and names) a query leads to. Never returns content.
 
         Use first, silently, before answering. Names match literally (whole words), concepts
@@ -229,7 +238,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         Example: recall(query="What does Dana's daughter like?") ->
         {"keys": [{"key_id": "k_..", "label": "Dana", "type": "name", "memory_count": 3, ...}]}
         """
-        return _guard(lambda: store.recall(query, top_k, namespace, context))
+        return _reply(lambda: store.recall(query, top_k, namespace, context))
 
     @server.tool(annotations=_hints(title="Memories behind a key", **read_only))
     def read_key(
@@ -240,7 +249,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         namespace: NamespaceFilter = None,
         limit: Limit = 20,
         offset: Offset = 0,
-    ) -> KeyPage:
+    ) -> Annotated[CallToolResult, KeyPage]:
         """List the memories a key leads to, best first: ids, depth, their other keys.
 
         No content: choose which to read with read_memory. The `keys` of each memory are the
@@ -248,7 +257,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         how many). Example: read_key(key_id="k_9a1b2c3d4e", query="school") ->
         {"label": "Mia", "total": 2, "memories": [{"memory_id": "m_..", "keys": [...]}]}
         """
-        return _guard(lambda: store.read_key(key_id, query, namespace, limit, offset))
+        return _reply(lambda: store.read_key(key_id, query, namespace, limit, offset))
 
     @server.tool(annotations=_hints(title="Read a memory"))
     def read_memory(
@@ -261,7 +270,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         query: Annotated[
             Query | None, Field(description="The recall query that led here (teaches aliases).")
         ] = None,
-    ) -> MemoryView:
+    ) -> Annotated[CallToolResult, MemoryView]:
         """Read one memory in full (content, keys, versions). Recorded: it deepens the memory.
 
         Pass via_key_id when you reached it from read_key. If `superseded_by` is set, a newer
@@ -269,7 +278,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
         -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
         """
-        return _guard(lambda: store.read_memory(memory_id, via_key_id, query, namespace))
+        return _reply(lambda: store.read_memory(memory_id, via_key_id, query, namespace))
 
     @server.tool(annotations=_hints(title="Browse keys", **read_only))
     def browse_keys(
@@ -279,13 +288,13 @@ def build_server(store: Store) -> MCPServer[Any]:
         ] = False,
         limit: Limit = 50,
         offset: Offset = 0,
-    ) -> KeyBrowse:
+    ) -> Annotated[CallToolResult, KeyBrowse]:
         """List keys with their memory counts, most-used first. For an overview of what is known.
 
         Example: browse_keys(hubs_only=True) ->
         {"total": 4, "keys": [{"label": "family", "memory_count": 12, "hub": true, ...}]}
         """
-        return _guard(lambda: store.browse_keys(namespace, hubs_only, limit, offset))
+        return _reply(lambda: store.browse_keys(namespace, hubs_only, limit, offset))
 
     @server.tool(annotations=_hints(title="Remember a fact"))
     def remember(
@@ -301,7 +310,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         session_id: Annotated[
             SessionStr | None, Field(description="The conversation this came from.")
         ] = None,
-    ) -> Remembered:
+    ) -> Annotated[CallToolResult, Remembered]:
         """Store one fact, reachable through several diverse keys.
 
         Type people and named things as 'name'. A near-duplicate replaces the old memory
@@ -312,7 +321,7 @@ def build_server(store: Store) -> MCPServer[Any]:
                  keys=["Dana", "Mia", "school", "children"],
                  key_types={"Dana": "name", "Mia": "name"})
         """
-        return _guard(
+        return _reply(
             lambda: store.remember(
                 content,
                 keys,
@@ -335,7 +344,7 @@ def build_server(store: Store) -> MCPServer[Any]:
                 description="The memories, each with the arguments of remember.",
             ),
         ],
-    ) -> BatchRemembered:
+    ) -> Annotated[CallToolResult, BatchRemembered]:
         """Store several facts at once, all or none (one bad item stores nothing).
 
         Example: remember_batch(items=[{"content": "Dana lives in Lyon",
@@ -355,7 +364,7 @@ def build_server(store: Store) -> MCPServer[Any]:
             )
             for i in items
         ]
-        return BatchRemembered(memories=_guard(lambda: store.remember_batch(batch)))
+        return _reply(lambda: BatchRemembered(memories=store.remember_batch(batch)))
 
     @server.tool(annotations=_hints(title="Correct a memory"))
     def correct(
@@ -371,14 +380,14 @@ def build_server(store: Store) -> MCPServer[Any]:
         key_types: KeyTypes = None,
         related_to: RelatedTo = None,
         source: Source = None,
-    ) -> Corrected:
+    ) -> Annotated[CallToolResult, Corrected]:
         """Replace a fact that changed with its new version (the old one is kept as history).
 
         Use instead of remember when a known fact is outdated or wrong. Returns the new id.
         Example: correct(memory_id="m_3f2a9c1b7d0e",
                          content="Mia starts school in September 2026")
         """
-        return _guard(
+        return _reply(
             lambda: store.correct(memory_id, content, keys, _types(key_types), related_to, source)
         )
 
@@ -388,70 +397,72 @@ def build_server(store: Store) -> MCPServer[Any]:
         limit: Annotated[
             int, Field(ge=1, le=LIMITS.page, description="Most memories to return.")
         ] = 10,
-    ) -> Related:
+    ) -> Annotated[CallToolResult, Related]:
         """Memories sharing keys with this one (rare keys count most) or linked by related_to.
 
         Example: related(memory_id="m_3f2a9c1b7d0e") ->
         {"related": [{"memory_id": "m_..", "score": 1.5, "shared_keys": [...]}]}
         """
-        return _guard(lambda: store.related(memory_id, limit))
+        return _reply(lambda: store.related(memory_id, limit))
 
     @server.tool(annotations=_hints(title="Forget a memory", destructive=True, idempotent=True))
-    def forget(memory_id: MemoryId) -> Forgotten:
+    def forget(memory_id: MemoryId) -> Annotated[CallToolResult, Forgotten]:
         """Forget a memory: hidden from every read from now on. Only when the user asks.
 
         Example: forget(memory_id="m_3f2a9c1b7d0e") -> {"memory_id": "m_3f2a9c1b7d0e", "seq": 42}
         """
-        return _guard(lambda: store.forget(memory_id))
+        return _reply(lambda: store.forget(memory_id))
 
     @server.tool(annotations=_hints(title="List memories", **read_only))
     def list_memories(
         namespace: NamespaceFilter = None, limit: Limit = 50, offset: Offset = 0
-    ) -> MemoryPage:
+    ) -> Annotated[CallToolResult, MemoryPage]:
         """Current memories, newest first, with a short preview. For review, not for recall.
 
         Example: list_memories(limit=10) -> {"total": 57, "memories": [{"preview": "..."}]}
         """
-        return _guard(lambda: store.list_memories(namespace, limit, offset))
+        return _reply(lambda: store.list_memories(namespace, limit, offset))
 
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
-    def memory_stats() -> Stats:
+    def memory_stats() -> Annotated[CallToolResult, Stats]:
         """Counts of memories (current, superseded, expired, forgotten), keys, links, hubs,
         namespaces and sessions, the embedder and the log size."""
-        return _guard(store.memory_stats)
+        return _reply(store.memory_stats)
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
-    def cleanup_expired() -> Expired:
+    def cleanup_expired() -> Annotated[CallToolResult, Expired]:
         """Mark every memory whose ttl_seconds has passed as expired; returns their ids.
 
         Expired memories are already hidden from reads; this records it in the log.
         """
-        return _guard(store.cleanup_expired)
+        return _reply(store.cleanup_expired)
 
     @server.tool(annotations=_hints(title="Record a conversation turn"))
-    def record_turn(session_id: SessionStr, role: Role, content: Content) -> TurnSaved:
+    def record_turn(
+        session_id: SessionStr, role: Role, content: Content
+    ) -> Annotated[CallToolResult, TurnSaved]:
         """Append one turn to a session's conversation log (numbered from 1).
 
         Example: record_turn(session_id="chat-2025-06-01", role="user", content="Hi!")
         -> {"session_id": "chat-2025-06-01", "turn": 1, "seq": 17}
         """
-        return _guard(lambda: store.record_turn(session_id, role, content))
+        return _reply(lambda: store.record_turn(session_id, role, content))
 
     @server.tool(annotations=_hints(title="Read a conversation", **read_only))
     def get_conversation(
         session_id: SessionStr,
         turn: Annotated[int | None, Field(ge=1, description="Only this turn (1-based).")] = None,
-    ) -> Conversation:
+    ) -> Annotated[CallToolResult, Conversation]:
         """The recorded turns of a session, in order (or one turn).
 
         Example: get_conversation(session_id="chat-2025-06-01", turn=1)
         """
-        return _guard(lambda: store.get_conversation(session_id, turn))
+        return _reply(lambda: store.get_conversation(session_id, turn))
 
     @server.tool(annotations=_hints(title="List conversations", **read_only))
-    def list_sessions() -> SessionList:
+    def list_sessions() -> Annotated[CallToolResult, SessionList]:
         """Sessions with recorded turns, most recently active first, with turn counts."""
-        return _guard(store.list_sessions)
+        return _reply(store.list_sessions)
 
     @server.prompt(title="How to use the memory")
     def memory_system_prompt() -> str:
