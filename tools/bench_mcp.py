@@ -38,11 +38,31 @@ def echo(text: str) -> dict[str, str]:
 server.run("stdio")
 '''
 
-WORDS = (
-    "apple strawberry garden cello music school Lyon nurse tea coffee travel train "
-    "birthday daughter project deadline python rust kitchen recipe bicycle mountain"
-).split()
-NAMES = ("Alice Bob Carol Dana Emil Fatima Goro Hana Ivan Julia").split()
+WORDS = [
+    "apple",
+    "strawberry",
+    "garden",
+    "cello",
+    "music",
+    "school",
+    "Lyon",
+    "nurse",
+    "tea",
+    "coffee",
+    "travel",
+    "train",
+    "birthday",
+    "daughter",
+    "project",
+    "deadline",
+    "python",
+    "rust",
+    "kitchen",
+    "recipe",
+    "bicycle",
+    "mountain",
+]
+NAMES = ["Alice", "Bob", "Carol", "Dana", "Emil", "Fatima", "Goro", "Hana", "Ivan", "Julia"]
 
 
 def summary(samples: list[float]) -> dict[str, float]:
