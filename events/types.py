@@ -28,7 +28,7 @@ EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 
 
 class FoldRules(msgspec.Struct, frozen=True, kw_only=True):
-    """Constants the fold applies. Written into the log so a replay never depends on code defaults."""
+    """Constants the fold applies, written into the log so replay never depends on code defaults."""
 
     depth_step: float = 0.05
     depth_max: float = 1.0
@@ -42,7 +42,7 @@ class FoldRules(msgspec.Struct, frozen=True, kw_only=True):
     weight_max: float = 3.0
 
 
-class KeyLink(msgspec.Struct, frozen=True, kw_only=True):
+class KeyLink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One key of a memory, with how it was resolved and the weight of its link."""
 
     key_id: str
@@ -57,7 +57,7 @@ class KeyLink(msgspec.Struct, frozen=True, kw_only=True):
     extracted: bool = False
 
 
-class Similar(msgspec.Struct, frozen=True, kw_only=True):
+class Similar(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An embedding comparison that drove a decision, kept for audit."""
 
     memory_id: str
@@ -65,7 +65,7 @@ class Similar(msgspec.Struct, frozen=True, kw_only=True):
     fingerprint: str
 
 
-class NewMemory(msgspec.Struct, frozen=True, kw_only=True):
+class NewMemory(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The payload of one memory created by remember, remember_batch or correct."""
 
     memory_id: str
@@ -85,7 +85,7 @@ class NewMemory(msgspec.Struct, frozen=True, kw_only=True):
     contradicts: list[Similar] = []
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     """Envelope shared by every event. A type whose schema changes overrides `v`'s default."""
 
     seq: int = 0
@@ -123,7 +123,7 @@ class MemoryRead(Event, frozen=True, kw_only=True, tag="memory.read"):
     query: str | None = None
 
 
-class LinkDelta(msgspec.Struct, frozen=True, kw_only=True):
+class LinkDelta(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     key_id: str
     memory_id: str
     delta: float

@@ -13,7 +13,7 @@ import msgspec
 
 from keytrail.events.types import EPOCH
 
-from .keygraph import GraphState
+from .keygraph import GraphState, paused_gc
 
 FORMAT = 1
 
@@ -59,7 +59,8 @@ def load(path: Path) -> Snapshot | None:
     except FileNotFoundError:
         return None
     try:
-        snap = _decoder.decode(data)
+        with paused_gc():
+            snap = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     return snap if snap.format == FORMAT else None
