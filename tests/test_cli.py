@@ -73,6 +73,7 @@ def test_help_for_every_verb(home: Path) -> None:
 def test_quick_verbs(home: Path) -> None:
     r = kt_json(home, "remember", "Alice likes strawberries", "-n", "Alice", "-k", "fruit")
     memory_id = r["memory_id"]
+    assert [(k["label"], k["type"]) for k in r["keys"]] == [("Alice", "name"), ("fruit", "concept")]
     rec = kt_json(home, "recall", "What does Alice like?")
     alice = next(k for k in rec["keys"] if k["label"] == "Alice")
     page = kt_json(home, "read-key", alice["key_id"])

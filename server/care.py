@@ -1,0 +1,274 @@
+"""The verbs that look after a store: log (and --follow), verify, rebuild, export, import.
+
+They read the log directly, so `log`, `verify` and `export` need no embedder and never write.
+"""
+
+import argparse
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+from keytrail.core import InvalidInput, Settings, StoreError
+from keytrail.core.maintenance import drop_cache, verify
+from keytrail.events import (
+    AnyEvent,
+    CorruptLog,
+    DecodeError,
+    EventLog,
+    StoreCreated,
+    decode_line,
+    encode_event,
+    event_tag,
+)
+from keytrail.projections import GraphState, apply
+
+from .progress import ProgressBar
+from .shell import emit_json, open_store, preview, settings_from
+
+EMBED_BATCH = 256
+
+
+def log_home(args: argparse.Namespace) -> Path:
+    home = Settings.from_env(home=args.home).home
+    if not (home / "log").is_dir():
+        raise StoreError(f"no store at {home} (no log directory)", path=str(home))
+    return home
+
+
+def mentions(value: Any, ident: str) -> bool:
+    """Whether `ident` appears as a whole value anywhere in a decoded event."""
+    if isinstance(value, str):
+        return value == ident
+    if isinstance(value, dict):
+        return any(mentions(v, ident) for v in value.values())
+    if isinstance(value, list):
+        return any(mentions(v, ident) for v in value)
+    return False
+
+
+def summary(event: AnyEvent) -> str:
+    data: dict[str, Any] = msgspec.to_builtins(event)
+    tag = data["type"]
+    if tag == "memory.remembered":
+        parts = []
+        for m in data["memories"]:
+            keys = ", ".join(k["label"] for k in m["keys"])
+            parts.append(
+                f"{m['memory_id']} [{m['namespace']}] {preview(m['content'], 40)!r} ({keys})"
+            )
+        return "; ".join(parts)
+    if tag == "memory.corrected":
+        m = data["memory"]
+        return f"{data['old_id']} -> {m['memory_id']} {preview(m['content'], 40)!r}"
+    if tag == "memory.read":
+        via = f" via {data['via_key_id']}" if data.get("via_key_id") else ""
+        return f"{data['memory_id']}{via}"
+    if tag == "memory.forgotten":
+        return f"{data['memory_id']} {data.get('reason') or ''}".strip()
+    if tag == "memories.expired":
+        return ", ".join(data["memory_ids"])
+    if tag == "turn.recorded":
+        return (
+            f"{data['session_id']}#{data['turn']} {data['role']}: {preview(data['content'], 40)!r}"
+        )
+    if tag == "store.created":
+        return f"store {data['store_id']} {data.get('software', '')}".strip()
+    if tag == "links.adjusted":
+        return f"{len(data['adjustments'])} link adjustments"
+    if tag == "key.aliased":
+        return f"{data['key_id']} + alias {data['alias']!r}"
+    if tag == "key.retyped":
+        return f"{data['key_id']} -> {data['key_type']}"
+    return ""
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    log = EventLog(log_home(args))
+    types = set(args.type or [])
+
+    def show(events: Iterable[AnyEvent]) -> None:
+        for event in events:
+            if types and event_tag(event) not in types:
+                continue
+            if args.memory and not mentions(msgspec.to_builtins(event), args.memory):
+                continue
+            if args.json:
+                sys.stdout.write(encode_event(event).decode() + "\n")
+            else:
+                at = event.at.strftime("%Y-%m-%d %H:%M:%S.%f")
+                print(f"{event.seq:>7}  {at}  {event_tag(event):<18} {summary(event)}")
+        sys.stdout.flush()
+
+    try:
+        show(log.iter_new())
+        if args.follow:
+            follow(log, show)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def follow(
+    log: EventLog, show: Callable[[Iterator[AnyEvent]], None], stop: threading.Event | None = None
+) -> None:
+    """Print what other processes append, as they append it (until interrupted)."""
+    from watchfiles import watch
+
+    # yield_on_timeout doubles as a slow poll, in case a change notification is missed.
+    for _changes in watch(
+        log.dir,
+        stop_event=stop,
+        debounce=50,
+        step=20,
+        rust_timeout=1000,
+        yield_on_timeout=True,
+        raise_interrupt=True,
+    ):
+        show(log.iter_new())
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    home = log_home(args)
+    bar = ProgressBar("verify")
+    report = verify(home, bar)
+    bar.finish()
+    if args.json:
+        emit_json(report)
+    else:
+        state = "ok" if report.ok else "PROBLEMS"
+        print(f"{home}: {state}: {report.events} events in {report.segments} segments")
+        for problem in report.problems:
+            print(f"  problem: {problem}")
+        for torn in report.torn_files:
+            print(f"  torn tail kept: log/torn/{torn}")
+    return 0 if report.ok else 1
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    log_home(args)
+    drop_cache(settings.home)
+    bar = ProgressBar("replay")
+    with open_store(args, progress=bar) as store:
+        bar.finish()
+        labels = store.key_vectors()
+        contents = list(
+            {m.content for m in store.state.memories.values() if m.status != "forgotten"}
+        )
+        embed_bar = ProgressBar("embed")
+        for start in range(0, len(contents), EMBED_BATCH):
+            store.embed(contents[start : start + EMBED_BATCH])
+            embed_bar(start + EMBED_BATCH, len(contents))
+        embed_bar.finish()
+        store.vectors.flush()
+        print(
+            f"rebuilt {store.home}: {store.state.seq} events, {len(store.state.memories)} "
+            f"memories, {len(store.state.keys)} keys, {len(labels)} label vectors, "
+            f"{len(contents)} content vectors ({store.embedder.fingerprint})"
+        )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    log = EventLog(log_home(args))
+    total = sum((log.dir / s).stat().st_size for s in log.segments())
+    bar = ProgressBar("export")
+    out: TextIO = (
+        sys.stdout
+        if args.output in (None, "-")
+        else open(  # noqa: SIM115
+            args.output, "w", encoding="utf-8"
+        )
+    )
+    count = 0
+    try:
+        for event in log.iter_new():
+            out.write(encode_event(event).decode() + "\n")
+            count += 1
+            if count % 1000 == 0:
+                bar(_consumed(log, total), total)
+        out.flush()
+        if out is not sys.stdout:
+            os.fsync(out.fileno())
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    bar.finish()
+    print(f"exported {count} events", file=sys.stderr)
+    return 0
+
+
+def _consumed(log: EventLog, total: int) -> int:
+    pos = log.position
+    done = 0
+    for name in log.segments():
+        if name == pos.segment:
+            return done + pos.offset
+        done += (log.dir / name).stat().st_size
+    return total
+
+
+def read_export(source: TextIO, label: str) -> list[AnyEvent]:
+    """Decode and check an export: gap-free from seq 1, starting with store.created, foldable."""
+    events: list[AnyEvent] = []
+    state = GraphState()
+    for number, raw in enumerate(source, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            event = decode_line(line.encode("utf-8"))
+        except DecodeError as exc:
+            raise CorruptLog(label, number, exc.message) from None
+        expected = len(events) + 1
+        if event.seq != expected:
+            raise CorruptLog(
+                label,
+                number,
+                f"seq {event.seq} where {expected} was expected (an export is gap-free from 1)",
+            )
+        if events and event.at < events[-1].at:
+            raise CorruptLog(label, number, "time goes backwards")
+        if not events and not isinstance(event, StoreCreated):
+            raise CorruptLog(label, number, "an export starts with store.created")
+        try:
+            apply(state, event)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise CorruptLog(label, number, f"refers to something missing: {exc}") from None
+        events.append(event)
+    if not events:
+        raise InvalidInput("input", "the export holds no events")
+    return events
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    home = Settings.from_env(home=args.home).home
+    label = args.input if args.input not in (None, "-") else "<stdin>"
+    if args.input in (None, "-"):
+        events = read_export(sys.stdin, label)
+    else:
+        with open(args.input, encoding="utf-8") as f:
+            events = read_export(f, label)
+    log = EventLog(home)
+    bar = ProgressBar("import")
+    with log.lock() as app:
+        if app.pending or log.position.seq:
+            raise InvalidInput(
+                "--home",
+                f"{home} already holds {log.position.seq} events; import needs an empty store",
+            )
+        for i, event in enumerate(events, 1):
+            # Keep the original record time: expiries, time decay and as-of reads are
+            # absolute times computed from it. seq is re-stamped and comes out the same.
+            app.at = event.at
+            app.append(event)
+            if i % 200 == 0:
+                bar(i, len(events))
+    bar.finish()
+    print(f"imported {len(events)} events into {home}", file=sys.stderr)
+    return 0

@@ -1,0 +1,46 @@
+"""What every `keytrail` verb shares: settings from flags, opening the store, printing."""
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from typing import Any, TextIO
+
+from keytrail.core import Settings, Store, StoreError, to_dict
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """KEYTRAIL_* variables, overridden by the flags that were given."""
+    return Settings.from_env(
+        home=args.home,
+        embedder=args.embedder,
+        model=args.model,
+        model_path=args.model_path,
+        default_namespace=args.namespace,
+    )
+
+
+def open_store(args: argparse.Namespace, **kwargs: Any) -> Store:
+    settings = settings_from(args)
+    try:
+        return Store(settings, **kwargs)
+    except OSError as exc:
+        raise StoreError(f"cannot open store at {settings.home}: {exc}") from exc
+
+
+def emit_json(value: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
+
+
+def short_time(at: datetime | str | None) -> str:
+    if at is None:
+        return "-"
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at)
+    return at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def preview(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
