@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -345,7 +346,7 @@ class Store(Queries):
             memory_id = batch.new_memory_id()
             vector = self.embed([item.content])[0]
             duplicate, contradictions = batch.compare(
-                item.namespace, vector, [link.key_id for link in links]
+                item.namespace, item.content, vector, [link.key_id for link in links]
             )
             if duplicate is not None:
                 links = links + batch.inherited_links(duplicate.memory_id, links)
@@ -560,6 +561,18 @@ class Store(Queries):
         return node
 
 
+_SPECIFIC = re.compile(
+    r"\d+(?:[.,:]\d+)*|\b(?:not|no|never|none|nobody|nothing|n't|cannot"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+    r"|january|february|march|april|may|june|july|august|september|october|november|december)\b"
+)
+
+
+def specifics(content: str) -> frozenset[str]:
+    """The numbers, weekdays, months and negations of a text: what a paraphrase must keep."""
+    return frozenset(_SPECIFIC.findall(content.casefold().replace("n't", " n't")))
+
+
 def _with_seq(outcome: Remembered, seq: int) -> Remembered:
     from dataclasses import replace
 
@@ -713,9 +726,14 @@ class _Batch:
         return best_id, best
 
     def compare(
-        self, namespace: str, vector: Matrix, key_ids: list[str]
+        self, namespace: str, content: str, vector: Matrix, key_ids: list[str]
     ) -> tuple[Similar | None, list[Similar]]:
-        """Dedup and contradiction candidates: current memories of the namespace sharing a key."""
+        """Dedup and contradiction candidates: current memories of the namespace sharing a key.
+
+        A near-identical text that differs in a number, a weekday or month, or a negation is a
+        different fact ("meeting on Monday" / "on Tuesday" embed at 0.99): it is flagged as a
+        possible contradiction, never silently deduplicated.
+        """
         store = self.store
         now = store.clock()
         candidates: dict[str, str] = {}  # memory id -> content
@@ -746,7 +764,9 @@ class _Batch:
         order = np.argsort(-sims)
         fingerprint = store.embedder.fingerprint
         top = float(sims[order[0]])
-        if top >= store.thresholds.dedup:
+        if top >= store.thresholds.dedup and specifics(content) == specifics(
+            candidates[ids[order[0]]]
+        ):
             return Similar(
                 memory_id=ids[order[0]], similarity=round(top, 6), fingerprint=fingerprint
             ), []

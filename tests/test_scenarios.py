@@ -245,6 +245,24 @@ def test_paraphrase_deduplicated_within_namespace_only(real_store: Store) -> Non
 # -- expiry --------------------------------------------------------------------------------
 
 
+def test_near_identical_text_with_other_specifics_is_flagged_not_deduplicated(
+    real_store: Store,
+) -> None:
+    s = real_store
+    monday = s.remember("Meeting with Anna on Monday at 10am", keys=["meeting"], namespace="w")
+    # Cosine 0.99: above the dedup line, but another day is another fact.
+    tuesday = s.remember("Meeting with Anna on Tuesday at 10am", keys=["meeting"], namespace="w")
+    assert tuesday.deduplicated is None
+    assert [f.memory_id for f in tuesday.possible_contradictions] == [monday.memory_id]
+    assert tuesday.possible_contradictions[0].similarity >= s.thresholds.dedup
+    assert set(page_ids(s.list_memories(namespace="w"))) == {monday.memory_id, tuesday.memory_id}
+    # A negation is a different fact too.
+    likes = s.remember("The user likes jazz music", keys=["music taste"], namespace="w")
+    dislikes = s.remember("The user doesn't like jazz music", keys=["music taste"], namespace="w")
+    assert dislikes.deduplicated is None
+    assert s.state.memories[likes.memory_id].superseded_by is None
+
+
 def test_ttl_hides_memory_until_cleanup_records_it(
     tmp_path: Path, real_embedder: FastEmbedder
 ) -> None:
