@@ -93,10 +93,14 @@ class EventLog:
     def position(self) -> LogPosition:
         return LogPosition(self._segment, self._offset, self._seq, self._at)
 
-    def segments(self) -> list[str]:
-        """Segment file names in seq order (cached until the directory changes)."""
+    def segments(self, *, fresh: bool = False) -> list[str]:
+        """Segment file names in seq order (cached until the directory changes).
+
+        A directory mtime is only as fine as the kernel's tick: a segment created in the same
+        tick as the cached listing leaves it unchanged. Whoever must not miss one asks `fresh`.
+        """
         mtime = os.stat(self.dir).st_mtime_ns
-        if mtime != self._dir_mtime:
+        if fresh or mtime != self._dir_mtime:
             self._segments = sorted(n for n in os.listdir(self.dir) if _SEGMENT_RE.match(n))
             self._dir_mtime = mtime
         return self._segments
@@ -139,6 +143,8 @@ class EventLog:
 
     def iter_new(self) -> Iterator[AnyEvent]:
         segments = self.segments()
+        if not segments or (self._segment is not None and self._segment not in segments):
+            segments = self.segments(fresh=True)  # the cached listing may be a tick old
         if not segments:
             return
         if self._segment is None:
@@ -150,7 +156,13 @@ class EventLog:
         while True:
             yield from self._read_segment(self._segment)
             if index + 1 >= len(segments):
-                return
+                # Segments are named by their first seq: one more stat shows whether the
+                # listing missed a segment started within the same mtime tick.
+                if not (self.dir / segment_name(self._seq + 1)).exists():
+                    return
+                segments = self.segments(fresh=True)
+                if index + 1 >= len(segments):
+                    return
             path = self.dir / self._segment
             if os.path.getsize(path) != self._offset:
                 return  # a partial line at the end of a rolled segment: torn, not yet cut
@@ -218,7 +230,7 @@ class EventLog:
             os.close(fd)  # closing releases the flock
 
     def _cut_torn_tail(self) -> None:
-        segments = self.segments()
+        segments = self.segments(fresh=True)
         if not segments:
             return
         path = self.dir / segments[-1]

@@ -1,0 +1,425 @@
+"""The segmented event log: gap-free seqs, ordered time, segments, torn tails, corruption."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from keytrail.core import Store
+from keytrail.core.maintenance import verify
+from keytrail.events import (
+    CorruptLog,
+    EventLog,
+    FoldRules,
+    LogPosition,
+    MemoryRead,
+    StoreCreated,
+    TurnRecorded,
+    encode_line,
+    segment_name,
+)
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def event(i: int) -> TurnRecorded:
+    return TurnRecorded(session_id="s1", turn=i, role="user", content=f"turn number {i}")
+
+
+#: The longest line `event(i)` makes once stamped (two-digit seq and turn, microseconds).
+LINE = len(
+    encode_line(
+        msgspec.structs.replace(
+            event(99), seq=99, at=datetime(2025, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
+        )
+    )
+)
+
+
+def created(log: EventLog) -> None:
+    """Start a log the way a store does, so `verify` accepts it."""
+    with log.lock() as app:
+        app.append(StoreCreated(store_id="test", rules=FoldRules()))
+
+
+def append(log: EventLog, n: int, start: int = 0) -> list[int]:
+    seqs = []
+    with log.lock() as app:
+        for i in range(n):
+            seqs.append(app.append(event(start + i)).seq)
+    return seqs
+
+
+def segment_files(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "log").iterdir() if p.suffix == ".jsonl")
+
+
+def lines_of(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()
+
+
+def ticking(start: datetime = T0, step: timedelta = timedelta(seconds=1)) -> Iterator[datetime]:
+    t = start
+    while True:
+        yield t
+        t += step
+
+
+# -- order -----------------------------------------------------------------------------------
+
+
+def test_seq_is_gap_free_from_one_across_lock_sessions_and_logs(tmp_path: Path) -> None:
+    a, b = EventLog(tmp_path), EventLog(tmp_path)
+    got = append(a, 3) + append(b, 2) + append(a, 4) + append(b, 1)
+    assert got == list(range(1, 11))
+    events = EventLog(tmp_path).read_new()
+    assert [e.seq for e in events] == list(range(1, 11))
+    assert [e.turn for e in events] == [0, 1, 2, 0, 1, 0, 1, 2, 3, 0]  # type: ignore[union-attr]
+
+
+def test_lock_reports_what_others_appended(tmp_path: Path) -> None:
+    a, b = EventLog(tmp_path), EventLog(tmp_path)
+    append(a, 2)
+    with b.lock() as app:
+        assert [e.seq for e in app.pending] == [1, 2]
+        assert app.next_seq == 3
+    append(a, 1)
+    with b.lock() as app:
+        assert [e.seq for e in app.pending] == [3]
+
+
+def test_record_time_never_goes_backwards(tmp_path: Path) -> None:
+    times = iter(
+        [
+            T0 + timedelta(hours=5),
+            T0 + timedelta(hours=1),
+            T0 + timedelta(hours=7),
+            T0,
+            T0 + timedelta(hours=6),
+        ]
+    )
+    log = EventLog(tmp_path, clock=lambda: next(times))
+    for i in range(5):
+        append(log, 1, i)
+    ats = [e.at for e in EventLog(tmp_path).read_new()]
+    assert ats == [T0 + timedelta(hours=h) for h in (5, 5, 7, 7, 7)]
+    # A second process whose clock is behind also cannot go back in time.
+    late = EventLog(tmp_path, clock=lambda: T0)
+    append(late, 1)
+    assert EventLog(tmp_path).read_new()[-1].at == T0 + timedelta(hours=7)
+
+
+def test_record_time_keeps_microseconds_and_utc(tmp_path: Path) -> None:
+    t = datetime(2025, 6, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    append(EventLog(tmp_path, clock=lambda: t), 1)
+    (e,) = EventLog(tmp_path).read_new()
+    assert e.at == t and e.at.utcoffset() == timedelta(0)
+    raw = json.loads(segment_files(tmp_path)[0].read_bytes())
+    assert raw["at"] == "2025-06-01T12:00:00.123456Z"
+
+
+# -- segments --------------------------------------------------------------------------------
+
+
+def test_segments_roll_and_are_named_by_their_first_seq(tmp_path: Path) -> None:
+    line = LINE
+    log = EventLog(tmp_path, segment_bytes=3 * line)
+    follower = EventLog(tmp_path)
+    seen = []
+    for i in range(20):
+        append(log, 1, i)
+        if i % 3 == 0:
+            seen += follower.read_new()
+    seen += follower.read_new()
+    files = segment_files(tmp_path)
+    assert len(files) == 7  # 3 lines per segment
+    for f in files:
+        first = json.loads(lines_of(f)[0])
+        assert f.name == segment_name(first["seq"])
+        assert f.stat().st_size <= 3 * line
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == list(range(1, 21))
+    assert [e.seq for e in seen] == list(range(1, 21))
+
+
+def test_a_line_longer_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, segment_bytes=50)
+    append(log, 3)
+    files = segment_files(tmp_path)
+    assert [len(lines_of(f)) for f in files] == [1, 1, 1]
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+
+
+def test_reader_sees_a_new_segment_even_if_the_directory_mtime_did_not_change(
+    tmp_path: Path,
+) -> None:
+    """Directory mtimes are coarse (a kernel tick): a segment created in the same tick as the
+    reader's last listing must not be missed, by readers or by appenders."""
+    line = LINE
+    reader = EventLog(tmp_path, segment_bytes=2 * line)
+    writer = EventLog(tmp_path, segment_bytes=2 * line)
+    append(writer, 2)
+    assert len(reader.read_new()) == 2
+    stamp = os.stat(tmp_path / "log").st_mtime_ns
+    append(writer, 2)  # rolls into segment 3
+    os.utime(tmp_path / "log", ns=(stamp, stamp))  # as if it all happened in one tick
+    assert [e.seq for e in reader.read_new()] == [3, 4]
+    append(reader, 1)
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3, 4, 5]
+
+
+def test_appender_in_a_stale_listing_does_not_overwrite_a_segment(tmp_path: Path) -> None:
+    line = LINE
+    a = EventLog(tmp_path, segment_bytes=2 * line)
+    b = EventLog(tmp_path, segment_bytes=2 * line)
+    append(a, 2)
+    a.read_new()  # a's listing is now as fresh as the directory's mtime
+    stamp = os.stat(tmp_path / "log").st_mtime_ns
+    append(b, 1)  # seq 3 in a new segment
+    os.utime(tmp_path / "log", ns=(stamp, stamp))
+    assert append(a, 1) == [4]
+    assert [(e.seq, e.turn) for e in EventLog(tmp_path).read_new()] == [  # type: ignore[union-attr]
+        (1, 0),
+        (2, 1),
+        (3, 0),
+        (4, 0),
+    ]
+
+
+# -- torn tails and partial lines -------------------------------------------------------------
+
+
+def test_reader_ignores_a_partial_last_line_until_it_is_complete(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    append(log, 2)
+    reader = EventLog(tmp_path)
+    assert len(reader.read_new()) == 2
+    seg = segment_files(tmp_path)[0]
+    line = encode_line(MemoryRead(seq=3, at=T0 + timedelta(days=999), memory_id="m_x"))
+    with open(seg, "ab") as f:
+        f.write(line[:25])
+    assert reader.read_new() == []
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2]
+    assert reader.position.seq == 2
+    with open(seg, "ab") as f:
+        f.write(line[25:])
+    assert [e.seq for e in reader.read_new()] == [3]
+
+
+def test_torn_tail_is_cut_by_the_next_appender_and_kept_aside(tmp_path: Path) -> None:
+    created(EventLog(tmp_path))
+    append(EventLog(tmp_path), 2)
+    seg = segment_files(tmp_path)[0]
+    good_size = seg.stat().st_size
+    torn = encode_line(event(99))[:-7]
+    with open(seg, "ab") as f:
+        f.write(torn)
+    report = verify(tmp_path)
+    assert not report.ok and "torn" in report.problems[0]
+    assert report.events == 3
+    assert append(EventLog(tmp_path), 2) == [4, 5]
+    side = tmp_path / "log" / "torn" / f"{seg.name}.{good_size}.torn"
+    assert side.read_bytes() == torn
+    assert seg.read_bytes().endswith(b"\n")
+    events = EventLog(tmp_path).read_new()
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    report = verify(tmp_path)
+    assert report.ok, report.problems
+    assert report.torn_files == [side.name]
+
+
+def test_torn_first_line_of_a_new_segment_is_cut(tmp_path: Path) -> None:
+    line = LINE
+    log = EventLog(tmp_path, segment_bytes=2 * line)
+    append(log, 2)
+    # A writer died while starting segment 3.
+    (tmp_path / "log" / segment_name(3)).write_bytes(encode_line(event(5))[:30])
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2]
+    assert append(EventLog(tmp_path, segment_bytes=2 * line), 3) == [3, 4, 5]
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3, 4, 5]
+    assert (tmp_path / "log" / "torn" / f"{segment_name(3)}.0.torn").exists()
+    for f in segment_files(tmp_path):
+        assert f.name == segment_name(json.loads(lines_of(f)[0])["seq"])
+
+
+def test_an_empty_segment_left_by_a_crash_is_used(tmp_path: Path) -> None:
+    line = LINE
+    created(EventLog(tmp_path))
+    append(EventLog(tmp_path, segment_bytes=2 * line), 1)
+    (tmp_path / "log" / segment_name(3)).write_bytes(b"")
+    assert append(EventLog(tmp_path, segment_bytes=2 * line), 1) == [3]
+    assert verify(tmp_path).ok
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+
+
+def test_a_failed_write_leaves_no_half_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = EventLog(tmp_path)
+    append(log, 2)
+    size = segment_files(tmp_path)[0].stat().st_size
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError), log.lock() as app:
+        app.append(event(7))
+    monkeypatch.undo()
+    assert segment_files(tmp_path)[0].stat().st_size == size
+    assert append(log, 1) == [3]
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+
+
+# -- corruption ------------------------------------------------------------------------------
+
+
+def _three_segments(tmp_path: Path) -> list[Path]:
+    line = LINE
+    append(EventLog(tmp_path, segment_bytes=4 * line + 4), 12)
+    files = segment_files(tmp_path)
+    assert len(files) == 3
+    return files
+
+
+def _rewrite_line(path: Path, index: int, new: bytes) -> None:
+    lines = path.read_bytes().split(b"\n")
+    lines[index] = new
+    path.write_bytes(b"\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda line: line.replace(b"turn number", b"turn numbeR"), "checksum"),
+        (lambda line: line[: len(line) // 2], "checksum|JSON"),
+        (lambda line: b"\x00\x01garbage", "JSON"),
+        (
+            lambda line: line.replace(b'"type":"turn.recorded"', b'"type":"turn.exploded"'),
+            "checksum|unknown",
+        ),
+    ],
+)
+def test_a_corrupt_line_in_the_middle_stops_open_naming_segment_and_line(
+    tmp_path: Path, damage: object, reason: str
+) -> None:
+    files = _three_segments(tmp_path)
+    victim = files[1]
+    _rewrite_line(victim, 2, damage(lines_of(victim)[2]))  # type: ignore[operator]
+    reader = EventLog(tmp_path)
+    with pytest.raises(CorruptLog, match=reason) as info:
+        reader.read_new()
+    assert info.value.segment == victim.name
+    assert info.value.line == 3
+    assert victim.name in str(info.value) and "line 3" in str(info.value)
+    assert reader.position.seq == 6  # it stopped right before the bad line
+    report = verify(tmp_path)
+    assert not report.ok and f"{victim.name} line 3" in report.problems[0]
+
+
+def test_a_checksum_mismatch_with_valid_json_is_corruption(tmp_path: Path) -> None:
+    files = _three_segments(tmp_path)
+    line = lines_of(files[0])[1]
+    _rewrite_line(files[0], 1, line.replace(b'"turn":1', b'"turn":9'))
+    with pytest.raises(CorruptLog, match="checksum") as info:
+        EventLog(tmp_path).read_new()
+    assert (info.value.segment, info.value.line) == (files[0].name, 2)
+
+
+def test_a_store_refuses_to_open_a_corrupt_log(tmp_path: Path) -> None:
+    from keytrail.core import HashEmbedder, Settings
+
+    settings = Settings(home=tmp_path, embedder="hash")
+    with Store(settings, embedder=HashEmbedder()) as s:
+        s.remember("the sky is blue", ["sky"])
+        s.remember("grass is green", ["grass"])
+    import shutil
+
+    shutil.rmtree(tmp_path / "cache")  # no snapshot: open must read every line
+    seg = segment_files(tmp_path)[0]
+    _rewrite_line(seg, 1, lines_of(seg)[1].replace(b"the sky", b"the SKY"))
+    with pytest.raises(CorruptLog) as info:
+        Store(settings, embedder=HashEmbedder())
+    assert (info.value.segment, info.value.line) == (seg.name, 2)
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        ("gap", "gap-free"),
+        ("dup", "gap-free"),
+        ("time", "before"),
+    ],
+)
+def test_a_well_formed_line_out_of_order_is_corruption(
+    tmp_path: Path, mutate: str, reason: str
+) -> None:
+    log = EventLog(tmp_path, clock=ticking().__next__)
+    append(log, 4)
+    seg = segment_files(tmp_path)[0]
+    lines = lines_of(seg)
+    if mutate == "gap":
+        del lines[2]
+    elif mutate == "dup":
+        lines.insert(2, lines[1])
+    else:
+        lines[2] = encode_line(
+            TurnRecorded(
+                seq=3, at=T0 - timedelta(days=1), session_id="s1", turn=2, role="user", content="x"
+            )
+        )[:-1]
+    seg.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(CorruptLog, match=reason) as info:
+        EventLog(tmp_path).read_new()
+    assert info.value.line == 3
+
+
+def test_a_line_without_newline_before_other_lines_is_not_a_torn_tail(tmp_path: Path) -> None:
+    files = _three_segments(tmp_path)
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[:-1] + b"\n")  # still fine
+    lines = lines_of(files[0])
+    files[0].write_bytes(lines[0] + b"\n" + lines[1][:20] + lines[2] + b"\n" + lines[3] + b"\n")
+    with pytest.raises(CorruptLog) as info:
+        EventLog(tmp_path).read_new()
+    assert (info.value.segment, info.value.line) == (files[0].name, 2)
+
+
+# -- seeking ---------------------------------------------------------------------------------
+
+
+def test_seek_resumes_exactly_after_a_position(tmp_path: Path) -> None:
+    line = LINE
+    append(EventLog(tmp_path, segment_bytes=3 * line), 8)
+    reader = EventLog(tmp_path)
+    it = reader.iter_new()
+    for _ in range(5):
+        next(it)
+    pos = reader.position
+    assert pos.seq == 5
+    fresh = EventLog(tmp_path)
+    assert fresh.seek(pos)
+    assert [e.seq for e in fresh.read_new()] == [6, 7, 8]
+
+
+def test_seek_rejects_a_stale_position(tmp_path: Path) -> None:
+    append(EventLog(tmp_path), 4)
+    reader = EventLog(tmp_path)
+    reader.read_new()
+    good = reader.position
+    fresh = EventLog(tmp_path)
+    assert not fresh.seek(LogPosition(good.segment, good.offset - 3, good.seq, good.at))
+    assert not fresh.seek(LogPosition(good.segment, good.offset + 100, good.seq, good.at))
+    assert not fresh.seek(LogPosition(segment_name(99), 0, 98, good.at))
+    # A position whose seq does not match the next line (log rewritten) is stale too.
+    first = EventLog(tmp_path)
+    it = first.iter_new()
+    next(it)
+    p1 = first.position
+    assert not fresh.seek(LogPosition(p1.segment, p1.offset, 2, p1.at))
+    assert fresh.seek(p1) and [e.seq for e in fresh.read_new()] == [2, 3, 4]
