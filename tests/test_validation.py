@@ -1,0 +1,347 @@
+"""Bad input is refused with an error naming the field (and the limit), and changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keytrail.core import InvalidInput, NotFound, RememberItem, Store
+from keytrail.core.config import Limits
+
+L = Limits()
+
+
+def log_digest(home: Path) -> dict[str, str]:
+    """Every file under log/ (and the lock), by content hash."""
+    out = {}
+    for p in sorted(home.rglob("*")):
+        if p.is_file() and (p.parts[len(home.parts)] == "log"):
+            out[str(p.relative_to(home))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def seeded(store: Store) -> dict[str, Any]:
+    a = store.remember(
+        "Newton saw an apple fall", ["apple", "Newton"], key_types={"Newton": "name"}
+    )
+    b = store.remember("The user likes strawberries", ["fruit"])
+    fruit = next(k.key_id for k in b.keys)
+    apple = next(k.key_id for k in a.keys if k.label == "apple")
+    return {"store": store, "a": a.memory_id, "b": b.memory_id, "fruit": fruit, "apple": apple}
+
+
+Case = tuple[str, Callable[[dict[str, Any]], object], type[Exception], str, str | None]
+
+CASES: list[Case] = [
+    ("empty content", lambda s: s["store"].remember("", ["x"]), InvalidInput, "content", None),
+    ("blank content", lambda s: s["store"].remember(" \n\t", ["x"]), InvalidInput, "content", None),
+    (
+        "content not a string",
+        lambda s: s["store"].remember(42, ["x"]),
+        InvalidInput,
+        "content",
+        None,
+    ),
+    (
+        "content too long",
+        lambda s: s["store"].remember("x" * (L.content_chars + 1), ["x"]),
+        InvalidInput,
+        "content",
+        str(L.content_chars),
+    ),
+    (
+        "no keys",
+        lambda s: s["store"].remember("fact", []),
+        InvalidInput,
+        "keys",
+        str(L.keys_per_memory),
+    ),
+    ("keys None", lambda s: s["store"].remember("fact", None), InvalidInput, "keys", None),
+    ("keys a string", lambda s: s["store"].remember("fact", "apple"), InvalidInput, "keys", None),
+    (
+        "too many keys",
+        lambda s: s["store"].remember("fact", [f"k{i}" for i in range(L.keys_per_memory + 1)]),
+        InvalidInput,
+        "keys",
+        str(L.keys_per_memory),
+    ),
+    (
+        "oversized key",
+        lambda s: s["store"].remember("fact", ["ok", "k" * (L.key_chars + 1)]),
+        InvalidInput,
+        "keys[1]",
+        str(L.key_chars),
+    ),
+    (
+        "empty key",
+        lambda s: s["store"].remember("fact", ["ok", "  "]),
+        InvalidInput,
+        "keys[1]",
+        None,
+    ),
+    (
+        "unknown key type",
+        lambda s: s["store"].remember("fact", ["x"], key_types={"x": "verb"}),
+        InvalidInput,
+        "key_types",
+        "proper_noun",
+    ),
+    (
+        "key type for a missing key",
+        lambda s: s["store"].remember("fact", ["x"], key_types={"y": "name"}),
+        InvalidInput,
+        "key_types",
+        None,
+    ),
+    (
+        "malformed namespace",
+        lambda s: s["store"].remember("fact", ["x"], namespace="my ns!"),
+        InvalidInput,
+        "namespace",
+        None,
+    ),
+    (
+        "namespace starting with a dash",
+        lambda s: s["store"].remember("fact", ["x"], namespace="-ns"),
+        InvalidInput,
+        "namespace",
+        None,
+    ),
+    (
+        "empty namespace",
+        lambda s: s["store"].remember("fact", ["x"], namespace=""),
+        InvalidInput,
+        "namespace",
+        None,
+    ),
+    (
+        "namespace too long",
+        lambda s: s["store"].remember("fact", ["x"], namespace="n" * 65),
+        InvalidInput,
+        "namespace",
+        "64",
+    ),
+    (
+        "malformed session id",
+        lambda s: s["store"].remember("fact", ["x"], session_id="a session/1"),
+        InvalidInput,
+        "session_id",
+        None,
+    ),
+    (
+        "negative ttl",
+        lambda s: s["store"].remember("fact", ["x"], ttl_seconds=-5),
+        InvalidInput,
+        "ttl_seconds",
+        str(L.ttl_seconds),
+    ),
+    (
+        "zero ttl",
+        lambda s: s["store"].remember("fact", ["x"], ttl_seconds=0),
+        InvalidInput,
+        "ttl_seconds",
+        str(L.ttl_seconds),
+    ),
+    (
+        "ttl too long",
+        lambda s: s["store"].remember("fact", ["x"], ttl_seconds=L.ttl_seconds + 1),
+        InvalidInput,
+        "ttl_seconds",
+        str(L.ttl_seconds),
+    ),
+    (
+        "ttl a bool",
+        lambda s: s["store"].remember("fact", ["x"], ttl_seconds=True),
+        InvalidInput,
+        "ttl_seconds",
+        None,
+    ),
+    (
+        "ttl a float",
+        lambda s: s["store"].remember("fact", ["x"], ttl_seconds=1.5),
+        InvalidInput,
+        "ttl_seconds",
+        None,
+    ),
+    (
+        "source too long",
+        lambda s: s["store"].remember("fact", ["x"], source="s" * 201),
+        InvalidInput,
+        "source",
+        str(L.source_chars),
+    ),
+    (
+        "related_to unknown",
+        lambda s: s["store"].remember("fact", ["x"], related_to=[s["a"], "m_000000000000"]),
+        NotFound,
+        "related_to[1]",
+        None,
+    ),
+    (
+        "related_to too many",
+        lambda s: s["store"].remember("fact", ["x"], related_to=[f"m_{i}" for i in range(33)]),
+        InvalidInput,
+        "related_to",
+        str(L.related_to),
+    ),
+    ("batch empty", lambda s: s["store"].remember_batch([]), InvalidInput, "items", None),
+    (
+        "batch too big",
+        lambda s: s["store"].remember_batch([RememberItem("fact", ["x"])] * (L.batch_items + 1)),
+        InvalidInput,
+        "items",
+        str(L.batch_items),
+    ),
+    (
+        "batch with one bad item",
+        lambda s: s["store"].remember_batch(
+            [RememberItem("good fact", ["x"]), RememberItem("", ["y"])]
+        ),
+        InvalidInput,
+        "items[1].content",
+        None,
+    ),
+    (
+        "batch with an unknown related_to in its second item",
+        lambda s: s["store"].remember_batch(
+            [RememberItem("good fact", ["x"]), RememberItem("other", ["y"], related_to=["m_nope"])]
+        ),
+        NotFound,
+        "items[1].related_to[0]",
+        None,
+    ),
+    (
+        "read unknown memory",
+        lambda s: s["store"].read_memory("m_nope"),
+        NotFound,
+        "memory_id",
+        None,
+    ),
+    (
+        "read via unknown key",
+        lambda s: s["store"].read_memory(s["a"], via_key_id="k_nope"),
+        NotFound,
+        "via_key_id",
+        None,
+    ),
+    (
+        "read via a key with no link",
+        lambda s: s["store"].read_memory(s["a"], via_key_id=s["fruit"]),
+        InvalidInput,
+        "via_key_id",
+        None,
+    ),
+    (
+        "read with a query too long",
+        lambda s: s["store"].read_memory(s["a"], query="q" * (L.query_chars + 1)),
+        InvalidInput,
+        "query",
+        str(L.query_chars),
+    ),
+    (
+        "correct unknown memory",
+        lambda s: s["store"].correct("m_nope", "new text"),
+        NotFound,
+        "memory_id",
+        None,
+    ),
+    (
+        "correct with empty content",
+        lambda s: s["store"].correct(s["a"], ""),
+        InvalidInput,
+        "content",
+        None,
+    ),
+    (
+        "correct with too many keys",
+        lambda s: s["store"].correct(
+            s["a"], "new", [f"k{i}" for i in range(L.keys_per_memory + 1)]
+        ),
+        InvalidInput,
+        "keys",
+        str(L.keys_per_memory),
+    ),
+    (
+        "correct with unknown related_to",
+        lambda s: s["store"].correct(s["a"], "new", related_to=["m_nope"]),
+        NotFound,
+        "related_to[0]",
+        None,
+    ),
+    ("forget unknown memory", lambda s: s["store"].forget("m_nope"), NotFound, "memory_id", None),
+    (
+        "forget with a reason too long",
+        lambda s: s["store"].forget(s["a"], reason="r" * 201),
+        InvalidInput,
+        "reason",
+        str(L.source_chars),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_names_the_field_and_changes_nothing(seeded: dict[str, Any], case: Case) -> None:
+    _, call, error, field, limit = case
+    store: Store = seeded["store"]
+    home = store.home
+    before, seq = log_digest(home), store.state.seq
+    state_before = store.state.memories.keys() | set()
+    with pytest.raises(error) as info:
+        call(seeded)
+    exc = info.value
+    assert isinstance(exc, InvalidInput)
+    assert exc.field == field, str(exc)
+    assert str(exc).startswith(f"{field}: ")
+    if limit is not None:
+        assert limit in str(exc), f"{exc} does not mention the limit {limit}"
+        assert exc.limit is not None and limit in str(exc.limit)
+        assert exc.to_dict()["limit"] == exc.limit
+    assert log_digest(home) == before
+    assert store.refresh().seq == seq
+    assert set(store.state.memories) == state_before
+    # A second store on the same directory agrees nothing happened.
+    assert Store(store.settings, embedder=store.embedder).state.seq == seq
+
+
+def test_correcting_a_replaced_version_is_refused(seeded: dict[str, Any]) -> None:
+    store: Store = seeded["store"]
+    store.correct(seeded["a"], "Newton saw an apple fall in 1666")
+    before, seq = log_digest(store.home), store.state.seq
+    with pytest.raises(InvalidInput) as info:
+        store.correct(seeded["a"], "another version")
+    assert info.value.field == "memory_id" and "replaced" in str(info.value)
+    assert log_digest(store.home) == before and store.state.seq == seq
+
+
+def test_forgetting_twice_is_not_found(seeded: dict[str, Any]) -> None:
+    store: Store = seeded["store"]
+    store.forget(seeded["b"])
+    before = log_digest(store.home)
+    with pytest.raises(NotFound) as info:
+        store.forget(seeded["b"])
+    assert info.value.field == "memory_id" and "already forgotten" in str(info.value)
+    with pytest.raises(NotFound):
+        store.read_memory(seeded["b"])
+    assert log_digest(store.home) == before
+
+
+def test_limits_follow_configuration(make_store: Callable[..., Store]) -> None:
+    store = make_store(limits=Limits(content_chars=10, keys_per_memory=2))
+    store.remember("0123456789", ["a", "b"])
+    with pytest.raises(InvalidInput, match="10 characters"):
+        store.remember("0123456789x", ["a"])
+    with pytest.raises(InvalidInput, match="2 keys"):
+        store.remember("short", ["a", "b", "c"])
+
+
+def test_good_input_after_bad_input_is_appended_normally(seeded: dict[str, Any]) -> None:
+    store: Store = seeded["store"]
+    seq = store.state.seq
+    with pytest.raises(InvalidInput):
+        store.remember("", ["x"])
+    assert store.remember("a valid fact", ["x"]).seq == seq + 1
