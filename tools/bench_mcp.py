@@ -155,6 +155,19 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             results["read_key"] = await timed(
                 args.calls, lambda i: s.call_tool("read_key", {"key_id": key_id, "limit": 20})
             )
+
+            # The SDK client checks every structured result against the tool's output schema
+            # (jsonschema, client side). A 20-item page makes that the bulk of read_key's time:
+            # measure once more without it to tell the client's cost from the server's.
+            async def no_check(name: str, result: Any) -> None:
+                return None
+
+            checking = s.validate_tool_result
+            s.validate_tool_result = no_check  # type: ignore[method-assign]
+            results["read_key_without_client_schema_check"] = await timed(
+                args.calls, lambda i: s.call_tool("read_key", {"key_id": key_id, "limit": 20})
+            )
+            s.validate_tool_result = checking  # type: ignore[method-assign]
             results["read_memory"] = await timed(
                 args.calls,
                 lambda i: s.call_tool(
