@@ -1,0 +1,356 @@
+"""Properties: replay equals live state, snapshot + tail equals replay, events round-trip."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
+from keytrail.core.config import Limits
+from keytrail.events import (
+    EVENT_TYPES,
+    EventLog,
+    FoldRules,
+    KeyAliased,
+    KeyLink,
+    KeyRetyped,
+    LinkDelta,
+    LinksAdjusted,
+    MemoriesExpired,
+    MemoryCorrected,
+    MemoryForgotten,
+    MemoryRead,
+    MemoryRemembered,
+    NewMemory,
+    RulesChanged,
+    Similar,
+    StoreCreated,
+    TurnRecorded,
+    decode_line,
+    encode_line,
+)
+from keytrail.projections import GraphState, fold
+from keytrail.projections import snapshot as snapshots
+
+T0 = datetime(2025, 1, 1, 8, 30, 0, 123456, tzinfo=UTC)
+
+# -- command sequences -----------------------------------------------------------------------
+
+KEYS = ["apple", "fruit", "Newton", "gravity", "physics", "strawberry", "tea", "Paris"]
+NAMESPACES = [None, "default", "work", "home.kitchen"]
+CONTENTS = [
+    "Newton saw an apple fall from a tree",
+    "The user likes strawberries and apples",
+    "Gravity pulls the apple towards the earth",
+    "The user drinks green tea every morning",
+    "Paris is the capital of France",
+]
+
+remember_op = st.tuples(
+    st.just("remember"),
+    st.integers(0, len(CONTENTS) - 1),
+    st.booleans(),  # make the content unique (else it may deduplicate)
+    st.lists(st.sampled_from(KEYS), min_size=1, max_size=4),
+    st.sampled_from(NAMESPACES),
+    st.sampled_from([None, None, 30, 600, 7200]),  # ttl seconds
+    st.booleans(),  # related to an earlier memory
+)
+correct_op = st.tuples(
+    st.just("correct"),
+    st.integers(0, 99),
+    st.integers(0, 99),
+    st.one_of(st.none(), st.lists(st.sampled_from(KEYS), min_size=1, max_size=3)),
+)
+read_op = st.tuples(st.just("read"), st.integers(0, 99), st.booleans())
+forget_op = st.tuples(st.just("forget"), st.integers(0, 99))
+cleanup_op = st.tuples(st.just("cleanup"), st.sampled_from([0, 45, 700, 8000]))
+clock_op = st.tuples(
+    st.just("tick"), st.sampled_from([-120, -1, 1, 40, 4000])
+)  # clocks may go backwards
+reopen_op = st.tuples(st.just("reopen"))
+batch_op = st.tuples(
+    st.just("batch"), st.lists(st.integers(0, len(CONTENTS) - 1), min_size=1, max_size=4)
+)
+
+op = st.one_of(
+    remember_op,
+    remember_op,
+    correct_op,
+    read_op,
+    read_op,
+    forget_op,
+    cleanup_op,
+    clock_op,
+    reopen_op,
+    batch_op,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def open_store(home: Path, clock: Clock, snapshot_every: int) -> Store:
+    return Store(
+        Settings(home=home, embedder="hash", snapshot_every=snapshot_every, limits=Limits()),
+        embedder=HashEmbedder(),
+        clock=clock,
+    )
+
+
+def encoded(state: GraphState) -> bytes:
+    return msgspec.msgpack.encode(state)
+
+
+def replay(home: Path) -> GraphState:
+    return fold(EventLog(home).iter_new())
+
+
+def run(
+    store: Store, clock: Clock, ops: list[tuple[Any, ...]], home: Path, snapshot_every: int
+) -> Store:
+    ids: list[str] = []
+    counter = 0
+    for item in ops:
+        kind = item[0]
+        seq = store.state.seq
+        try:
+            if kind == "remember":
+                _, c, unique, keys, ns, ttl, related = item
+                counter += 1
+                content = CONTENTS[c] + (f" #{counter}" if unique else "")
+                r = store.remember(
+                    content,
+                    keys,
+                    namespace=ns,
+                    ttl_seconds=ttl,
+                    related_to=[ids[-1]] if related and ids else None,
+                    key_types={"Newton": "name"} if "Newton" in keys else None,
+                )
+                ids.append(r.memory_id)
+            elif kind == "batch":
+                from keytrail.core import RememberItem
+
+                out = store.remember_batch(
+                    [RememberItem(CONTENTS[c], [KEYS[c], "fruit"]) for c in item[1]]
+                )
+                ids += [o.memory_id for o in out]
+            elif kind == "correct" and ids:
+                _, i, c, keys = item
+                counter += 1
+                r2 = store.correct(
+                    ids[i % len(ids)], f"{CONTENTS[c % len(CONTENTS)]} v{counter}", keys
+                )
+                ids.append(r2.memory_id)
+            elif kind == "read" and ids:
+                _, i, via = item
+                memory_id = ids[i % len(ids)]
+                node = store.state.memories[memory_id]
+                store.read_memory(
+                    memory_id,
+                    via_key_id=node.keys[0] if via else None,
+                    query="what happened?" if via else None,
+                )
+            elif kind == "forget" and ids:
+                store.forget(ids[item[1] % len(ids)], reason="property test")
+            elif kind == "cleanup":
+                clock.now += timedelta(seconds=item[1], microseconds=1234)
+                store.cleanup_expired()
+            elif kind == "tick":
+                clock.now += timedelta(seconds=item[1], microseconds=1234)
+            elif kind == "reopen":
+                store.close()  # writes a snapshot; the next events are its tail
+                store = open_store(home, clock, snapshot_every)
+        except InvalidInput:  # NotFound too: reading a forgotten memory, correcting an old one
+            assert store.state.seq == seq, "a refused command appended something"
+    return store
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(op, min_size=4, max_size=30), snapshot_every=st.integers(2, 50))
+def test_replay_and_snapshot_plus_tail_equal_the_live_state(
+    ops: list[tuple[Any, ...]], snapshot_every: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = open_store(home, clock, snapshot_every)
+        store = run(store, clock, ops, home, snapshot_every)
+        live = encoded(store.state)
+        # (a) the log alone, folded from nothing, is the live state
+        full = replay(home)
+        assert encoded(full) == live
+        assert full.seq == store.state.seq == len(EventLog(home).read_new())
+        # a second process that was open all along catches up to the same state
+        assert encoded(store.refresh()) == live
+        # (b) snapshot + tail: close (snapshot), reopen from it, and from a stale one
+        snap_before_close = snapshots.load(store.snapshot_path)
+        store.close()
+        reopened = open_store(home, clock, 10_000)
+        assert encoded(reopened.state) == live
+        snap = snapshots.load(store.snapshot_path)
+        assert snap is not None and snap.seq == full.seq
+        if snap_before_close is not None and snap_before_close.seq < full.seq:
+            # an older snapshot plus the longer tail gives the same state
+            snapshots.save(store.snapshot_path, snap_before_close)
+            assert encoded(open_store(home, clock, 10_000).state) == live
+        # and with no cache at all
+        shutil.rmtree(home / "cache")
+        assert encoded(open_store(home, clock, 10_000).state) == live
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=st.lists(op, min_size=3, max_size=15), cut=st.integers(1, 40))
+def test_replaying_a_prefix_equals_the_state_at_that_seq(
+    ops: list[tuple[Any, ...]], cut: int
+) -> None:
+    """Folding is incremental: the first k events give the state the live store had at k."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = open_store(home, clock, 10_000)
+        seen: dict[int, bytes] = {store.state.seq: encoded(store.state)}
+        for item in ops:
+            store = run(store, clock, [item], home, 10_000)
+            seen[store.state.seq] = encoded(store.state)
+        events = EventLog(home).read_new()
+        k = min(cut, len(events))
+        if k in seen:
+            assert encoded(fold(events[:k])) == seen[k]
+        state = fold(events[:k])
+        assert encoded(fold(events[k:], state)) == encoded(store.state)
+
+
+# -- every event type round-trips ------------------------------------------------------------
+
+texts = st.text(max_size=40)
+ids = st.text(alphabet="abcdef0123456789_mk", min_size=1, max_size=16)
+floats = st.floats(allow_nan=False, allow_infinity=False)
+times = st.datetimes(
+    min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+)
+ints = st.integers(0, 2**62)
+key_types = st.sampled_from(["concept", "name", "proper_noun"])
+opt = st.one_of
+
+similar = st.builds(Similar, memory_id=ids, similarity=floats, fingerprint=texts)
+key_link = st.builds(
+    KeyLink,
+    key_id=ids,
+    label=texts,
+    type=key_types,
+    resolution=st.sampled_from(["new", "existing", "alias"]),
+    similarity=opt(st.none(), floats),
+    fingerprint=opt(st.none(), texts),
+    weight=floats,
+    extracted=st.booleans(),
+)
+new_memory = st.builds(
+    NewMemory,
+    memory_id=ids,
+    namespace=texts,
+    content=st.text(max_size=300),
+    content_hash=texts,
+    keys=st.lists(key_link, max_size=4),
+    related_to=st.lists(ids, max_size=3),
+    expires_at=opt(st.none(), times),
+    session_id=opt(st.none(), texts),
+    source=opt(st.none(), texts),
+    supersedes=opt(st.none(), ids),
+    supersede_reason=opt(st.none(), texts),
+    duplicate_of=opt(st.none(), similar),
+    contradicts=st.lists(similar, max_size=3),
+)
+rules = st.builds(FoldRules, **{f.name: floats for f in msgspec.structs.fields(FoldRules)})
+envelope = {"seq": ints, "at": times}
+
+EVENTS = {
+    StoreCreated: st.builds(StoreCreated, store_id=texts, rules=rules, software=texts, **envelope),
+    RulesChanged: st.builds(RulesChanged, rules=rules, reason=texts, **envelope),
+    MemoryRemembered: st.builds(
+        MemoryRemembered, memories=st.lists(new_memory, min_size=1, max_size=3), **envelope
+    ),
+    MemoryCorrected: st.builds(
+        MemoryCorrected, old_id=ids, memory=new_memory, weaken_factor=floats, **envelope
+    ),
+    MemoryRead: st.builds(
+        MemoryRead,
+        memory_id=ids,
+        via_key_id=opt(st.none(), ids),
+        query=opt(st.none(), texts),
+        **envelope,
+    ),
+    LinksAdjusted: st.builds(
+        LinksAdjusted,
+        adjustments=st.lists(
+            st.builds(LinkDelta, key_id=ids, memory_id=ids, delta=floats), max_size=5
+        ),
+        query=opt(st.none(), texts),
+        **envelope,
+    ),
+    KeyAliased: st.builds(
+        KeyAliased,
+        key_id=ids,
+        alias=texts,
+        evidence=texts,
+        similarity=opt(st.none(), floats),
+        fingerprint=opt(st.none(), texts),
+        **envelope,
+    ),
+    KeyRetyped: st.builds(KeyRetyped, key_id=ids, key_type=key_types, evidence=texts, **envelope),
+    MemoryForgotten: st.builds(
+        MemoryForgotten, memory_id=ids, content_hash=texts, reason=texts, **envelope
+    ),
+    MemoriesExpired: st.builds(MemoriesExpired, memory_ids=st.lists(ids, max_size=5), **envelope),
+    TurnRecorded: st.builds(
+        TurnRecorded,
+        session_id=texts,
+        turn=ints,
+        role=texts,
+        content=st.text(max_size=300),
+        **envelope,
+    ),
+}
+
+
+def test_every_event_type_has_a_strategy() -> None:
+    assert set(EVENTS) == set(EVENT_TYPES)
+
+
+any_event = st.one_of(*EVENTS.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(event=any_event)
+def test_every_event_round_trips_through_a_line(event: Any) -> None:
+    line = encode_line(event)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1  # one line, whatever the content
+    decoded = decode_line(line[:-1])
+    assert type(decoded) is type(event)
+    assert decoded == event
+    assert encode_line(decoded) == line
+
+
+@settings(max_examples=30, deadline=None)
+@given(events=st.lists(any_event, min_size=1, max_size=12), segment_bytes=st.integers(200, 4000))
+def test_events_round_trip_through_the_log(events: list[Any], segment_bytes: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = EventLog(Path(tmp), segment_bytes=segment_bytes, clock=lambda: T0)
+        with log.lock() as app:
+            stamped = [app.append(e) for e in events]
+        back = EventLog(Path(tmp)).read_new()
+        assert back == stamped
+        assert [e.seq for e in back] == list(range(1, len(events) + 1))
+        for original, got in zip(events, back, strict=True):
+            assert msgspec.structs.replace(got, seq=original.seq, at=original.at) == original
