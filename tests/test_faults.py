@@ -1,0 +1,259 @@
+"""Faults: kill -9 during appends, and corrupt or deleted cache files. Nothing acknowledged is
+ever lost, the store always opens, and what it opens to is exactly a replay of its log."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.maintenance import verify
+from keytrail.events import EventLog
+from keytrail.projections import GraphState, fold
+from keytrail.projections.vectors import text_hash
+
+WRITER = r"""
+import sys
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+
+home, tag = sys.argv[1], sys.argv[2]
+store = Store(Settings(home=home, embedder="hash", snapshot_every=7, segment_bytes=4096),
+              embedder=HashEmbedder())
+print("ready", flush=True)
+i = 0
+while True:
+    i += 1
+    if i % 5 == 0:
+        out = store.remember_batch([
+            RememberItem(f"{tag} batch {i} item {j} about topic{j}", [f"topic{j}", "batch"])
+            for j in range(3)])
+        print("batch " + " ".join(o.memory_id for o in out), flush=True)
+        continue
+    r = store.remember(f"{tag} memory {i}: " + "lorem ipsum " * (i % 40), [f"topic{i % 7}", tag])
+    print("mem " + r.memory_id, flush=True)
+    if i % 3 == 0:
+        store.read_memory(r.memory_id, via_key_id=r.keys[0].key_id)
+        print("read " + r.memory_id, flush=True)
+"""
+
+
+def settings(home: Path) -> Settings:
+    return Settings(home=home, embedder="hash", snapshot_every=7, segment_bytes=4096)
+
+
+def encoded(state: GraphState) -> bytes:
+    return msgspec.msgpack.encode(state)
+
+
+def replay(home: Path) -> bytes:
+    return encoded(fold(EventLog(home).iter_new()))
+
+
+def open_and_check(home: Path) -> Store:
+    store = Store(settings(home), embedder=HashEmbedder())
+    assert encoded(store.state) == replay(home), "opened state differs from a full replay"
+    return store
+
+
+@pytest.mark.slow
+def test_kill_9_during_appends_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    rng = random.Random(20250301)
+    acked: dict[str, str] = {}  # memory id -> how it was acknowledged
+    reads: dict[str, int] = {}
+    batches: list[list[str]] = []
+    deadline = time.monotonic() + 45
+    kills = 0
+    torn_seen = 0
+    for it in range(25):
+        if time.monotonic() > deadline and kills >= 10:
+            break
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(home), f"w{it}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first == b"ready\n", first + proc.stderr.read()  # type: ignore[union-attr]
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        assert proc.returncode == -signal.SIGKILL, err.decode()
+        kills += 1
+        for line in out.split(b"\n")[:-1]:  # a line without its newline was not acknowledged
+            kind, *ids = line.decode().split()
+            if kind == "read":
+                reads[ids[0]] = reads.get(ids[0], 0) + 1
+                continue
+            for memory_id in ids:
+                acked[memory_id] = kind
+            if kind == "batch":
+                batches.append(ids)
+        report = verify(home)
+        if not report.ok:
+            # The only acceptable problem: a torn last line the next appender will cut.
+            assert len(report.problems) == 1 and "torn last line" in report.problems[0], (
+                report.problems
+            )
+            torn_seen += 1
+        store = open_and_check(home)
+        memories = store.state.memories
+        missing = [m for m in acked if m not in memories]
+        assert not missing, f"iteration {it}: acknowledged memories lost: {missing}"
+        for memory_id, count in reads.items():
+            assert memories[memory_id].access_count >= count, memory_id
+        for ids in batches:  # a batch is one event: its memories share one seq
+            assert len({memories[m].created_seq for m in ids}) == 1
+        store.close()
+    assert kills >= 10
+    # A last appender cuts any torn tail; afterwards the log verifies cleanly.
+    store = open_and_check(home)
+    store.remember("after the storm", ["calm"])
+    store.close()
+    report = verify(home)
+    assert report.ok, report.problems
+    assert report.events == len(EventLog(home).read_new())
+    events = EventLog(home).read_new()
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    print(f"kills={kills} acked={len(acked)} reads={sum(reads.values())} torn={torn_seen}")
+    assert len(acked) > 20, "the writers hardly wrote anything: the test proves little"
+
+
+# -- damaged caches --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> Path:
+    home = tmp_path / "store"
+    with Store(settings(home), embedder=HashEmbedder()) as store:
+        ids = [
+            store.remember(f"fact number {i} about {t}", [t, "fact"]).memory_id
+            for i, t in enumerate(["apples", "pears", "tea", "coffee", "rain", "sun"] * 3)
+        ]
+        store.read_memory(ids[0])
+        store.correct(ids[1], "pears are sweet in autumn")
+        store.forget(ids[2])
+    assert (home / "cache" / "snapshot").exists()
+    return home
+
+
+def vector_dir(home: Path) -> Path:
+    (d,) = (home / "cache" / "vectors").iterdir()
+    return d
+
+
+def damage_snapshot_garbage(home: Path) -> None:
+    (home / "cache" / "snapshot" / "keygraph.msgpack").write_bytes(os.urandom(3000))
+
+
+def damage_snapshot_truncated(home: Path) -> None:
+    p = home / "cache" / "snapshot" / "keygraph.msgpack"
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def damage_snapshot_empty(home: Path) -> None:
+    (home / "cache" / "snapshot" / "keygraph.msgpack").write_bytes(b"")
+
+
+def damage_snapshot_deleted(home: Path) -> None:
+    (home / "cache" / "snapshot" / "keygraph.msgpack").unlink()
+
+
+def damage_snapshot_stale(home: Path) -> None:
+    """A snapshot from an earlier moment: valid, just behind the log."""
+    snap = home / "cache" / "snapshot" / "keygraph.msgpack"
+    old = snap.read_bytes()
+    with Store(settings(home), embedder=HashEmbedder()) as store:
+        store.remember("one more fact after the snapshot", ["late"])
+        store.remember("and yet another", ["late"])
+    snap.write_bytes(old)
+
+
+def damage_snapshot_wrong_json(home: Path) -> None:
+    (home / "cache" / "snapshot" / "keygraph.msgpack").write_bytes(
+        msgspec.msgpack.encode({"format": 1, "seq": "many"})
+    )
+
+
+def damage_vectors_truncated(home: Path) -> None:
+    d = vector_dir(home)
+    with open(d / "vectors.f32", "r+b") as f:
+        f.truncate(os.path.getsize(d / "vectors.f32") // 2 + 3)  # not a whole row
+
+
+def damage_hashes_truncated(home: Path) -> None:
+    d = vector_dir(home)
+    with open(d / "hashes.txt", "r+b") as f:
+        f.truncate(33 * 4 + 10)  # four rows and a torn one
+
+
+def damage_vectors_deleted(home: Path) -> None:
+    (vector_dir(home) / "vectors.f32").unlink()
+
+
+def damage_hashes_deleted(home: Path) -> None:
+    (vector_dir(home) / "hashes.txt").unlink()
+
+
+def damage_cache_deleted(home: Path) -> None:
+    shutil.rmtree(home / "cache")
+
+
+def damage_everything(home: Path) -> None:
+    damage_snapshot_garbage(home)
+    damage_vectors_truncated(home)
+    damage_hashes_truncated(home)
+
+
+DAMAGE = [
+    damage_snapshot_garbage,
+    damage_snapshot_truncated,
+    damage_snapshot_empty,
+    damage_snapshot_deleted,
+    damage_snapshot_stale,
+    damage_snapshot_wrong_json,
+    damage_vectors_truncated,
+    damage_hashes_truncated,
+    damage_vectors_deleted,
+    damage_hashes_deleted,
+    damage_cache_deleted,
+    damage_everything,
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=[d.__name__[7:] for d in DAMAGE])
+def test_a_damaged_cache_costs_a_replay_never_data(filled: Path, damage: object) -> None:
+    log_before = {p: p.read_bytes() for p in (filled / "log").iterdir() if p.is_file()}
+    damage(filled)  # type: ignore[operator]
+    store = open_and_check(filled)
+    # The vectors it serves are the model's, whatever was left on disk.
+    contents = [n.content for n in store.state.memories.values() if n.content]
+    expected = HashEmbedder().embed(contents)
+    assert np.allclose(store.embed(contents), expected, atol=1e-6)
+    # It keeps working: decisions that need vectors (dedup) still see the old memories.
+    again = store.remember("fact number 3 about coffee", ["coffee", "fact"])
+    assert again.deduplicated is not None
+    store.close()
+    assert encoded(open_and_check(filled).state) == replay(filled)
+    for path, data in log_before.items():
+        assert path.read_bytes().startswith(data), "the log was rewritten"
+    # And the repaired cache files agree with the model row by row.
+    d = vector_dir(filled)
+    hashes = (d / "hashes.txt").read_text().split()
+    rows = np.frombuffer((d / "vectors.f32").read_bytes(), dtype=np.float32).reshape(-1, 256)
+    assert len(hashes) == len(rows)
+    by_hash = {text_hash(c): v for c, v in zip(contents, expected, strict=True)}
+    for h, row in zip(hashes, rows, strict=True):
+        if h in by_hash:
+            assert np.allclose(row, by_hash[h], atol=1e-6)
