@@ -9,7 +9,22 @@ from .results import to_dict
 from .store import RememberItem, Store, open_store
 
 __all__ = [
-    "PROFILES", "CorruptLog", "Embedder", "FastEmbedder", "HashEmbedder", "InvalidInput",
-    "KeytrailError", "Limits", "NotFound", "RememberItem", "Settings", "Store", "StoreError",
-    "Thresholds", "make_embedder", "open_store", "profile_for", "to_dict",
+    "PROFILES",
+    "CorruptLog",
+    "Embedder",
+    "FastEmbedder",
+    "HashEmbedder",
+    "InvalidInput",
+    "KeytrailError",
+    "Limits",
+    "NotFound",
+    "RememberItem",
+    "Settings",
+    "Store",
+    "StoreError",
+    "Thresholds",
+    "make_embedder",
+    "open_store",
+    "profile_for",
+    "to_dict",
 ]

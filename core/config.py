@@ -60,22 +60,30 @@ class Settings:
         values: dict[str, Any] = {}
         if "KEYTRAIL_HOME" in env:
             values["home"] = Path(env["KEYTRAIL_HOME"]).expanduser()
-        for name, var in (("embedder", "KEYTRAIL_EMBEDDER"), ("model", "KEYTRAIL_EMBED_MODEL"),
-                          ("model_path", "KEYTRAIL_EMBED_MODEL_PATH"),
-                          ("default_namespace", "KEYTRAIL_NAMESPACE")):
+        for name, var in (
+            ("embedder", "KEYTRAIL_EMBEDDER"),
+            ("model", "KEYTRAIL_EMBED_MODEL"),
+            ("model_path", "KEYTRAIL_EMBED_MODEL_PATH"),
+            ("default_namespace", "KEYTRAIL_NAMESPACE"),
+        ):
             if env.get(var):
                 values[name] = env[var]
-        for name, var, kind in (("time_decay_days", "KEYTRAIL_TIME_DECAY_DAYS", float),
-                                ("hub_min", "KEYTRAIL_HUB_MIN", int),
-                                ("snapshot_every", "KEYTRAIL_SNAPSHOT_EVERY", int),
-                                ("segment_bytes", "KEYTRAIL_SEGMENT_BYTES", int)):
+        for name, var, kind in (
+            ("time_decay_days", "KEYTRAIL_TIME_DECAY_DAYS", float),
+            ("hub_min", "KEYTRAIL_HUB_MIN", int),
+            ("snapshot_every", "KEYTRAIL_SNAPSHOT_EVERY", int),
+            ("segment_bytes", "KEYTRAIL_SEGMENT_BYTES", int),
+        ):
             if env.get(var):
                 values[name] = _parse(var, env[var], kind)
         values["rules"] = _override(FoldRules(), "KEYTRAIL_", env)
         values["limits"] = _override(Limits(), "KEYTRAIL_MAX_", env)
         values["threshold_overrides"] = {
-            f.name: _parse(f"KEYTRAIL_THRESHOLD_{f.name.upper()}",
-                           env[f"KEYTRAIL_THRESHOLD_{f.name.upper()}"], float)
+            f.name: _parse(
+                f"KEYTRAIL_THRESHOLD_{f.name.upper()}",
+                env[f"KEYTRAIL_THRESHOLD_{f.name.upper()}"],
+                float,
+            )
             for f in dataclasses.fields(Thresholds)
             if env.get(f"KEYTRAIL_THRESHOLD_{f.name.upper()}")
         }
@@ -97,7 +105,8 @@ def _override(obj: Any, prefix: str, env: Mapping[str, str]) -> Any:
     import msgspec
 
     names = (
-        [f.name for f in msgspec.structs.fields(obj)] if isinstance(obj, msgspec.Struct)
+        [f.name for f in msgspec.structs.fields(obj)]
+        if isinstance(obj, msgspec.Struct)
         else [f.name for f in dataclasses.fields(obj)]
     )
     changes: dict[str, Any] = {}

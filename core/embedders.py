@@ -80,8 +80,13 @@ class FastEmbedder:
 
     backend = "fastembed"
 
-    def __init__(self, model_id: str = DEFAULT_MODEL, model_path: str | None = None,
-                 dim: int | None = None, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model_id: str = DEFAULT_MODEL,
+        model_path: str | None = None,
+        dim: int | None = None,
+        batch_size: int = 64,
+    ) -> None:
         self.model_id = model_id
         self.model_path = model_path
         self.batch_size = batch_size
@@ -112,8 +117,11 @@ class FastEmbedder:
                 self._model = TextEmbedding(self.model_id, **kwargs)
             except Exception as exc:  # fastembed raises bare exceptions for download failures
                 where = self.model_path or "the model hub"
-                raise StoreError(f"cannot load embedding model {self.model_id!r} from {where}: "
-                                 f"{exc}", model=self.model_id, path=self.model_path) from exc
+                raise StoreError(
+                    f"cannot load embedding model {self.model_id!r} from {where}: {exc}",
+                    model=self.model_id,
+                    path=self.model_path,
+                ) from exc
         return self._model
 
     def embed(self, texts: Sequence[str]) -> Matrix:
@@ -124,8 +132,9 @@ class FastEmbedder:
         return _normalise(vectors)
 
 
-def make_embedder(backend: str, model_id: str | None = None,
-                  model_path: str | None = None) -> Embedder:
+def make_embedder(
+    backend: str, model_id: str | None = None, model_path: str | None = None
+) -> Embedder:
     if backend == "hash":
         return HashEmbedder()
     if backend == "fastembed":

@@ -39,8 +39,10 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
             try:
                 apply(state, event)
             except (KeyError, IndexError, TypeError) as exc:
-                problems.append(f"seq {event.seq} ({type(event).__name__}) cannot be applied: "
-                                f"refers to missing {exc}")
+                problems.append(
+                    f"seq {event.seq} ({type(event).__name__}) cannot be applied: "
+                    f"refers to missing {exc}"
+                )
                 break
             count += 1
             if progress is not None and count % 10_000 == 0:
@@ -53,14 +55,17 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     if segments and not problems:
         last = log.dir / segments[-1]
         if last.stat().st_size != log.position.offset and log.position.segment == segments[-1]:
-            problems.append(f"{segments[-1]}: torn last line ({last.stat().st_size - log.position.offset} "
-                            "bytes after the last complete line; the next write cuts it)")
+            problems.append(
+                f"{segments[-1]}: torn last line ({last.stat().st_size - log.position.offset} "
+                "bytes after the last complete line; the next write cuts it)"
+            )
     torn_dir = log.dir / "torn"
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
     if progress is not None:
         progress(total, total)
-    return VerifyReport(ok=not problems, events=count, segments=len(segments),
-                        problems=problems, torn_files=torn)
+    return VerifyReport(
+        ok=not problems, events=count, segments=len(segments), problems=problems, torn_files=torn
+    )
 
 
 def _consumed(log: EventLog) -> int:

@@ -45,12 +45,22 @@ PROFILES: dict[str, Thresholds] = {
     # - key_recall 0.40: "Where does the user live?"~"home city" 0.43, "What did Newton
     #   discover?"~gravity 0.40 are found; unrelated query~key pairs peak at 0.35.
     "sentence-transformers/all-MiniLM-L6-v2": Thresholds(
-        merge=0.76, dedup=0.90, contradiction=0.65, key_recall=0.40, content_recall=0.30,
-        auto_link=0.60),
+        merge=0.76,
+        dedup=0.90,
+        contradiction=0.65,
+        key_recall=0.40,
+        content_recall=0.30,
+        auto_link=0.60,
+    ),
     # Feature hashing: cosine is token overlap, so thresholds sit higher.
     "hash": Thresholds(
-        merge=0.80, dedup=0.92, contradiction=0.60, key_recall=0.35, content_recall=0.20,
-        auto_link=0.60),
+        merge=0.80,
+        dedup=0.92,
+        contradiction=0.60,
+        key_recall=0.35,
+        content_recall=0.20,
+        auto_link=0.60,
+    ),
 }
 
 FALLBACK = "sentence-transformers/all-MiniLM-L6-v2"
@@ -62,6 +72,8 @@ def profile_for(model_id: str, overrides: dict[str, float] | None = None) -> Thr
     if base is None:
         warnings.warn(
             f"no similarity profile for model {model_id!r}; using {FALLBACK}'s. "
-            "Set KEYTRAIL_THRESHOLD_* to calibrate.", stacklevel=2)
+            "Set KEYTRAIL_THRESHOLD_* to calibrate.",
+            stacklevel=2,
+        )
         base = PROFILES[FALLBACK]
     return dataclasses.replace(base, **(overrides or {}))

@@ -10,7 +10,7 @@ import math
 import re
 import threading
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -73,8 +73,11 @@ def literal_candidates(text: str) -> list[str]:
 
 
 def _ngrams(words: list[str]) -> list[str]:
-    return [" ".join(words[i : i + n]) for n in range(1, _MAX_NGRAM + 1)
-            for i in range(len(words) - n + 1)]
+    return [
+        " ".join(words[i : i + n])
+        for n in range(1, _MAX_NGRAM + 1)
+        for i in range(len(words) - n + 1)
+    ]
 
 
 class Queries:
@@ -103,14 +106,18 @@ class Queries:
         """0.5 + 0.5·exp(−age·(1−0.7·depth)/decay): deep memories fade slower."""
         last = node.last_read_at or node.created_at
         age_days = max(0.0, (now - last).total_seconds() / 86400.0)
-        return 0.5 + 0.5 * math.exp(-age_days * (1 - 0.7 * node.depth)
-                                    / self.settings.time_decay_days)
+        return 0.5 + 0.5 * math.exp(
+            -age_days * (1 - 0.7 * node.depth) / self.settings.time_decay_days
+        )
 
     def _count(self, key: KeyNode, namespace: str | None, now: datetime) -> int:
         memories = self.state.memories
-        return sum(1 for mid in key.links
-                   if visible(node := memories[mid], now)
-                   and (namespace is None or node.namespace == namespace))
+        return sum(
+            1
+            for mid in key.links
+            if visible(node := memories[mid], now)
+            and (namespace is None or node.namespace == namespace)
+        )
 
     def _key_ref(self, key_id: str, memory_id: str | None = None) -> KeyRef:
         key = self.state.keys[key_id]
@@ -118,16 +125,23 @@ class Queries:
         return KeyRef(key_id=key.id, label=key.label, type=key.type, weight=weight)
 
     def _match(self, key: KeyNode, match: str, score: float, count: int) -> KeyMatch:
-        return KeyMatch(key_id=key.id, label=key.label, type=key.type, match=match,
-                        score=round(score, 6), memory_count=count,
-                        hub=count >= self.settings.hub_min,
-                        specificity=round(1.0 / count, 6) if count else 0.0,
-                        aliases=list(key.aliases))
+        return KeyMatch(
+            key_id=key.id,
+            label=key.label,
+            type=key.type,
+            match=match,
+            score=round(score, 6),
+            memory_count=count,
+            hub=count >= self.settings.hub_min,
+            specificity=round(1.0 / count, 6) if count else 0.0,
+            aliases=list(key.aliases),
+        )
 
     # -- recall ----------------------------------------------------------------------------
 
-    def recall(self, query: str, top_k: int = 10, namespace: str | None = None,
-               context: str | None = None) -> Recall:
+    def recall(
+        self, query: str, top_k: int = 10, namespace: str | None = None, context: str | None = None
+    ) -> Recall:
         """Keys for a query, never content. Names match literally, concepts by similarity."""
         limits = self.settings.limits
         query = check.text("query", query, limits.query_chars)
@@ -156,14 +170,19 @@ class Queries:
                     break
                 if key_id not in scores:
                     scores[key_id] = ("similar", sim)
-            ranked = sorted(((kid, m, s) for kid, (m, s) in scores.items() if count(kid) > 0),
-                            key=lambda t: (-t[2], -count(t[0])))[:top_k]
+            ranked = sorted(
+                ((kid, m, s) for kid, (m, s) in scores.items() if count(kid) > 0),
+                key=lambda t: (-t[2], -count(t[0])),
+            )[:top_k]
             keys = self.state.keys
             matches = [self._match(keys[kid], m, s, count(kid)) for kid, m, s in ranked]
             nearest: list[KeyMatch] = []
             if not matches:
-                nearest = [self._match(keys[kid], "similar", s, count(kid))
-                           for kid, s in similar if count(kid) > 0][:5]
+                nearest = [
+                    self._match(keys[kid], "similar", s, count(kid))
+                    for kid, s in similar
+                    if count(kid) > 0
+                ][:5]
             return Recall(query=query, keys=matches, nearest=nearest)
 
     def _similar_keys(self, query: str, context: str | None) -> list[tuple[str, float]]:
@@ -186,8 +205,14 @@ class Queries:
 
     # -- read_key --------------------------------------------------------------------------
 
-    def read_key(self, key_id: str, query: str | None = None, namespace: str | None = None,
-                 limit: int = 20, offset: int = 0) -> KeyPage:
+    def read_key(
+        self,
+        key_id: str,
+        query: str | None = None,
+        namespace: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> KeyPage:
         """The memories a key leads to, best first: ids and metadata, never content."""
         limits = self.settings.limits
         limit = check.count("limit", limit, 1, limits.page)
@@ -202,38 +227,67 @@ class Queries:
                 raise NotFound("key_id", "key", key_id)
             now = self.clock()
             memories = self.state.memories
-            nodes = [n for mid in key.links if visible(n := memories[mid], now)
-                     and (namespace is None or n.namespace == namespace)]
-            scores = np.array([key.links[n.id] * (0.9 + 0.1 * n.depth) * self.time_factor(n, now)
-                               for n in nodes], dtype=np.float64)
+            nodes = [
+                n
+                for mid in key.links
+                if visible(n := memories[mid], now)
+                and (namespace is None or n.namespace == namespace)
+            ]
+            scores = np.array(
+                [key.links[n.id] * (0.9 + 0.1 * n.depth) * self.time_factor(n, now) for n in nodes],
+                dtype=np.float64,
+            )
             if query is not None and nodes:
                 sims = self.embed([n.content for n in nodes]) @ self.embedder.embed([query])[0]
                 scores *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
             order = np.argsort(-scores, kind="stable")[offset : offset + limit]
             refs = [self._memory_ref(nodes[i], float(scores[i]), key.id) for i in order]
-            return KeyPage(key_id=key.id, label=key.label, type=key.type,
-                           aliases=list(key.aliases), total=len(nodes), offset=offset,
-                           memories=refs)
+            return KeyPage(
+                key_id=key.id,
+                label=key.label,
+                type=key.type,
+                aliases=list(key.aliases),
+                total=len(nodes),
+                offset=offset,
+                memories=refs,
+            )
 
     def _memory_ref(self, node: MemoryNode, score: float, via_key: str) -> MemoryRef:
         return MemoryRef(
-            memory_id=node.id, namespace=node.namespace, score=round(score, 6),
-            weight=round(self.state.keys[via_key].links[node.id], 6), depth=round(node.depth, 6),
-            access_count=node.access_count, created_at=node.created_at,
+            memory_id=node.id,
+            namespace=node.namespace,
+            score=round(score, 6),
+            weight=round(self.state.keys[via_key].links[node.id], 6),
+            depth=round(node.depth, 6),
+            access_count=node.access_count,
+            created_at=node.created_at,
             last_read_at=node.last_read_at,
             keys=[self._key_ref(k, node.id) for k in node.keys if k != via_key],
-            expires_at=node.expires_at, source=node.source, session_id=node.session_id,
-            supersedes=node.supersedes)
+            expires_at=node.expires_at,
+            source=node.source,
+            session_id=node.session_id,
+            supersedes=node.supersedes,
+        )
 
     def memory_view(self, node: MemoryNode, seq: int | None = None) -> MemoryView:
         return MemoryView(
-            memory_id=node.id, namespace=node.namespace, content=node.content,
-            depth=round(node.depth, 6), access_count=node.access_count,
-            created_at=node.created_at, last_read_at=node.last_read_at,
+            memory_id=node.id,
+            namespace=node.namespace,
+            content=node.content,
+            depth=round(node.depth, 6),
+            access_count=node.access_count,
+            created_at=node.created_at,
+            last_read_at=node.last_read_at,
             keys=[self._key_ref(k, node.id) for k in node.keys],
-            related_to=list(node.related_to), supersedes=node.supersedes,
-            superseded_by=node.superseded_by, status=node.status, expires_at=node.expires_at,
-            source=node.source, session_id=node.session_id, seq=seq)
+            related_to=list(node.related_to),
+            supersedes=node.supersedes,
+            superseded_by=node.superseded_by,
+            status=node.status,
+            expires_at=node.expires_at,
+            source=node.source,
+            session_id=node.session_id,
+            seq=seq,
+        )
 
     # -- related ---------------------------------------------------------------------------
 
@@ -251,9 +305,13 @@ class Queries:
             shared: dict[str, list[str]] = {}
             for key_id in node.keys:
                 key = keys[key_id]
-                others = [mid for mid in key.links if mid != node.id
-                          and visible(memories[mid], now)
-                          and memories[mid].namespace == node.namespace]
+                others = [
+                    mid
+                    for mid in key.links
+                    if mid != node.id
+                    and visible(memories[mid], now)
+                    and memories[mid].namespace == node.namespace
+                ]
                 df = len(others) + (1 if visible(node, now) else 0)
                 idf = 1.0 if df <= 1 else 1.0 / df
                 if key.type != "concept":
@@ -261,21 +319,33 @@ class Queries:
                 for mid in others:
                     scores[mid] = scores.get(mid, 0.0) + idf
                     shared.setdefault(mid, []).append(key_id)
-            edges = {m for m in (*node.related_to, *node.related_from)
-                     if m in memories and visible(memories[m], now)}
+            edges = {
+                m
+                for m in (*node.related_to, *node.related_from)
+                if m in memories and visible(memories[m], now)
+            }
             for mid in edges:
                 scores[mid] = scores.get(mid, 0.0) + 1.0
             ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
-            return Related(memory_id=node.id, related=[
-                RelatedMemory(memory_id=mid, score=round(score, 6),
-                              shared_keys=[self._key_ref(k, mid) for k in shared.get(mid, [])],
-                              related_edge=mid in edges, depth=round(memories[mid].depth, 6))
-                for mid, score in ranked])
+            return Related(
+                memory_id=node.id,
+                related=[
+                    RelatedMemory(
+                        memory_id=mid,
+                        score=round(score, 6),
+                        shared_keys=[self._key_ref(k, mid) for k in shared.get(mid, [])],
+                        related_edge=mid in edges,
+                        depth=round(memories[mid].depth, 6),
+                    )
+                    for mid, score in ranked
+                ],
+            )
 
     # -- listing and stats -----------------------------------------------------------------
 
-    def list_memories(self, namespace: str | None = None, limit: int = 50,
-                      offset: int = 0) -> MemoryPage:
+    def list_memories(
+        self, namespace: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
         """Current memories, newest first, with a short preview."""
         limit = check.count("limit", limit, 1, self.settings.limits.page)
         offset = check.count("offset", offset, 0, 10**9)
@@ -283,17 +353,30 @@ class Queries:
         with self._mutex:
             self.refresh()
             now = self.clock()
-            nodes = [n for n in self.state.memories.values() if visible(n, now)
-                     and (namespace is None or n.namespace == namespace)]
+            nodes = [
+                n
+                for n in self.state.memories.values()
+                if visible(n, now) and (namespace is None or n.namespace == namespace)
+            ]
             nodes.reverse()
             page = nodes[offset : offset + limit]
-            return MemoryPage(total=len(nodes), offset=offset, memories=[
-                MemorySummary(memory_id=n.id, namespace=n.namespace,
-                              preview=_preview(n.content), depth=round(n.depth, 6),
-                              access_count=n.access_count, created_at=n.created_at,
-                              keys=[self._key_ref(k, n.id) for k in n.keys],
-                              expires_at=n.expires_at)
-                for n in page])
+            return MemoryPage(
+                total=len(nodes),
+                offset=offset,
+                memories=[
+                    MemorySummary(
+                        memory_id=n.id,
+                        namespace=n.namespace,
+                        preview=_preview(n.content),
+                        depth=round(n.depth, 6),
+                        access_count=n.access_count,
+                        created_at=n.created_at,
+                        keys=[self._key_ref(k, n.id) for k in n.keys],
+                        expires_at=n.expires_at,
+                    )
+                    for n in page
+                ],
+            )
 
     def memory_stats(self) -> Stats:
         with self._mutex:
@@ -310,21 +393,36 @@ class Queries:
                     superseded += 1
                 else:
                     namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
-            hubs = sum(1 for k in state.keys.values()
-                       if self._count(k, None, now) >= self.settings.hub_min)
+            hubs = sum(
+                1 for k in state.keys.values() if self._count(k, None, now) >= self.settings.hub_min
+            )
             log_bytes = sum((self.log.dir / s).stat().st_size for s in self.log.segments())
             return Stats(
-                store_id=state.store_id, seq=state.seq, memories=sum(namespaces.values()),
-                superseded=superseded, expired=expired, forgotten=forgotten,
-                keys=len(state.keys), links=sum(len(k.links) for k in state.keys.values()),
-                hubs=hubs, namespaces=dict(sorted(namespaces.items())),
-                sessions=len(state.conversations), embedder=self.embedder.fingerprint,
-                log_bytes=log_bytes, last_event_at=state.at if state.seq else None)
+                store_id=state.store_id,
+                seq=state.seq,
+                memories=sum(namespaces.values()),
+                superseded=superseded,
+                expired=expired,
+                forgotten=forgotten,
+                keys=len(state.keys),
+                links=sum(len(k.links) for k in state.keys.values()),
+                hubs=hubs,
+                namespaces=dict(sorted(namespaces.items())),
+                sessions=len(state.conversations),
+                embedder=self.embedder.fingerprint,
+                log_bytes=log_bytes,
+                last_event_at=state.at if state.seq else None,
+            )
 
     # -- browsing keys and conversations ---------------------------------------------------
 
-    def browse_keys(self, namespace: str | None = None, hubs_only: bool = False,
-                    limit: int = 50, offset: int = 0) -> KeyBrowse:
+    def browse_keys(
+        self,
+        namespace: str | None = None,
+        hubs_only: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> KeyBrowse:
         """Keys leading to current memories, most-used first, with memory counts and hub flags."""
         limit = check.count("limit", limit, 1, self.settings.limits.page)
         offset = check.count("offset", offset, 0, 10**9)
@@ -333,14 +431,27 @@ class Queries:
             self.refresh()
             now = self.clock()
             hub_min = self.settings.hub_min
-            counted = [(k, c) for k in self.state.keys.values()
-                       if (c := self._count(k, namespace, now)) > 0
-                       and (not hubs_only or c >= hub_min)]
+            counted = [
+                (k, c)
+                for k in self.state.keys.values()
+                if (c := self._count(k, namespace, now)) > 0 and (not hubs_only or c >= hub_min)
+            ]
             counted.sort(key=lambda kc: (-kc[1], kc[0].label.casefold(), kc[0].id))
-            return KeyBrowse(total=len(counted), offset=offset, keys=[
-                KeyListing(key_id=k.id, label=k.label, type=k.type, memory_count=c,
-                           hub=c >= hub_min, aliases=list(k.aliases))
-                for k, c in counted[offset : offset + limit]])
+            return KeyBrowse(
+                total=len(counted),
+                offset=offset,
+                keys=[
+                    KeyListing(
+                        key_id=k.id,
+                        label=k.label,
+                        type=k.type,
+                        memory_count=c,
+                        hub=c >= hub_min,
+                        aliases=list(k.aliases),
+                    )
+                    for k, c in counted[offset : offset + limit]
+                ],
+            )
 
     def get_conversation(self, session_id: str, turn: int | None = None) -> Conversation:
         """The recorded turns of a session in order, or only turn number `turn` (1-based)."""
@@ -353,16 +464,25 @@ class Queries:
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
             chosen = [t for t in turns if turn is None or t.turn == turn]
-            return Conversation(session_id=session_id, total=len(turns), turns=[
-                TurnView(turn=t.turn, role=t.role, content=t.content, at=t.at) for t in chosen])
+            return Conversation(
+                session_id=session_id,
+                total=len(turns),
+                turns=[
+                    TurnView(turn=t.turn, role=t.role, content=t.content, at=t.at) for t in chosen
+                ],
+            )
 
     def list_sessions(self) -> SessionList:
         """Every session with recorded turns, most recently active first."""
         with self._mutex:
             self.refresh()
-            sessions = [SessionSummary(session_id=sid, turns=len(turns), first_at=turns[0].at,
-                                       last_at=turns[-1].at)
-                        for sid, turns in self.state.conversations.items() if turns]
+            sessions = [
+                SessionSummary(
+                    session_id=sid, turns=len(turns), first_at=turns[0].at, last_at=turns[-1].at
+                )
+                for sid, turns in self.state.conversations.items()
+                if turns
+            ]
             sessions.sort(key=lambda s: (s.last_at, s.session_id), reverse=True)
             return SessionList(sessions=sessions)
 
@@ -370,5 +490,3 @@ class Queries:
 def _preview(content: str) -> str:
     flat = " ".join(content.split())
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
-
-

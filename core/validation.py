@@ -33,15 +33,17 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
 
 
 def name(field: str, value: object, limit: int) -> str:
-    """A namespace or session id: letters, digits and _ . : @ - , starting with a letter or digit."""
+    """A namespace or session id: letters, digits and _ . : @ -, starting with a letter/digit."""
     if not isinstance(value, str) or not value:
         raise InvalidInput(field, "must be a non-empty string")
     if len(value) > limit:
         raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
     if not _NAME_RE.match(value):
         raise InvalidInput(
-            field, f"{value!r} may only contain letters, digits and _ . : @ -, "
-            "and must start with a letter or digit")
+            field,
+            f"{value!r} may only contain letters, digits and _ . : @ -, "
+            "and must start with a letter or digit",
+        )
     return value
 
 
@@ -57,19 +59,28 @@ def session_id(value: object | None) -> str | None:
     return None if value is None else name("session_id", value, SESSION_CHARS)
 
 
-def keys(labels: object, types: Mapping[str, str] | None, limits: Limits,
-         *, field: str = "keys", required: bool = True) -> list[KeySpec]:
-    if labels is None or (isinstance(labels, Sequence) and not isinstance(labels, str)
-                          and len(labels) == 0):
+def keys(
+    labels: object,
+    types: Mapping[str, str] | None,
+    limits: Limits,
+    *,
+    field: str = "keys",
+    required: bool = True,
+) -> list[KeySpec]:
+    if labels is None or (
+        isinstance(labels, Sequence) and not isinstance(labels, str) and len(labels) == 0
+    ):
         if required:
-            raise InvalidInput(field, "at least one key is required (a concept, name or topic)",
-                               limit=f"1 to {limits.keys_per_memory} keys")
+            raise InvalidInput(
+                field,
+                "at least one key is required (a concept, name or topic)",
+                limit=f"1 to {limits.keys_per_memory} keys",
+            )
         labels = []
     if isinstance(labels, str) or not isinstance(labels, Sequence):
         raise InvalidInput(field, "must be a list of strings")
     if len(labels) > limits.keys_per_memory:
-        raise InvalidInput(field, f"has {len(labels)} keys",
-                           limit=f"{limits.keys_per_memory} keys")
+        raise InvalidInput(field, f"has {len(labels)} keys", limit=f"{limits.keys_per_memory} keys")
     types = dict(types or {})
     if not isinstance(types, dict):
         raise InvalidInput("key_types", "must map key labels to a type")
@@ -80,14 +91,16 @@ def keys(labels: object, types: Mapping[str, str] | None, limits: Limits,
         label = " ".join(text(f"{field}[{i}]", raw, limits.key_chars).split())
         kind = folded_types.pop(label.casefold(), "concept")
         if kind not in KEY_TYPES:
-            raise InvalidInput("key_types", f"{label!r} has unknown type {kind!r}",
-                               limit=" | ".join(KEY_TYPES))
+            raise InvalidInput(
+                "key_types", f"{label!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)
+            )
         if label.casefold() not in seen:
             seen.add(label.casefold())
             specs.append(KeySpec(label, kind))
     if folded_types:
-        raise InvalidInput("key_types", f"names keys that are not in {field}: "
-                           f"{sorted(folded_types)}")
+        raise InvalidInput(
+            "key_types", f"names keys that are not in {field}: {sorted(folded_types)}"
+        )
     return specs
 
 
@@ -97,8 +110,9 @@ def ttl(value: object | None, limits: Limits) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput("ttl_seconds", "must be a whole number of seconds")
     if value <= 0 or value > limits.ttl_seconds:
-        raise InvalidInput("ttl_seconds", f"{value} is out of range",
-                           limit=f"1 to {limits.ttl_seconds} seconds")
+        raise InvalidInput(
+            "ttl_seconds", f"{value} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
+        )
     return value
 
 

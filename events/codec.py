@@ -41,7 +41,7 @@ def _crc(body: bytes | memoryview) -> str:
 def encode_line(event: Event) -> bytes:
     """The event as one complete log line, newline included."""
     body = _encoder.encode(event)
-    return b"%s%s%s\"}\n" % (body[:-1], _CRC_PREFIX, _crc(memoryview(body)[:-1]).encode())
+    return b'%s%s%s"}\n' % (body[:-1], _CRC_PREFIX, _crc(memoryview(body)[:-1]).encode())
 
 
 def _check_crc(line: bytes) -> None:

@@ -49,8 +49,12 @@ class CorruptLog(KeytrailError):
     """A line of the event log cannot be decoded; the store refuses to open."""
 
     def __init__(self, segment: str, line: int, reason: str) -> None:
-        super().__init__(f"corrupt event log: {segment} line {line}: {reason}",
-                         segment=segment, line=line, reason=reason)
+        super().__init__(
+            f"corrupt event log: {segment} line {line}: {reason}",
+            segment=segment,
+            line=line,
+            reason=reason,
+        )
         self.segment = segment
         self.line = line
         self.reason = reason

@@ -151,8 +151,9 @@ class EventLog:
             self._segment, self._offset = segments[0], 0
         index = segments.index(self._segment) if self._segment in segments else -1
         if index < 0:
-            raise StoreError(f"log segment {self._segment} disappeared under a reader",
-                             segment=self._segment)
+            raise StoreError(
+                f"log segment {self._segment} disappeared under a reader", segment=self._segment
+            )
         while True:
             yield from self._read_segment(self._segment)
             if index + 1 >= len(segments):
@@ -203,11 +204,17 @@ class EventLog:
         except DecodeError as exc:
             raise CorruptLog(path.name, self._line_number(path, offset), exc.message) from None
         if event.seq != self._seq + 1:
-            raise CorruptLog(path.name, self._line_number(path, offset),
-                             f"seq {event.seq} follows {self._seq} (the log must be gap-free)")
+            raise CorruptLog(
+                path.name,
+                self._line_number(path, offset),
+                f"seq {event.seq} follows {self._seq} (the log must be gap-free)",
+            )
         if event.at < self._at:
-            raise CorruptLog(path.name, self._line_number(path, offset),
-                             f"time {event.at.isoformat()} is before {self._at.isoformat()}")
+            raise CorruptLog(
+                path.name,
+                self._line_number(path, offset),
+                f"time {event.at.isoformat()} is before {self._at.isoformat()}",
+            )
         return event
 
     @staticmethod
@@ -284,7 +291,9 @@ class Appender:
         line = encode_line(stamped)
         # The lock holder is caught up, so the cursor stands at the end of the last segment.
         name = log._segment
-        new_segment = name is None or (0 < log._offset and log._offset + len(line) > log.segment_bytes)
+        new_segment = name is None or (
+            log._offset > 0 and log._offset + len(line) > log.segment_bytes
+        )
         if new_segment:
             name = segment_name(stamped.seq)
         offset = 0 if new_segment else log._offset

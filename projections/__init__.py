@@ -5,6 +5,15 @@ from .snapshot import Snapshot, write_atomic
 from .vectors import VectorCache, VectorSet, text_hash
 
 __all__ = [
-    "GraphState", "KeyNode", "MemoryNode", "Snapshot", "Turn", "VectorCache", "VectorSet",
-    "apply", "fold", "text_hash", "write_atomic",
+    "GraphState",
+    "KeyNode",
+    "MemoryNode",
+    "Snapshot",
+    "Turn",
+    "VectorCache",
+    "VectorSet",
+    "apply",
+    "fold",
+    "text_hash",
+    "write_atomic",
 ]

@@ -122,8 +122,13 @@ def _add_memory(state: GraphState, new: NewMemory, event: Event) -> MemoryNode:
     for link in new.keys:
         key = state.keys.get(link.key_id)
         if key is None:
-            key = KeyNode(id=link.key_id, label=link.label, type=link.type,
-                          created_seq=event.seq, extracted=link.extracted)
+            key = KeyNode(
+                id=link.key_id,
+                label=link.label,
+                type=link.type,
+                created_seq=event.seq,
+                extracted=link.extracted,
+            )
             state.keys[key.id] = key
             state.labels.setdefault(link.label.casefold(), key.id)
         elif link.resolution == "alias":
@@ -206,7 +211,8 @@ def _expired(state: GraphState, event: MemoriesExpired) -> None:
 
 def _turn(state: GraphState, event: TurnRecorded) -> None:
     state.conversations.setdefault(event.session_id, []).append(
-        Turn(turn=event.turn, role=event.role, content=event.content, at=event.at, seq=event.seq))
+        Turn(turn=event.turn, role=event.role, content=event.content, at=event.at, seq=event.seq)
+    )
 
 
 def _created(state: GraphState, event: StoreCreated) -> None:

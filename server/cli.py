@@ -18,7 +18,7 @@ from keytrail.core import InvalidInput, KeytrailError
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .shell import emit_json, open_store, settings_from, short_time
 
-EMBEDDERS = ("fastembed", "openai", "hash")
+EMBEDDERS = ("fastembed", "hash")
 DEFAULT_PORT = 8765
 
 

@@ -25,8 +25,10 @@ def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
     opened: list[Store] = []
 
     def make(home: Path | None = None, embedder: object = None, **settings: object) -> Store:
-        store = Store(Settings(home=home or tmp_path / "store", embedder="hash", **settings),  # type: ignore[arg-type]
-                      embedder=embedder or HashEmbedder())  # type: ignore[arg-type]
+        store = Store(
+            Settings(home=home or tmp_path / "store", embedder="hash", **settings),  # type: ignore[arg-type]
+            embedder=embedder or HashEmbedder(),
+        )  # type: ignore[arg-type]
         opened.append(store)
         return store
 
