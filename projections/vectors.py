@@ -111,8 +111,13 @@ class VectorCache:
         return self._matrix[index]
 
     def flush(self) -> None:
-        """Append unsaved rows to disk. Call only holding the store lock, after `refresh()`."""
+        """Append unsaved rows to disk. Call only holding the store lock."""
         if self.dir is None or not self._pending:
+            return
+        # Rows other processes appended since our last look go first: writing at a stale
+        # `_persisted` would truncate them away and shift every later row onto the wrong text.
+        self.refresh()
+        if not self._pending:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         rows = self._matrix[self._persisted : self._count]
