@@ -81,9 +81,9 @@ def keys(
         raise InvalidInput(field, "must be a list of strings")
     if len(labels) > limits.keys_per_memory:
         raise InvalidInput(field, f"has {len(labels)} keys", limit=f"{limits.keys_per_memory} keys")
-    types = dict(types or {})
-    if not isinstance(types, dict):
+    if types is not None and not isinstance(types, Mapping):
         raise InvalidInput("key_types", "must map key labels to a type")
+    types = dict(types or {})
     specs: list[KeySpec] = []
     seen: set[str] = set()
     folded_types = {str(k).casefold(): v for k, v in types.items()}

@@ -92,6 +92,20 @@ CASES: list[Case] = [
         "proper_noun",
     ),
     (
+        "key types not a mapping",
+        lambda s: s["store"].remember("fact", ["x"], key_types="name"),
+        InvalidInput,
+        "key_types",
+        None,
+    ),
+    (
+        "key types a list of pairs",
+        lambda s: s["store"].remember("fact", ["x"], key_types=[("x", "name")]),
+        InvalidInput,
+        "key_types",
+        None,
+    ),
+    (
         "key type for a missing key",
         lambda s: s["store"].remember("fact", ["x"], key_types={"y": "name"}),
         InvalidInput,
