@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,7 +26,6 @@ from keytrail.events import (
     Appender,
     EventLog,
     InvalidInput,
-    KeyLink,
     MemoriesExpired,
     MemoryCorrected,
     MemoryForgotten,
@@ -35,7 +33,6 @@ from keytrail.events import (
     MemoryRemembered,
     NewMemory,
     NotFound,
-    Similar,
     StoreCreated,
     StoreError,
     TurnRecorded,
@@ -48,6 +45,7 @@ from keytrail.projections.vectors import Matrix
 
 from . import validation as check
 from .config import Settings
+from .decide import Batch
 from .embedders import Embedder, make_embedder
 from .profiles import Thresholds, profile_for
 from .queries import Queries
@@ -277,10 +275,12 @@ class Store(Queries):
         return _Checked(
             content=check.text(prefix + "content", item.content, limits.content_chars),
             keys=check.keys(item.keys, item.key_types, limits, field=prefix + "keys"),
-            namespace=check.namespace(item.namespace, self.settings.default_namespace),
-            ttl=check.ttl(item.ttl_seconds, limits),
+            namespace=check.namespace(
+                item.namespace, self.settings.default_namespace, prefix + "namespace"
+            ),
+            ttl=check.ttl(item.ttl_seconds, limits, prefix + "ttl_seconds"),
             related_to=check.id_list(prefix + "related_to", item.related_to, limits.related_to),
-            session_id=check.session_id(item.session_id),
+            session_id=check.session_id(item.session_id, prefix + "session_id"),
             source=None
             if item.source is None
             else check.text(prefix + "source", item.source, limits.source_chars),
@@ -334,7 +334,7 @@ class Store(Queries):
     def _decide_remember(
         self, app: Appender, checked: list[_Checked], single: bool
     ) -> list[Remembered]:
-        batch = _Batch(self)
+        batch = Batch(self)
         news: list[NewMemory] = []
         outcomes: list[Remembered] = []
         for i, item in enumerate(checked):
@@ -409,7 +409,7 @@ class Store(Queries):
 
         def decide(app: Appender) -> Corrected:
             old = self._current_memory("memory_id", memory_id, app.at)
-            batch = _Batch(self)
+            batch = Batch(self)
             for j, target in enumerate(related or []):
                 if not batch.memory_exists(target):
                     raise NotFound(f"related_to[{j}]", "memory", target)
@@ -561,246 +561,10 @@ class Store(Queries):
         return node
 
 
-_SPECIFIC = re.compile(
-    r"\d+(?:[.,:]\d+)*|\b(?:not|no|never|none|nobody|nothing|n't|cannot"
-    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-    r"|january|february|march|april|may|june|july|august|september|october|november|december)\b"
-)
-
-
-def specifics(content: str) -> frozenset[str]:
-    """The numbers, weekdays, months and negations of a text: what a paraphrase must keep."""
-    return frozenset(_SPECIFIC.findall(content.casefold().replace("n't", " n't")))
-
-
 def _with_seq(outcome: Remembered, seq: int) -> Remembered:
     from dataclasses import replace
 
     return replace(outcome, seq=seq)
-
-
-class _Batch:
-    """Decisions of one command, aware of what earlier items of the same batch created."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.state = store.state
-        self.new_keys: dict[str, KeyLink] = {}  # folded label -> link of a key new in this batch
-        self.new_key_vectors: list[tuple[str, Matrix]] = []
-        self._graph_best: dict[str, tuple[str, float]] = {}
-        self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
-
-    def new_memory_id(self) -> str:
-        while True:
-            ident = "m_" + secrets.token_hex(6)
-            if ident not in self.state.memories and ident not in self.new_memories:
-                return ident
-
-    def _new_key_id(self) -> str:
-        taken = {link.key_id for link in self.new_keys.values()}
-        while True:
-            ident = "k_" + secrets.token_hex(5)
-            if ident not in self.state.keys and ident not in taken:
-                return ident
-
-    def memory_exists(self, memory_id: str) -> bool:
-        node = self.state.memories.get(memory_id)
-        return (node is not None and node.status != "forgotten") or memory_id in self.new_memories
-
-    def resolve_keys(self, specs: list[check.KeySpec]) -> tuple[list[KeyLink], list[KeyOutcome]]:
-        links: list[KeyLink] = []
-        outcomes: list[KeyOutcome] = []
-        initial = self.state.rules.link_initial
-        seen: set[str] = set()
-        # One matrix product for every label that may become an alias, not one per label.
-        self._graph_best.update(
-            self._closest_in_graph(
-                [
-                    s.label
-                    for s in specs
-                    if s.type == "concept"
-                    and self.state.key_for_label(s.label) is None
-                    and s.label.casefold() not in self.new_keys
-                ]
-            )
-        )
-        for spec in specs:
-            folded = spec.label.casefold()
-            existing = self.state.key_for_label(spec.label)
-            if existing is not None:
-                link = KeyLink(
-                    key_id=existing.id,
-                    label=spec.label,
-                    type=existing.type,  # type: ignore[arg-type]
-                    resolution="existing",
-                    weight=initial,
-                )
-                outcome = KeyOutcome(existing.id, existing.label, existing.type, "existing")
-            elif folded in self.new_keys:
-                first = self.new_keys[folded]
-                link = KeyLink(
-                    key_id=first.key_id,
-                    label=spec.label,
-                    type=first.type,
-                    resolution="existing",
-                    weight=initial,
-                )
-                outcome = KeyOutcome(first.key_id, first.label, first.type, "existing")
-            else:
-                link, outcome = self._new_or_alias(spec, initial)
-            if link.key_id in seen:
-                continue  # two labels resolved to the same key: one link
-            seen.add(link.key_id)
-            links.append(link)
-            outcomes.append(outcome)
-        return links, outcomes
-
-    def _new_or_alias(self, spec: check.KeySpec, initial: float) -> tuple[KeyLink, KeyOutcome]:
-        store = self.store
-        if spec.type == "concept":
-            vector = store.embed([spec.label])[0]
-            best_id, best_sim = self._closest_concept(spec.label, vector)
-            if best_id is not None and best_sim >= store.thresholds.merge:
-                target_label = self._label_of(best_id)
-                link = KeyLink(
-                    key_id=best_id,
-                    label=spec.label,
-                    type="concept",
-                    resolution="alias",
-                    similarity=round(best_sim, 6),
-                    fingerprint=store.embedder.fingerprint,
-                    weight=initial,
-                )
-                self.new_keys[spec.label.casefold()] = link
-                self.new_key_vectors.append((best_id, vector))
-                return link, KeyOutcome(
-                    best_id,
-                    spec.label,
-                    "concept",
-                    "alias",
-                    merged_into=target_label,
-                    similarity=round(best_sim, 6),
-                )
-        link = KeyLink(
-            key_id=self._new_key_id(),
-            label=spec.label,
-            type=spec.type,  # type: ignore[arg-type]
-            resolution="new",
-            weight=initial,
-        )
-        self.new_keys[spec.label.casefold()] = link
-        if spec.type == "concept":
-            self.new_key_vectors.append((link.key_id, store.embed([spec.label])[0]))
-        return link, KeyOutcome(link.key_id, spec.label, spec.type, "new")
-
-    def _label_of(self, key_id: str) -> str:
-        node = self.state.keys.get(key_id)
-        if node is not None:
-            return node.label
-        return next(lk.label for lk in self.new_keys.values() if lk.key_id == key_id)
-
-    def _closest_in_graph(self, labels: list[str]) -> dict[str, tuple[str, float]]:
-        """For each label, the closest concept key already in the graph and its cosine."""
-        rows = self.store.key_vectors()
-        if not labels or not len(rows):
-            return {}
-        scores = rows.matrix @ self.store.embed(labels).T
-        keys = self.state.keys
-        found: dict[str, tuple[str, float]] = {}
-        for j, label in enumerate(labels):
-            column = scores[:, j]
-            for _ in range(16):  # the best row whose key is (still) a concept
-                row = int(np.argmax(column))
-                if keys[rows.ids[row]].type == "concept":
-                    found[label.casefold()] = (rows.ids[row], float(column[row]))
-                    break
-                column[row] = -2.0
-        return found
-
-    def _closest_concept(self, label: str, vector: Matrix) -> tuple[str | None, float]:
-        best_id, best = self._graph_best.get(label.casefold(), (None, -1.0))
-        for key_id, other in self.new_key_vectors:  # keys created earlier in this command
-            sim = float(other @ vector)
-            if sim > best:
-                best_id, best = key_id, sim
-        return best_id, best
-
-    def compare(
-        self, namespace: str, content: str, vector: Matrix, key_ids: list[str]
-    ) -> tuple[Similar | None, list[Similar]]:
-        """Dedup and contradiction candidates: current memories of the namespace sharing a key.
-
-        A near-identical text that differs in a number, a weekday or month, or a negation is a
-        different fact ("meeting on Monday" / "on Tuesday" embed at 0.99): it is flagged as a
-        possible contradiction, never silently deduplicated.
-        """
-        store = self.store
-        now = store.clock()
-        candidates: dict[str, str] = {}  # memory id -> content
-        for key_id in key_ids:
-            key = self.state.keys.get(key_id)
-            for memory_id in key.links if key is not None else ():
-                node = self.state.memories[memory_id]
-                if (
-                    node.namespace == namespace
-                    and node.current()
-                    and (node.expires_at is None or node.expires_at > now)
-                ):
-                    candidates[memory_id] = node.content
-        superseded = {n.supersedes for n, _ in self.new_memories.values() if n.supersedes}
-        for memory_id, (new, _) in self.new_memories.items():
-            if (
-                new.namespace == namespace
-                and memory_id not in superseded
-                and {lk.key_id for lk in new.keys} & set(key_ids)
-            ):
-                candidates[memory_id] = new.content
-        for memory_id in superseded:
-            candidates.pop(memory_id, None)
-        if not candidates:
-            return None, []
-        ids = list(candidates)
-        sims = store.embed(list(candidates.values())) @ vector
-        order = np.argsort(-sims)
-        fingerprint = store.embedder.fingerprint
-        top = float(sims[order[0]])
-        if top >= store.thresholds.dedup and specifics(content) == specifics(
-            candidates[ids[order[0]]]
-        ):
-            return Similar(
-                memory_id=ids[order[0]], similarity=round(top, 6), fingerprint=fingerprint
-            ), []
-        flagged = [
-            Similar(memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint)
-            for i in order[:3]
-            if sims[i] >= store.thresholds.contradiction
-        ]
-        return None, flagged
-
-    def inherited_links(self, memory_id: str, present: list[KeyLink]) -> list[KeyLink]:
-        """The links of `memory_id` not already in `present`, with their current weights."""
-        have = {lk.key_id for lk in present}
-        if memory_id in self.new_memories:
-            return [lk for lk in self.new_memories[memory_id][0].keys if lk.key_id not in have]
-        node = self.state.memories[memory_id]
-        out: list[KeyLink] = []
-        for key_id in node.keys:
-            if key_id in have:
-                continue
-            key = self.state.keys[key_id]
-            out.append(
-                KeyLink(
-                    key_id=key_id,
-                    label=key.label,
-                    type=key.type,  # type: ignore[arg-type]
-                    resolution="existing",
-                    weight=key.links[memory_id],
-                )
-            )
-        return out
-
-    def add_memory(self, new: NewMemory, vector: Matrix) -> None:
-        self.new_memories[new.memory_id] = (new, vector)
 
 
 def open_store(home: Path | str | None = None, **kwargs: Any) -> Store:

@@ -47,16 +47,16 @@ def name(field: str, value: object, limit: int) -> str:
     return value
 
 
-def namespace(value: object | None, default: str) -> str:
-    return name("namespace", default if value is None else value, NAMESPACE_CHARS)
+def namespace(value: object | None, default: str, field: str = "namespace") -> str:
+    return name(field, default if value is None else value, NAMESPACE_CHARS)
 
 
 def optional_namespace(value: object | None) -> str | None:
     return None if value is None else name("namespace", value, NAMESPACE_CHARS)
 
 
-def session_id(value: object | None) -> str | None:
-    return None if value is None else name("session_id", value, SESSION_CHARS)
+def session_id(value: object | None, field: str = "session_id") -> str | None:
+    return None if value is None else name(field, value, SESSION_CHARS)
 
 
 def keys(
@@ -104,14 +104,14 @@ def keys(
     return specs
 
 
-def ttl(value: object | None, limits: Limits) -> int | None:
+def ttl(value: object | None, limits: Limits, field: str = "ttl_seconds") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput("ttl_seconds", "must be a whole number of seconds")
+        raise InvalidInput(field, "must be a whole number of seconds")
     if value <= 0 or value > limits.ttl_seconds:
         raise InvalidInput(
-            "ttl_seconds", f"{value} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
+            field, f"{value} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
         )
     return value
 

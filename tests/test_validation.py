@@ -221,6 +221,24 @@ CASES: list[Case] = [
         None,
     ),
     (
+        "batch with a bad namespace in its second item",
+        lambda s: s["store"].remember_batch(
+            [RememberItem("good fact", ["x"]), RememberItem("other", ["y"], namespace="a b")]
+        ),
+        InvalidInput,
+        "items[1].namespace",
+        None,
+    ),
+    (
+        "batch with a negative ttl in its second item",
+        lambda s: s["store"].remember_batch(
+            [RememberItem("good fact", ["x"]), RememberItem("other", ["y"], ttl_seconds=-1)]
+        ),
+        InvalidInput,
+        "items[1].ttl_seconds",
+        str(L.ttl_seconds),
+    ),
+    (
         "batch with an unknown related_to in its second item",
         lambda s: s["store"].remember_batch(
             [RememberItem("good fact", ["x"]), RememberItem("other", ["y"], related_to=["m_nope"])]
