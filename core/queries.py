@@ -170,19 +170,24 @@ class Queries:
                     break
                 if key_id not in scores:
                     scores[key_id] = ("similar", sim)
-            ranked = sorted(
-                ((kid, m, s) for kid, (m, s) in scores.items() if count(kid) > 0),
-                key=lambda t: (-t[2], -count(t[0])),
-            )[:top_k]
+            # Count memories (a walk over each key's links) only until top_k keys with any are
+            # found: on a large graph most keys above the threshold are never shown.
+            found: list[tuple[str, str, float]] = []
+            for kid, (m, s) in sorted(scores.items(), key=lambda kv: -kv[1][1]):
+                if len(found) >= top_k and s < found[-1][2]:
+                    break
+                if count(kid) > 0:
+                    found.append((kid, m, s))
+            ranked = sorted(found, key=lambda t: (-t[2], -count(t[0])))[:top_k]
             keys = self.state.keys
             matches = [self._match(keys[kid], m, s, count(kid)) for kid, m, s in ranked]
             nearest: list[KeyMatch] = []
             if not matches:
-                nearest = [
-                    self._match(keys[kid], "similar", s, count(kid))
-                    for kid, s in similar
-                    if count(kid) > 0
-                ][:5]
+                for kid, s in similar:
+                    if len(nearest) == 5:
+                        break
+                    if count(kid) > 0:
+                        nearest.append(self._match(keys[kid], "similar", s, count(kid)))
             return Recall(query=query, keys=matches, nearest=nearest)
 
     def _similar_keys(self, query: str, context: str | None) -> list[tuple[str, float]]:
@@ -197,7 +202,9 @@ class Queries:
             scores = 0.75 * scores + 0.25 * rows.scores(vectors[1])
         best: dict[str, float] = {}
         keys = self.state.keys
-        for row in np.argsort(-scores)[:200]:
+        top = min(200, len(scores))
+        candidates = np.argpartition(-scores, top - 1)[:top]
+        for row in candidates[np.argsort(-scores[candidates])]:
             key_id = rows.ids[row]
             if keys[key_id].type == "concept" and key_id not in best:
                 best[key_id] = float(scores[row])
