@@ -100,6 +100,16 @@ class Queries:
     def key_vectors(self) -> VectorSet:
         raise NotImplementedError
 
+    def _page(
+        self, limit: object, offset: object, namespace: object | None
+    ) -> tuple[int, int, str | None]:
+        """Checked paging arguments shared by every paginated query."""
+        return (
+            check.count("limit", limit, 1, self.settings.limits.page),
+            check.count("offset", offset, 0, 10**9),
+            check.optional_namespace(namespace),
+        )
+
     # -- scoring ---------------------------------------------------------------------------
 
     def time_factor(self, node: MemoryNode, now: datetime) -> float:
@@ -222,9 +232,7 @@ class Queries:
     ) -> KeyPage:
         """The memories a key leads to, best first: ids and metadata, never content."""
         limits = self.settings.limits
-        limit = check.count("limit", limit, 1, limits.page)
-        offset = check.count("offset", offset, 0, 10**9)
-        namespace = check.optional_namespace(namespace)
+        limit, offset, namespace = self._page(limit, offset, namespace)
         if query is not None:
             query = check.text("query", query, limits.query_chars)
         with self._mutex:
@@ -354,9 +362,7 @@ class Queries:
         self, namespace: str | None = None, limit: int = 50, offset: int = 0
     ) -> MemoryPage:
         """Current memories, newest first, with a short preview."""
-        limit = check.count("limit", limit, 1, self.settings.limits.page)
-        offset = check.count("offset", offset, 0, 10**9)
-        namespace = check.optional_namespace(namespace)
+        limit, offset, namespace = self._page(limit, offset, namespace)
         with self._mutex:
             self.refresh()
             now = self.clock()
@@ -431,9 +437,7 @@ class Queries:
         offset: int = 0,
     ) -> KeyBrowse:
         """Keys leading to current memories, most-used first, with memory counts and hub flags."""
-        limit = check.count("limit", limit, 1, self.settings.limits.page)
-        offset = check.count("offset", offset, 0, 10**9)
-        namespace = check.optional_namespace(namespace)
+        limit, offset, namespace = self._page(limit, offset, namespace)
         with self._mutex:
             self.refresh()
             now = self.clock()
