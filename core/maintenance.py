@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keytrail.events import CorruptLog, EventLog, KeytrailError
+from keytrail.events import CorruptLog, EventLog
 from keytrail.projections import GraphState, apply
 
 Progress = Callable[[int, int], None]
@@ -83,10 +83,3 @@ def drop_cache(home: Path | str) -> None:
     cache = Path(home) / "cache"
     if cache.exists():
         shutil.rmtree(cache)
-
-
-def ensure_store_dir(home: Path | str) -> Path:
-    path = Path(home)
-    if path.exists() and not path.is_dir():
-        raise KeytrailError(f"{path} is not a directory", path=str(path))
-    return path

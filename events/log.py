@@ -245,6 +245,10 @@ class EventLog:
         if size == 0:
             return
         with open(path, "r+b") as f:
+            # The usual case, on every append: the segment ends with a complete line.
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
             back = min(size, 1 << 20)
             while True:
                 f.seek(size - back)
