@@ -100,6 +100,9 @@ class Queries:
     def key_vectors(self) -> VectorSet:
         raise NotImplementedError
 
+    def memory_vectors(self) -> VectorSet:
+        raise NotImplementedError
+
     def _page(
         self, limit: object, offset: object, namespace: object | None
     ) -> tuple[int, int, str | None]:

@@ -124,6 +124,8 @@ class Store(Queries):
         )
         self._key_vectors = VectorSet(self.embedder.dim)
         self._labels_embedded = 0
+        self._memory_vectors = VectorSet(self.embedder.dim)
+        self._memories_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
         self.state = self._open_state(progress)
@@ -267,6 +269,24 @@ class Store(Queries):
             )
             self._labels_embedded = len(labels)
         return self._key_vectors
+
+    def memory_vectors(self) -> VectorSet:
+        """One row per memory ever created, keyed by memory id (filter by status on use).
+
+        Memories are only ever added to `state.memories`, so like key labels the new ones are the
+        dict's tail; their contents are embedded once through the cache.
+        """
+        memories = self.state.memories
+        if self._memories_embedded < len(memories):
+            tail = itertools.islice(
+                reversed(memories.values()), len(memories) - self._memories_embedded
+            )
+            fresh = list(tail)[::-1]
+            self._memory_vectors.add(
+                [node.id for node in fresh], self.embed([node.content for node in fresh])
+            )
+            self._memories_embedded = len(memories)
+        return self._memory_vectors
 
     # -- commands --------------------------------------------------------------------------
 
