@@ -33,6 +33,8 @@ class Limits:
     ttl_seconds: int = 10 * 365 * 24 * 3600
     page: int = 200
     top_k: int = 100
+    #: characters of a knowledge-graph entity name, entity type or relation type
+    kg_name_chars: int = 200
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ class Settings:
     #: write a key-graph snapshot after this many events past the last one
     snapshot_every: int = 10_000
     segment_bytes: int = 64 * 1024 * 1024
+    #: MCP tool sets to serve: "keygraph" (associative memory), "knowledge_graph" (entities)
+    toolsets: tuple[str, ...] = ("keygraph",)
+    #: namespace of knowledge-graph observations; None: the default namespace
+    kg_namespace: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -65,6 +71,7 @@ class Settings:
             ("model", "KEYTRAIL_EMBED_MODEL"),
             ("model_path", "KEYTRAIL_EMBED_MODEL_PATH"),
             ("default_namespace", "KEYTRAIL_NAMESPACE"),
+            ("kg_namespace", "KEYTRAIL_KG_NAMESPACE"),
         ):
             if env.get(var):
                 values[name] = env[var]
@@ -87,10 +94,26 @@ class Settings:
             for f in dataclasses.fields(Thresholds)
             if env.get(f"KEYTRAIL_THRESHOLD_{f.name.upper()}")
         }
+        if env.get("KEYTRAIL_TOOLSETS"):
+            values["toolsets"] = parse_toolsets(env["KEYTRAIL_TOOLSETS"], "KEYTRAIL_TOOLSETS")
         values.update({k: v for k, v in overrides.items() if v is not None})
         if isinstance(values.get("home"), str):
             values["home"] = Path(values["home"]).expanduser()
         return cls(**values)
+
+
+TOOLSETS = ("keygraph", "knowledge_graph")
+
+
+def parse_toolsets(raw: str, field: str = "toolsets") -> tuple[str, ...]:
+    """A comma-separated list of tool set names, e.g. "keygraph,knowledge_graph"."""
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    unknown = [n for n in names if n not in TOOLSETS]
+    if unknown or not names:
+        raise InvalidInput(
+            field, f"unknown tool set(s) {unknown or [raw]}", limit=", ".join(TOOLSETS)
+        )
+    return names
 
 
 def _parse(var: str, raw: str, kind: type[Any]) -> Any:

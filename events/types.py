@@ -165,6 +165,100 @@ class TurnRecorded(Event, frozen=True, kw_only=True, tag="turn.recorded"):
     content: str
 
 
+# -- knowledge graph (the reference knowledge-graph server's entities, relations, observations) --
+
+
+class EntitySpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A key declared an entity: its name (the key's label) and its entity type."""
+
+    key_id: str
+    name: str
+    entity_type: str
+    # True when this event created the key; False when an existing key became an entity.
+    new: bool = True
+
+
+class RelationSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A typed, directed edge between two entity keys ("from" relation_type "to")."""
+
+    from_key: str
+    to_key: str
+    relation_type: str
+
+
+class KeyMemory(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    key_id: str
+    memory_id: str
+
+
+class EntitiesCreated(Event, frozen=True, kw_only=True, tag="entities.created"):
+    """create_entities: new entities and their first observations (memories linked to them)."""
+
+    entities: list[EntitySpec]
+    observations: list[NewMemory] = []
+
+
+class RelationsAdded(Event, frozen=True, kw_only=True, tag="relations.added"):
+    relations: list[RelationSpec]
+
+
+class RelationsRemoved(Event, frozen=True, kw_only=True, tag="relations.removed"):
+    relations: list[RelationSpec]
+
+
+class ObservationsDeleted(Event, frozen=True, kw_only=True, tag="observations.deleted"):
+    """delete_observations: the observation memories are forgotten (content hidden)."""
+
+    memory_ids: list[str]
+
+
+class EntitiesDeleted(Event, frozen=True, kw_only=True, tag="entities.deleted"):
+    """delete_entities: the keys stop being entities; cascades decided under the lock.
+
+    Observations linked only to deleted entities are forgotten; observations also linked to
+    other keys lose the link to the deleted entity; every relation touching one is removed.
+    The keys themselves stay (keys are never removed), so history and as_of still name them.
+    """
+
+    key_ids: list[str]
+    forgotten: list[str] = []
+    unlinked: list[KeyMemory] = []
+    relations: list[RelationSpec] = []
+
+
+class ImportedKey(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    key_id: str
+    label: str
+    type: KeyType = "concept"
+    aliases: list[str] = []
+    entity_type: str | None = None
+
+
+class ImportedMemory(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A memory brought in from another store, with the times and reading it had there."""
+
+    memory: NewMemory
+    # The original creation time: the fold uses it instead of the event's record time.
+    created_at: datetime
+    depth: float = 0.0
+    access_count: int = 0
+    last_read_at: datetime | None = None
+
+
+class GraphImported(Event, frozen=True, kw_only=True, tag="graph.imported"):
+    """`keytrail import` of a memory.jsonl or keymem graph.json: the whole file, one line.
+
+    Memories come oldest first and a version chain in order, so `supersedes` always names a
+    memory folded before it.
+    """
+
+    format: str
+    source: str = ""
+    keys: list[ImportedKey] = []
+    memories: list[ImportedMemory] = []
+    relations: list[RelationSpec] = []
+
+
 AnyEvent = (
     StoreCreated
     | RulesChanged
@@ -177,6 +271,12 @@ AnyEvent = (
     | MemoryForgotten
     | MemoriesExpired
     | TurnRecorded
+    | EntitiesCreated
+    | RelationsAdded
+    | RelationsRemoved
+    | ObservationsDeleted
+    | EntitiesDeleted
+    | GraphImported
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -191,6 +291,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MemoryForgotten,
     MemoriesExpired,
     TurnRecorded,
+    EntitiesCreated,
+    RelationsAdded,
+    RelationsRemoved,
+    ObservationsDeleted,
+    EntitiesDeleted,
+    GraphImported,
 )
 
 #: tag -> class, e.g. "memory.remembered" -> MemoryRemembered

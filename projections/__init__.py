@@ -1,6 +1,6 @@
 """Read models folded from the event log: the key graph, its snapshots, embedding matrices."""
 
-from .keygraph import GraphState, KeyNode, MemoryNode, Turn, apply, fold
+from .keygraph import GraphState, KeyNode, MemoryNode, Relation, Turn, apply, fold, relation_id
 from .snapshot import Snapshot, write_atomic
 from .vectors import VectorCache, VectorSet, text_hash
 
@@ -8,12 +8,14 @@ __all__ = [
     "GraphState",
     "KeyNode",
     "MemoryNode",
+    "Relation",
     "Snapshot",
     "Turn",
     "VectorCache",
     "VectorSet",
     "apply",
     "fold",
+    "relation_id",
     "text_hash",
     "write_atomic",
 ]

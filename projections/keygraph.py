@@ -16,8 +16,11 @@ import msgspec
 
 from keytrail.events import (
     AnyEvent,
+    EntitiesCreated,
+    EntitiesDeleted,
     Event,
     FoldRules,
+    GraphImported,
     KeyAliased,
     KeyRetyped,
     LinksAdjusted,
@@ -27,6 +30,10 @@ from keytrail.events import (
     MemoryRead,
     MemoryRemembered,
     NewMemory,
+    ObservationsDeleted,
+    RelationsAdded,
+    RelationSpec,
+    RelationsRemoved,
     RulesChanged,
     StoreCreated,
     TurnRecorded,
@@ -47,6 +54,8 @@ class KeyNode(msgspec.Struct, kw_only=True, gc=False):
     links: dict[str, float] = {}
     created_seq: int = 0
     extracted: bool = False
+    #: set while the key is a knowledge-graph entity (create_entities), its entityType
+    entity_type: str | None = None
 
 
 class MemoryNode(msgspec.Struct, kw_only=True, gc=False):
@@ -84,6 +93,20 @@ class Turn(msgspec.Struct, kw_only=True, gc=False):
     seq: int
 
 
+class Relation(msgspec.Struct, kw_only=True, gc=False):
+    """A knowledge-graph relation: entity key `from_key` --relation_type--> `to_key`."""
+
+    from_key: str
+    to_key: str
+    relation_type: str
+    created_seq: int = 0
+
+
+def relation_id(from_key: str, to_key: str, relation_type: str) -> str:
+    """The identity of a relation (key ids hold no tab, so the split is unambiguous)."""
+    return f"{from_key}\t{to_key}\t{relation_type}"
+
+
 class GraphState(msgspec.Struct, kw_only=True):
     store_id: str = ""
     rules: FoldRules = FoldRules()
@@ -94,6 +117,8 @@ class GraphState(msgspec.Struct, kw_only=True):
     #: case-folded label or alias -> key id
     labels: dict[str, str] = {}
     conversations: dict[str, list[Turn]] = {}
+    #: relation_id(...) -> relation, in creation order
+    relations: dict[str, Relation] = {}
 
     def key_for_label(self, label: str) -> KeyNode | None:
         key_id = self.labels.get(label.casefold())
@@ -224,6 +249,88 @@ def _rules_changed(state: GraphState, event: RulesChanged) -> None:
     state.rules = event.rules
 
 
+def _entities_created(state: GraphState, event: EntitiesCreated) -> None:
+    for spec in event.entities:
+        key = state.keys.get(spec.key_id)
+        if key is None:
+            key = KeyNode(id=spec.key_id, label=spec.name, type="name", created_seq=event.seq)
+            state.keys[key.id] = key
+            state.labels.setdefault(spec.name.casefold(), key.id)
+        key.entity_type = spec.entity_type
+    for new in event.observations:
+        _add_memory(state, new, event)
+
+
+def _add_relations(state: GraphState, specs: list[RelationSpec], seq: int) -> None:
+    for r in specs:
+        state.relations.setdefault(
+            relation_id(r.from_key, r.to_key, r.relation_type),
+            Relation(
+                from_key=r.from_key, to_key=r.to_key, relation_type=r.relation_type, created_seq=seq
+            ),
+        )
+
+
+def _remove_relations(state: GraphState, specs: list[RelationSpec]) -> None:
+    for r in specs:
+        state.relations.pop(relation_id(r.from_key, r.to_key, r.relation_type), None)
+
+
+def _relations_added(state: GraphState, event: RelationsAdded) -> None:
+    _add_relations(state, event.relations, event.seq)
+
+
+def _relations_removed(state: GraphState, event: RelationsRemoved) -> None:
+    _remove_relations(state, event.relations)
+
+
+def _forget_node(state: GraphState, memory_id: str, seq: int) -> None:
+    node = state.memories[memory_id]
+    node.status = "forgotten"
+    node.content = ""
+    node.updated_seq = seq
+
+
+def _observations_deleted(state: GraphState, event: ObservationsDeleted) -> None:
+    for memory_id in event.memory_ids:
+        _forget_node(state, memory_id, event.seq)
+
+
+def _entities_deleted(state: GraphState, event: EntitiesDeleted) -> None:
+    _remove_relations(state, event.relations)
+    for memory_id in event.forgotten:
+        _forget_node(state, memory_id, event.seq)
+    for link in event.unlinked:
+        state.keys[link.key_id].links.pop(link.memory_id, None)
+        node = state.memories[link.memory_id]
+        node.keys = [k for k in node.keys if k != link.key_id]
+        node.updated_seq = event.seq
+    for key_id in event.key_ids:
+        state.keys[key_id].entity_type = None
+
+
+def _graph_imported(state: GraphState, event: GraphImported) -> None:
+    for spec in event.keys:
+        key = state.keys.get(spec.key_id)
+        if key is None:
+            key = KeyNode(id=spec.key_id, label=spec.label, type=spec.type, created_seq=event.seq)
+            state.keys[key.id] = key
+            state.labels.setdefault(spec.label.casefold(), key.id)
+        for alias in spec.aliases:
+            if alias not in key.aliases:
+                key.aliases.append(alias)
+            state.labels.setdefault(alias.casefold(), key.id)
+        if spec.entity_type is not None:
+            key.entity_type = spec.entity_type
+    for item in event.memories:
+        node = _add_memory(state, item.memory, event)
+        node.created_at = item.created_at
+        node.depth = item.depth
+        node.access_count = item.access_count
+        node.last_read_at = item.last_read_at
+    _add_relations(state, event.relations, event.seq)
+
+
 _FOLD: dict[type[Any], Callable[[GraphState, Any], None]] = {
     StoreCreated: _created,
     RulesChanged: _rules_changed,
@@ -236,6 +343,12 @@ _FOLD: dict[type[Any], Callable[[GraphState, Any], None]] = {
     MemoryForgotten: _forgotten,
     MemoriesExpired: _expired,
     TurnRecorded: _turn,
+    EntitiesCreated: _entities_created,
+    RelationsAdded: _relations_added,
+    RelationsRemoved: _relations_removed,
+    ObservationsDeleted: _observations_deleted,
+    EntitiesDeleted: _entities_deleted,
+    GraphImported: _graph_imported,
 }
 
 

@@ -14,12 +14,25 @@ from hypothesis import strategies as st
 
 from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
 from keytrail.core.config import Limits
+from keytrail.core.knowledge_graph import (
+    EntityInput,
+    KnowledgeGraph,
+    ObservationInput,
+    RelationInput,
+)
 from keytrail.events import (
     EVENT_TYPES,
+    EntitiesCreated,
+    EntitiesDeleted,
+    EntitySpec,
     EventLog,
     FoldRules,
+    GraphImported,
+    ImportedKey,
+    ImportedMemory,
     KeyAliased,
     KeyLink,
+    KeyMemory,
     KeyRetyped,
     LinkDelta,
     LinksAdjusted,
@@ -29,6 +42,10 @@ from keytrail.events import (
     MemoryRead,
     MemoryRemembered,
     NewMemory,
+    ObservationsDeleted,
+    RelationsAdded,
+    RelationSpec,
+    RelationsRemoved,
     RulesChanged,
     Similar,
     StoreCreated,
@@ -79,7 +96,39 @@ batch_op = st.tuples(
     st.just("batch"), st.lists(st.integers(0, len(CONTENTS) - 1), min_size=1, max_size=4)
 )
 
+ENTITIES = ["Alice", "Bob", "alice", "Paris", "Newton"]
+RELATION_TYPES = ["knows", "lives_in"]
+OBSERVATIONS = ["likes tea", "lives in Lyon", "plays chess"]
+entity_op = st.tuples(
+    st.just("entities"),
+    st.lists(
+        st.tuples(
+            st.sampled_from(ENTITIES),
+            st.sampled_from(["person", "city"]),
+            st.lists(st.sampled_from(OBSERVATIONS), max_size=2),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+relation_op = st.tuples(
+    st.sampled_from(["relate", "unrelate"]),
+    st.sampled_from(ENTITIES),
+    st.sampled_from(ENTITIES),
+    st.sampled_from(RELATION_TYPES),
+)
+observe_op = st.tuples(
+    st.sampled_from(["observe", "unobserve"]),
+    st.sampled_from(ENTITIES),
+    st.lists(st.sampled_from(OBSERVATIONS), min_size=1, max_size=2),
+)
+delete_entity_op = st.tuples(st.just("delete_entities"), st.sampled_from(ENTITIES))
+
 op = st.one_of(
+    entity_op,
+    relation_op,
+    observe_op,
+    delete_entity_op,
     remember_op,
     remember_op,
     correct_op,
@@ -169,6 +218,23 @@ def run(
                 store.cleanup_expired()
             elif kind == "tick":
                 clock.now += timedelta(seconds=item[1], microseconds=1234)
+            elif kind == "entities":
+                KnowledgeGraph(store).create_entities(
+                    [EntityInput(name, kind_, obs) for name, kind_, obs in item[1]]
+                )
+            elif kind in ("relate", "unrelate"):
+                kg = KnowledgeGraph(store)
+                rel = [RelationInput(item[1], item[2], item[3])]
+                if kind == "relate":
+                    kg.create_relations(rel)
+                else:
+                    kg.delete_relations(rel)
+            elif kind == "observe":
+                KnowledgeGraph(store).add_observations([ObservationInput(item[1], item[2])])
+            elif kind == "unobserve":
+                KnowledgeGraph(store).delete_observations([ObservationInput(item[1], item[2])])
+            elif kind == "delete_entities":
+                KnowledgeGraph(store).delete_entities([item[1]])
             elif kind == "reopen":
                 store.close()  # writes a snapshot; the next events are its tail
                 store = open_store(home, clock, snapshot_every)
@@ -272,6 +338,7 @@ new_memory = st.builds(
     duplicate_of=opt(st.none(), similar),
     contradicts=st.lists(similar, max_size=3),
 )
+relation = st.builds(RelationSpec, from_key=ids, to_key=ids, relation_type=texts)
 rules = st.builds(FoldRules, **{f.name: floats for f in msgspec.structs.fields(FoldRules)})
 envelope = {"seq": ints, "at": times}
 
@@ -313,6 +380,59 @@ EVENTS = {
         MemoryForgotten, memory_id=ids, content_hash=texts, reason=texts, **envelope
     ),
     MemoriesExpired: st.builds(MemoriesExpired, memory_ids=st.lists(ids, max_size=5), **envelope),
+    EntitiesCreated: st.builds(
+        EntitiesCreated,
+        entities=st.lists(
+            st.builds(EntitySpec, key_id=ids, name=texts, entity_type=texts, new=st.booleans()),
+            max_size=3,
+        ),
+        observations=st.lists(new_memory, max_size=2),
+        **envelope,
+    ),
+    RelationsAdded: st.builds(RelationsAdded, relations=st.lists(relation, max_size=3), **envelope),
+    RelationsRemoved: st.builds(
+        RelationsRemoved, relations=st.lists(relation, max_size=3), **envelope
+    ),
+    ObservationsDeleted: st.builds(
+        ObservationsDeleted, memory_ids=st.lists(ids, max_size=3), **envelope
+    ),
+    EntitiesDeleted: st.builds(
+        EntitiesDeleted,
+        key_ids=st.lists(ids, max_size=3),
+        forgotten=st.lists(ids, max_size=3),
+        unlinked=st.lists(st.builds(KeyMemory, key_id=ids, memory_id=ids), max_size=2),
+        relations=st.lists(relation, max_size=3),
+        **envelope,
+    ),
+    GraphImported: st.builds(
+        GraphImported,
+        format=st.sampled_from(["memory-jsonl", "keymem"]),
+        source=texts,
+        keys=st.lists(
+            st.builds(
+                ImportedKey,
+                key_id=ids,
+                label=texts,
+                type=key_types,
+                aliases=st.lists(texts, max_size=2),
+                entity_type=opt(st.none(), texts),
+            ),
+            max_size=3,
+        ),
+        memories=st.lists(
+            st.builds(
+                ImportedMemory,
+                memory=new_memory,
+                created_at=times,
+                depth=floats,
+                access_count=ints,
+                last_read_at=opt(st.none(), times),
+            ),
+            max_size=2,
+        ),
+        relations=st.lists(relation, max_size=2),
+        **envelope,
+    ),
     TurnRecorded: st.builds(
         TurnRecorded,
         session_id=texts,

@@ -1,0 +1,647 @@
+"""The reference knowledge-graph server's model on top of the key graph.
+
+An entity is a key (type "name" when created here) with an entity type; an observation is a
+memory linked to that key, in the knowledge-graph namespace; a relation is a typed, directed edge
+between two entity keys. Every change is an event, so history, as_of and forget see them.
+
+Behaviour follows `@modelcontextprotocol/server-memory`: existing entity names are ignored,
+duplicate relations and observations are skipped, add_observations and create_relations fail for
+an unknown entity (and then write nothing), deletes cascade to relations. Differences, on purpose:
+names match case-insensitively (key labels do), whitespace inside names is collapsed, and
+read_graph / search_nodes are paginated so a large graph never floods a model's context.
+
+The read side is pure functions of a `GraphState`, so a past state (as_of) answers the same way.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from keytrail.events import (
+    EntitiesCreated,
+    EntitiesDeleted,
+    EntitySpec,
+    InvalidInput,
+    KeyLink,
+    KeyMemory,
+    MemoryRemembered,
+    NewMemory,
+    NotFound,
+    ObservationsDeleted,
+    RelationsAdded,
+    RelationSpec,
+    RelationsRemoved,
+)
+from keytrail.events.log import Appender
+from keytrail.projections import GraphState, KeyNode, MemoryNode, relation_id
+
+from . import validation as check
+from .queries import visible
+from .store import _content_hash
+
+if TYPE_CHECKING:
+    from .store import Store
+
+# -- what the tools return (the reference server's JSON shapes) -------------------------------
+
+
+class Entity(msgspec.Struct, frozen=True, rename={"entity_type": "entityType"}):
+    name: str
+    entity_type: str
+    observations: list[str]
+
+
+class Relation(
+    msgspec.Struct, frozen=True, rename={"from_": "from", "relation_type": "relationType"}
+):
+    from_: str
+    to: str
+    relation_type: str
+
+
+class CreatedEntities(msgspec.Struct, frozen=True):
+    entities: list[Entity]
+    seq: int | None = None
+
+
+class CreatedRelations(msgspec.Struct, frozen=True):
+    relations: list[Relation]
+    seq: int | None = None
+
+
+class AddedObservations(
+    msgspec.Struct,
+    frozen=True,
+    rename={"entity_name": "entityName", "added_observations": "addedObservations"},
+):
+    entity_name: str
+    added_observations: list[str]
+
+
+class ObservationResults(msgspec.Struct, frozen=True):
+    results: list[AddedObservations]
+    seq: int | None = None
+
+
+class Deletion(
+    msgspec.Struct,
+    frozen=True,
+    rename={
+        "not_found": "notFound",
+        "deleted_count": "deletedCount",
+        "missing_entities": "missingEntities",
+    },
+):
+    """What a delete_* tool returns: the reference's success/message, plus the details."""
+
+    success: bool
+    message: str
+    deleted: list[str] = []
+    not_found: list[str] = []
+    deleted_count: int = 0
+    missing_entities: list[str] = []
+    seq: int | None = None
+
+
+class GraphPage(msgspec.Struct, frozen=True):
+    """Entities and relations, a page at a time.
+
+    read_graph pages over entities; each page holds the relations going out of its entities,
+    so walking every page yields every relation exactly once.
+    """
+
+    entities: list[Entity]
+    relations: list[Relation]
+    total: int
+    offset: int
+    next_offset: int | None
+
+
+# -- input ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntityInput:
+    name: str
+    entity_type: str
+    observations: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class RelationInput:
+    from_: str
+    to: str
+    relation_type: str
+
+
+@dataclass(frozen=True)
+class ObservationInput:
+    entity_name: str
+    contents: Sequence[str]
+
+
+# -- the read side: pure functions of a state --------------------------------------------------
+
+
+def entity_key(state: GraphState, name: str) -> KeyNode | None:
+    """The entity named `name` (case-insensitive), or None."""
+    key = state.key_for_label(name)
+    return key if key is not None and key.entity_type is not None else None
+
+
+def entity_keys(state: GraphState) -> Iterator[KeyNode]:
+    """Every entity, oldest first."""
+    return (k for k in state.keys.values() if k.entity_type is not None)
+
+
+def observation_nodes(
+    state: GraphState, key: KeyNode, namespace: str, now: datetime
+) -> list[MemoryNode]:
+    """The current memories of `namespace` linked to the entity's key, oldest first."""
+    memories = state.memories
+    return [
+        node
+        for mid in key.links
+        if (node := memories[mid]).namespace == namespace and visible(node, now)
+    ]
+
+
+def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> Entity:
+    return Entity(
+        name=key.label,
+        entity_type=key.entity_type or "",
+        observations=[n.content for n in observation_nodes(state, key, namespace, now)],
+    )
+
+
+def to_relation(state: GraphState, from_key: str, to_key: str, relation_type: str) -> Relation:
+    keys = state.keys
+    return Relation(from_=keys[from_key].label, to=keys[to_key].label, relation_type=relation_type)
+
+
+def read_graph(
+    state: GraphState, namespace: str, now: datetime, limit: int, offset: int
+) -> GraphPage:
+    entities = list(entity_keys(state))
+    page = entities[offset : offset + limit]
+    ids = {k.id for k in page}
+    relations = [
+        to_relation(state, r.from_key, r.to_key, r.relation_type)
+        for r in state.relations.values()
+        if r.from_key in ids
+    ]
+    end = offset + len(page)
+    return GraphPage(
+        entities=[to_entity(state, k, namespace, now) for k in page],
+        relations=relations,
+        total=len(entities),
+        offset=offset,
+        next_offset=end if end < len(entities) else None,
+    )
+
+
+def search_nodes(
+    state: GraphState, query: str, namespace: str, now: datetime, limit: int, offset: int
+) -> GraphPage:
+    """Entities whose name, type or an observation contains any word of `query` (any case),
+    and the relations touching them."""
+    words = query.casefold().split()
+
+    def hit(text: str) -> bool:
+        folded = text.casefold()
+        return any(w in folded for w in words)
+
+    matched = [
+        key
+        for key in entity_keys(state)
+        if hit(key.label)
+        or hit(key.entity_type or "")
+        or any(hit(n.content) for n in observation_nodes(state, key, namespace, now))
+    ]
+    page = matched[offset : offset + limit]
+    ids = {k.id for k in page}
+    relations = [
+        to_relation(state, r.from_key, r.to_key, r.relation_type)
+        for r in state.relations.values()
+        if r.from_key in ids or r.to_key in ids
+    ]
+    end = offset + len(page)
+    return GraphPage(
+        entities=[to_entity(state, k, namespace, now) for k in page],
+        relations=relations,
+        total=len(matched),
+        offset=offset,
+        next_offset=end if end < len(matched) else None,
+    )
+
+
+def open_nodes(state: GraphState, names: Sequence[str], namespace: str, now: datetime) -> GraphPage:
+    """The named entities (unknown names are left out) and the relations between them."""
+    found: dict[str, KeyNode] = {}
+    for name in names:
+        key = entity_key(state, name)
+        if key is not None:
+            found.setdefault(key.id, key)
+    relations = [
+        to_relation(state, r.from_key, r.to_key, r.relation_type)
+        for r in state.relations.values()
+        if r.from_key in found and r.to_key in found
+    ]
+    return GraphPage(
+        entities=[to_entity(state, k, namespace, now) for k in found.values()],
+        relations=relations,
+        total=len(found),
+        offset=0,
+        next_offset=None,
+    )
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def new_key_id(state: GraphState, taken: set[str]) -> str:
+    while True:
+        ident = "k_" + secrets.token_hex(5)
+        if ident not in state.keys and ident not in taken:
+            taken.add(ident)
+            return ident
+
+
+def new_memory_id(state: GraphState, taken: set[str]) -> str:
+    while True:
+        ident = "m_" + secrets.token_hex(6)
+        if ident not in state.memories and ident not in taken:
+            taken.add(ident)
+            return ident
+
+
+def observation_memory(
+    memory_id: str, namespace: str, content: str, key: KeyLink, **extra: Any
+) -> NewMemory:
+    return NewMemory(
+        memory_id=memory_id,
+        namespace=namespace,
+        content=content,
+        content_hash=_content_hash(content),
+        keys=[key],
+        **extra,
+    )
+
+
+class KnowledgeGraph:
+    """The knowledge-graph commands and queries of one store."""
+
+    def __init__(self, store: Store, namespace: str | None = None) -> None:
+        self.store = store
+        settings = store.settings
+        self.namespace = check.namespace(
+            namespace if namespace is not None else settings.kg_namespace,
+            settings.default_namespace,
+            "kg_namespace",
+        )
+
+    # -- checks (nothing written on bad input) ---------------------------------------------
+
+    def _name(self, field: str, value: object) -> str:
+        limit = self.store.settings.limits.kg_name_chars
+        return " ".join(check.text(field, value, limit).split())
+
+    def _list(self, field: str, value: object, what: str) -> Sequence[Any]:
+        limit = self.store.settings.limits.batch_items
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise InvalidInput(field, f"must be a list of {what}")
+        if len(value) > limit:
+            raise InvalidInput(field, f"has {len(value)} {what}", limit=f"{limit} {what}")
+        return value
+
+    def _contents(self, field: str, value: object) -> list[str]:
+        limit = self.store.settings.limits.content_chars
+        items = self._list(field, value, "observations")
+        return list(
+            dict.fromkeys(check.text(f"{field}[{i}]", c, limit) for i, c in enumerate(items))
+        )
+
+    def _relations(self, value: object) -> list[tuple[str, str, str]]:
+        items = self._list("relations", value, "relations")
+        return [
+            (
+                self._name(f"relations[{i}].from", r.from_),
+                self._name(f"relations[{i}].to", r.to),
+                self._name(f"relations[{i}].relationType", r.relation_type),
+            )
+            for i, r in enumerate(items)
+        ]
+
+    # -- commands --------------------------------------------------------------------------
+
+    def create_entities(self, entities: Sequence[EntityInput]) -> CreatedEntities:
+        """Create entities with their first observations; names that exist are ignored."""
+        items = self._list("entities", entities, "entities")
+        checked = [
+            (
+                self._name(f"entities[{i}].name", e.name),
+                self._name(f"entities[{i}].entityType", e.entity_type),
+                self._contents(f"entities[{i}].observations", e.observations),
+            )
+            for i, e in enumerate(items)
+        ]
+        store = self.store
+
+        def decide(app: Appender) -> CreatedEntities:
+            state = store.state
+            initial = state.rules.link_initial
+            taken: set[str] = set()
+            seen: set[str] = set()
+            specs: list[EntitySpec] = []
+            news: list[NewMemory] = []
+            out: list[Entity] = []
+            for i, (name, entity_type, contents) in enumerate(checked):
+                folded = name.casefold()
+                if folded in seen:
+                    continue  # the same name earlier in this call
+                seen.add(folded)
+                key = state.key_for_label(name)
+                if key is not None and key.entity_type is not None:
+                    continue  # an existing entity: ignored, like the reference server
+                if key is not None and key.label.casefold() != folded:
+                    raise InvalidInput(
+                        f"entities[{i}].name",
+                        f"{name!r} is an alias of the key {key.label!r}; use that name",
+                        value=name,
+                    )
+                spec = EntitySpec(
+                    key_id=key.id if key is not None else new_key_id(state, taken),
+                    name=key.label if key is not None else name,
+                    entity_type=entity_type,
+                    new=key is None,
+                )
+                link = KeyLink(
+                    key_id=spec.key_id,
+                    label=spec.name,
+                    type=key.type if key is not None else "name",  # type: ignore[arg-type]
+                    resolution="existing",
+                    weight=initial,
+                )
+                specs.append(spec)
+                news += [
+                    observation_memory(new_memory_id(state, taken), self.namespace, c, link)
+                    for c in contents
+                ]
+                out.append(Entity(name=spec.name, entity_type=entity_type, observations=contents))
+            if not specs:
+                return CreatedEntities(entities=[])
+            event = store._append(app, EntitiesCreated(entities=specs, observations=news))
+            return CreatedEntities(entities=out, seq=event.seq)
+
+        return store._write(decide)
+
+    def create_relations(self, relations: Sequence[RelationInput]) -> CreatedRelations:
+        """Relations between existing entities; unknown entity: error; duplicates skipped."""
+        checked = self._relations(relations)
+        store = self.store
+
+        def decide(app: Appender) -> CreatedRelations:
+            state = store.state
+            specs: dict[str, RelationSpec] = {}
+            for i, (src, dst, kind) in enumerate(checked):
+                a = self._entity_or_fail(f"relations[{i}].from", src)
+                b = self._entity_or_fail(f"relations[{i}].to", dst)
+                rid = relation_id(a.id, b.id, kind)
+                if rid not in state.relations:
+                    specs.setdefault(
+                        rid, RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
+                    )
+            if not specs:
+                return CreatedRelations(relations=[])
+            event = store._append(app, RelationsAdded(relations=list(specs.values())))
+            return CreatedRelations(
+                relations=[
+                    to_relation(state, r.from_key, r.to_key, r.relation_type)
+                    for r in specs.values()
+                ],
+                seq=event.seq,
+            )
+
+        return store._write(decide)
+
+    def _entity_or_fail(self, field: str, name: str) -> KeyNode:
+        key = entity_key(self.store.state, name)
+        if key is None:
+            raise NotFound(field, "entity", name)
+        return key
+
+    def add_observations(self, observations: Sequence[ObservationInput]) -> ObservationResults:
+        """Add observations to existing entities (all or nothing); returns what was new."""
+        items = self._list("observations", observations, "entries")
+        checked = [
+            (
+                self._name(f"observations[{i}].entityName", o.entity_name),
+                self._contents(f"observations[{i}].contents", o.contents),
+            )
+            for i, o in enumerate(items)
+        ]
+        store = self.store
+
+        def decide(app: Appender) -> ObservationResults:
+            state = store.state
+            initial = state.rules.link_initial
+            taken: set[str] = set()
+            have: dict[str, set[str]] = {}
+            news: list[NewMemory] = []
+            results: list[AddedObservations] = []
+            for i, (name, contents) in enumerate(checked):
+                key = self._entity_or_fail(f"observations[{i}].entityName", name)
+                known = have.setdefault(
+                    key.id,
+                    {n.content for n in observation_nodes(state, key, self.namespace, app.at)},
+                )
+                added = [c for c in contents if c not in known]
+                known.update(added)
+                link = KeyLink(
+                    key_id=key.id,
+                    label=key.label,
+                    type=key.type,  # type: ignore[arg-type]
+                    resolution="existing",
+                    weight=initial,
+                )
+                news += [
+                    observation_memory(new_memory_id(state, taken), self.namespace, c, link)
+                    for c in added
+                ]
+                results.append(AddedObservations(entity_name=key.label, added_observations=added))
+            if not news:
+                return ObservationResults(results=results)
+            event = store._append(app, MemoryRemembered(memories=news))
+            return ObservationResults(results=results, seq=event.seq)
+
+        return store._write(decide)
+
+    def delete_entities(self, names: Sequence[str]) -> Deletion:
+        """Delete entities, their observations and every relation touching them."""
+        checked = [
+            self._name(f"entityNames[{i}]", n)
+            for i, n in enumerate(self._list("entityNames", names, "names"))
+        ]
+        store = self.store
+        namespace = self.namespace
+
+        def decide(app: Appender) -> Deletion:
+            state = store.state
+            found: dict[str, KeyNode] = {}
+            missing: list[str] = []
+            for name in checked:
+                key = entity_key(state, name)
+                if key is None:
+                    missing.append(name)
+                else:
+                    found.setdefault(key.id, key)
+            if not found:
+                return Deletion(
+                    success=True,
+                    message=f"Deleted 0 of {len(checked)} entities. Not found: "
+                    + ", ".join(missing),
+                    not_found=missing,
+                )
+            forgotten: dict[str, None] = {}
+            unlinked: list[KeyMemory] = []
+            for key in found.values():
+                for mid in key.links:
+                    node = state.memories[mid]
+                    if node.namespace != namespace or node.status == "forgotten":
+                        continue
+                    if all(k in found for k in node.keys):
+                        forgotten[mid] = None
+                    else:
+                        unlinked.append(KeyMemory(key_id=key.id, memory_id=mid))
+            relations = [
+                RelationSpec(from_key=r.from_key, to_key=r.to_key, relation_type=r.relation_type)
+                for r in state.relations.values()
+                if r.from_key in found or r.to_key in found
+            ]
+            deleted = [k.label for k in found.values()]
+            event = store._append(
+                app,
+                EntitiesDeleted(
+                    key_ids=list(found),
+                    forgotten=list(forgotten),
+                    unlinked=unlinked,
+                    relations=relations,
+                ),
+            )
+            message = (
+                "Entities deleted successfully"
+                if not missing
+                else f"Deleted {len(found)} of {len(checked)} entities. Not found: "
+                + ", ".join(missing)
+            )
+            return Deletion(
+                success=True, message=message, deleted=deleted, not_found=missing, seq=event.seq
+            )
+
+        return store._write(decide)
+
+    def delete_observations(self, deletions: Sequence[ObservationInput]) -> Deletion:
+        """Delete observations by their exact text; unknown entities are reported, not errors."""
+        items = self._list("deletions", deletions, "entries")
+        checked = [
+            (
+                self._name(f"deletions[{i}].entityName", d.entity_name),
+                self._contents(f"deletions[{i}].observations", d.contents),
+            )
+            for i, d in enumerate(items)
+        ]
+        store = self.store
+
+        def decide(app: Appender) -> Deletion:
+            state = store.state
+            doomed: dict[str, None] = {}
+            missing: list[str] = []
+            requested = 0
+            for name, contents in checked:
+                requested += len(contents)
+                key = entity_key(state, name)
+                if key is None:
+                    missing.append(name)
+                    continue
+                wanted = set(contents)
+                for node in observation_nodes(state, key, self.namespace, app.at):
+                    if node.content in wanted:
+                        doomed[node.id] = None
+            count = len(doomed)
+            message = (
+                "Observations deleted successfully"
+                if count == requested
+                else f"Deleted {count} of {requested} observations."
+                + (f" Entities not found: {', '.join(missing)}" if missing else "")
+            )
+            seq = None
+            if doomed:
+                seq = store._append(app, ObservationsDeleted(memory_ids=list(doomed))).seq
+            return Deletion(
+                success=True,
+                message=message,
+                deleted_count=count,
+                missing_entities=missing,
+                seq=seq,
+            )
+
+        return store._write(decide)
+
+    def delete_relations(self, relations: Sequence[RelationInput]) -> Deletion:
+        """Delete relations matching from, to and relationType; the rest is counted."""
+        checked = self._relations(relations)
+        store = self.store
+
+        def decide(app: Appender) -> Deletion:
+            state = store.state
+            specs: dict[str, RelationSpec] = {}
+            for src, dst, kind in checked:
+                a, b = entity_key(state, src), entity_key(state, dst)
+                if a is None or b is None:
+                    continue
+                rid = relation_id(a.id, b.id, kind)
+                if rid in state.relations:
+                    specs[rid] = RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
+            count = len(specs)
+            message = (
+                "Relations deleted successfully"
+                if count == len(checked)
+                else f"Deleted {count} of {len(checked)} relations. The rest matched nothing."
+            )
+            seq = None
+            if specs:
+                seq = store._append(app, RelationsRemoved(relations=list(specs.values()))).seq
+            return Deletion(success=True, message=message, deleted_count=count, seq=seq)
+
+        return store._write(decide)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def read_graph(self, limit: int = 50, offset: int = 0) -> GraphPage:
+        limit, offset, _ = self.store._page(limit, offset, None)
+        with self.store._mutex:
+            state = self.store.refresh()
+            return read_graph(state, self.namespace, self.store.clock(), limit, offset)
+
+    def search_nodes(self, query: str, limit: int = 50, offset: int = 0) -> GraphPage:
+        query = check.text("query", query, self.store.settings.limits.query_chars)
+        limit, offset, _ = self.store._page(limit, offset, None)
+        with self.store._mutex:
+            state = self.store.refresh()
+            return search_nodes(state, query, self.namespace, self.store.clock(), limit, offset)
+
+    def open_nodes(self, names: Sequence[str]) -> GraphPage:
+        items = self._list("names", names, "names")
+        page = self.store.settings.limits.page
+        if len(items) > page:
+            raise InvalidInput("names", f"has {len(items)} names", limit=f"{page} names")
+        checked = [self._name(f"names[{i}]", n) for i, n in enumerate(items)]
+        with self.store._mutex:
+            state = self.store.refresh()
+            return open_nodes(state, checked, self.namespace, self.store.clock())

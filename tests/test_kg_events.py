@@ -1,0 +1,124 @@
+"""Knowledge-graph and import events: golden lines decode forever, and the fold applies them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keytrail.events import (
+    EntitiesCreated,
+    EntitiesDeleted,
+    EntitySpec,
+    GraphImported,
+    ImportedKey,
+    ImportedMemory,
+    KeyLink,
+    KeyMemory,
+    NewMemory,
+    ObservationsDeleted,
+    RelationsAdded,
+    RelationSpec,
+    RelationsRemoved,
+    decode_line,
+    encode_line,
+    event_tag,
+)
+
+# Its own file (the glob events-v*.jsonl of test_events covers it), so the gap-free seqs of
+# events-v1.jsonl never collide with other branches' new lines.
+GOLDEN = Path(__file__).parent / "golden" / "events-v1-kg.jsonl"
+
+
+def _t(s: str) -> datetime:
+    return datetime.fromisoformat(s).astimezone(UTC)
+
+
+OBS = NewMemory(
+    memory_id="m_0a1b2c3d4e5f",
+    namespace="default",
+    content="Speaks fluent Spanish",
+    content_hash="sha256:3b0e4c0c3f5d8a7e1b9c2d4f6a8b0c1d3e5f7a9b1c3d5e7f9a1b3c5d7e9f1a3b",
+    keys=[KeyLink(key_id="k_1a2b3c4d5e", label="David Barnett", type="name", weight=1.0)],
+)
+
+#: The knowledge-graph lines at the end of events-v1.jsonl, in file order.
+EXPECTED_KG: list[Any] = [
+    EntitiesCreated(
+        seq=12,
+        at=_t("2026-03-02T10:00:00+00:00"),
+        entities=[
+            EntitySpec(key_id="k_1a2b3c4d5e", name="David Barnett", entity_type="person"),
+            EntitySpec(key_id="k_2b3c4d5e6f", name="Lyon", entity_type="city", new=False),
+        ],
+        observations=[OBS],
+    ),
+    RelationsAdded(
+        seq=13,
+        at=_t("2026-03-02T10:00:01+00:00"),
+        relations=[
+            RelationSpec(from_key="k_1a2b3c4d5e", to_key="k_2b3c4d5e6f", relation_type="lives_in")
+        ],
+    ),
+    RelationsRemoved(
+        seq=14,
+        at=_t("2026-03-02T10:00:02+00:00"),
+        relations=[
+            RelationSpec(from_key="k_1a2b3c4d5e", to_key="k_2b3c4d5e6f", relation_type="lives_in")
+        ],
+    ),
+    ObservationsDeleted(seq=15, at=_t("2026-03-02T10:00:03+00:00"), memory_ids=["m_0a1b2c3d4e5f"]),
+    EntitiesDeleted(
+        seq=16,
+        at=_t("2026-03-02T10:00:04+00:00"),
+        key_ids=["k_1a2b3c4d5e"],
+        forgotten=["m_0a1b2c3d4e5f"],
+        unlinked=[KeyMemory(key_id="k_1a2b3c4d5e", memory_id="m_6f5e4d3c2b1a")],
+        relations=[
+            RelationSpec(from_key="k_1a2b3c4d5e", to_key="k_2b3c4d5e6f", relation_type="knows")
+        ],
+    ),
+    GraphImported(
+        seq=17,
+        at=_t("2026-03-02T10:00:05+00:00"),
+        format="keymem",
+        source="graph.json",
+        keys=[
+            ImportedKey(key_id="k_3c4d5e6f7a", label="Dana", type="name", aliases=["D."]),
+            ImportedKey(
+                key_id="k_1a2b3c4d5e", label="David Barnett", type="name", entity_type="person"
+            ),
+        ],
+        memories=[
+            ImportedMemory(
+                memory=OBS,
+                created_at=_t("2024-05-01T12:30:00+00:00"),
+                depth=0.35,
+                access_count=7,
+                last_read_at=_t("2024-06-01T08:00:00+00:00"),
+            )
+        ],
+        relations=[
+            RelationSpec(from_key="k_1a2b3c4d5e", to_key="k_3c4d5e6f7a", relation_type="knows")
+        ],
+    ),
+]
+
+
+def golden_kg_lines() -> list[bytes]:
+    data = GOLDEN.read_bytes()
+    assert data.endswith(b"\n")
+    return data[:-1].split(b"\n")
+
+
+def test_golden_kg_file_holds_one_line_per_expected_event() -> None:
+    assert len(golden_kg_lines()) == len(EXPECTED_KG)
+
+
+@pytest.mark.parametrize("index", range(len(EXPECTED_KG)), ids=[event_tag(e) for e in EXPECTED_KG])
+def test_golden_kg_line_decodes_and_reencodes(index: int) -> None:
+    line = golden_kg_lines()[index]
+    assert decode_line(line) == EXPECTED_KG[index]
+    assert encode_line(EXPECTED_KG[index]) == line + b"\n"
