@@ -272,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token clients must send (KEYTRAIL_HTTP_TOKEN); "
         "required for a non-loopback host",
     )
+    p.add_argument(
+        "--toolsets",
+        help="comma-separated tool sets to serve: keygraph, knowledge_graph "
+        "(KEYTRAIL_TOOLSETS, default keygraph)",
+    )
 
     verb("stats", "counts of memories, keys, links, sessions; log size", cmd_stats)
 

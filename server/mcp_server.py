@@ -199,8 +199,11 @@ class BatchRemembered:
     memories: list[Remembered]
 
 
-def build_server(store: Store) -> MCPServer[Any]:
-    """An MCPServer whose tools work on `store` (opened and closed by the caller)."""
+def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPServer[Any]:
+    """An MCPServer whose tools work on `store` (opened and closed by the caller).
+
+    `toolsets` (default: the store's settings, KEYTRAIL_TOOLSETS) picks the tool sets served.
+    """
     server: MCPServer[Any] = MCPServer(
         "keytrail",
         title="keytrail associative memory",
@@ -469,6 +472,9 @@ def build_server(store: Store) -> MCPServer[Any]:
         """How an agent should use keytrail: recall first, walk keys, remember and correct."""
         return MEMORY_SYSTEM_PROMPT
 
+    from .kg_tools import apply_toolsets
+
+    apply_toolsets(server, store, toolsets or store.settings.toolsets)
     return server
 
 

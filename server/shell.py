@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from keytrail.core import Settings, Store, StoreError, to_dict
+from keytrail.core.config import parse_toolsets
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -17,6 +18,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         model=args.model,
         model_path=args.model_path,
         default_namespace=args.namespace,
+        toolsets=parse_toolsets(args.toolsets) if getattr(args, "toolsets", None) else None,
     )
 
 

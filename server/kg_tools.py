@@ -1,0 +1,294 @@
+"""The knowledge-graph tool set: the reference memory server's tools over a keytrail store.
+
+Same names, parameters and shapes as `@modelcontextprotocol/server-memory` (entities with
+name/entityType/observations, relations with from/to/relationType), so an agent configured for
+it works unchanged. Every change is an event in the log: several processes can share the store
+without losing writes, and history and as_of reach back over the graph. read_graph and
+search_nodes return a bounded page and `next_offset`, never the whole graph at once.
+
+Enabled with KEYTRAIL_TOOLSETS=keygraph,knowledge_graph (or `serve --toolsets ...`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
+
+from keytrail.core import Store
+from keytrail.core.knowledge_graph import (
+    EntityInput,
+    KnowledgeGraph,
+    ObservationInput,
+    RelationInput,
+)
+
+from .mcp_server import LIMITS, Limit, Offset, _hints, _reply
+
+KG_TOOLS = (
+    "create_entities",
+    "create_relations",
+    "add_observations",
+    "delete_entities",
+    "delete_observations",
+    "delete_relations",
+    "read_graph",
+    "search_nodes",
+    "open_nodes",
+)
+
+Name = Annotated[str, Field(min_length=1, max_length=LIMITS.kg_name_chars)]
+EntityName = Annotated[Name, Field(description="The name of an entity (any case).")]
+Observation = Annotated[
+    str,
+    Field(min_length=1, max_length=LIMITS.content_chars, description="One atomic fact."),
+]
+Observations = Annotated[
+    list[Observation],
+    Field(max_length=LIMITS.batch_items, description="Observations, one fact each."),
+]
+Many = Field(min_length=1, max_length=LIMITS.batch_items)
+
+
+class EntityArg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[Name, Field(description="The name of the entity")]
+    entityType: Annotated[
+        Name, Field(description="The type of the entity, e.g. person, organization, event")
+    ]
+    observations: Observations = []
+
+
+class RelationArg(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: Annotated[
+        Name, Field(alias="from", description="The name of the entity where the relation starts")
+    ]
+    to: Annotated[Name, Field(description="The name of the entity where the relation ends")]
+    relationType: Annotated[
+        Name, Field(description="The type of the relation, in active voice, e.g. works_at")
+    ]
+
+
+class ObservationArg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    entityName: Annotated[
+        Name, Field(description="The name of the entity to add the observations to")
+    ]
+    contents: Annotated[
+        list[Observation],
+        Field(max_length=LIMITS.batch_items, description="Observation contents to add"),
+    ]
+
+
+class DeletionArg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    entityName: Annotated[
+        Name, Field(description="The name of the entity holding the observations")
+    ]
+    observations: Annotated[
+        list[Observation],
+        Field(max_length=LIMITS.batch_items, description="Observations to delete (exact text)"),
+    ]
+
+
+# What the tools return (output schemas), in the reference server's shapes.
+class EntityOut(TypedDict):
+    name: str
+    entityType: str
+    observations: list[str]
+
+
+RelationOut = TypedDict("RelationOut", {"from": str, "to": str, "relationType": str})
+
+
+class AddedOut(TypedDict):
+    entityName: str
+    addedObservations: list[str]
+
+
+class EntitiesOut(TypedDict):
+    entities: list[EntityOut]
+    seq: int | None
+
+
+class RelationsOut(TypedDict):
+    relations: list[RelationOut]
+    seq: int | None
+
+
+class ObservationsOut(TypedDict):
+    results: list[AddedOut]
+    seq: int | None
+
+
+class DeletionOut(TypedDict):
+    success: bool
+    message: str
+    deleted: list[str]
+    notFound: list[str]
+    deletedCount: int
+    missingEntities: list[str]
+    seq: int | None
+
+
+class GraphOut(TypedDict):
+    entities: list[EntityOut]
+    relations: list[RelationOut]
+    total: int
+    offset: int
+    next_offset: int | None
+
+
+def _relations(items: list[RelationArg]) -> list[RelationInput]:
+    return [RelationInput(r.from_, r.to, r.relationType) for r in items]
+
+
+def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
+    """Add the knowledge-graph tools to `server`, working on `store`."""
+    kg = KnowledgeGraph(store)
+    read_only = dict(read_only=True, idempotent=True)
+
+    @server.tool(annotations=_hints(title="Create entities"))
+    def create_entities(
+        entities: Annotated[list[EntityArg], Many],
+    ) -> Annotated[CallToolResult, EntitiesOut]:
+        """Create new entities (people, organizations, places, events...) with observations.
+
+        Names that already exist are ignored (any case); the result lists only the entities
+        created. Example: create_entities(entities=[{"name": "David Barnett",
+        "entityType": "person", "observations": ["Speaks fluent Spanish"]}])
+        -> {"entities": [{"name": "David Barnett", "entityType": "person", ...}]}
+        """
+        return _reply(
+            lambda: kg.create_entities(
+                [EntityInput(e.name, e.entityType, e.observations) for e in entities]
+            )
+        )
+
+    @server.tool(annotations=_hints(title="Create relations"))
+    def create_relations(
+        relations: Annotated[list[RelationArg], Many],
+    ) -> Annotated[CallToolResult, RelationsOut]:
+        """Create directed relations between existing entities, in active voice.
+
+        Both entities must exist (create them first); a relation that exists is skipped.
+        Example: create_relations(relations=[{"from": "David Barnett", "to": "QuintoAndar",
+        "relationType": "works_at"}]) -> {"relations": [...the new ones...]}
+        """
+        return _reply(lambda: kg.create_relations(_relations(relations)))
+
+    @server.tool(annotations=_hints(title="Add observations"))
+    def add_observations(
+        observations: Annotated[list[ObservationArg], Many],
+    ) -> Annotated[CallToolResult, ObservationsOut]:
+        """Add observations (atomic facts) to existing entities.
+
+        Fails, adding nothing, if an entity does not exist. Observations an entity already
+        has are skipped; each result lists what was added. Example:
+        add_observations(observations=[{"entityName": "David Barnett",
+        "contents": ["Prefers morning meetings"]}])
+        -> {"results": [{"entityName": "David Barnett", "addedObservations": [...]}]}
+        """
+        return _reply(
+            lambda: kg.add_observations(
+                [ObservationInput(o.entityName, o.contents) for o in observations]
+            )
+        )
+
+    @server.tool(annotations=_hints(title="Delete entities", destructive=True, idempotent=True))
+    def delete_entities(
+        entityNames: Annotated[
+            list[EntityName], Field(min_length=1, max_length=LIMITS.batch_items)
+        ],
+    ) -> Annotated[CallToolResult, DeletionOut]:
+        """Delete entities with their observations and every relation to or from them.
+
+        Names that do not exist are reported in `notFound`, not an error. Example:
+        delete_entities(entityNames=["David Barnett"]) -> {"success": true, "message": ...}
+        """
+        return _reply(lambda: kg.delete_entities(entityNames))
+
+    @server.tool(annotations=_hints(title="Delete observations", destructive=True, idempotent=True))
+    def delete_observations(
+        deletions: Annotated[list[DeletionArg], Many],
+    ) -> Annotated[CallToolResult, DeletionOut]:
+        """Delete specific observations (exact text) from entities.
+
+        Example: delete_observations(deletions=[{"entityName": "David Barnett",
+        "observations": ["Prefers morning meetings"]}]) -> {"deletedCount": 1, ...}
+        """
+        return _reply(
+            lambda: kg.delete_observations(
+                [ObservationInput(d.entityName, d.observations) for d in deletions]
+            )
+        )
+
+    @server.tool(annotations=_hints(title="Delete relations", destructive=True, idempotent=True))
+    def delete_relations(
+        relations: Annotated[list[RelationArg], Many],
+    ) -> Annotated[CallToolResult, DeletionOut]:
+        """Delete relations matching from, to and relationType exactly.
+
+        Example: delete_relations(relations=[{"from": "David Barnett", "to": "QuintoAndar",
+        "relationType": "works_at"}]) -> {"deletedCount": 1, ...}
+        """
+        return _reply(lambda: kg.delete_relations(_relations(relations)))
+
+    @server.tool(annotations=_hints(title="Read the graph", **read_only))
+    def read_graph(limit: Limit = 50, offset: Offset = 0) -> Annotated[CallToolResult, GraphOut]:
+        """Read the knowledge graph a page of entities at a time, oldest first.
+
+        Each page holds the relations going out of its entities. `total` counts entities;
+        call again with offset=next_offset until next_offset is null. Prefer search_nodes or
+        open_nodes when you know what you are looking for. Example: read_graph(limit=50)
+        -> {"entities": [...], "relations": [...], "total": 120, "next_offset": 50}
+        """
+        return _reply(lambda: kg.read_graph(limit, offset))
+
+    @server.tool(annotations=_hints(title="Search nodes", **read_only))
+    def search_nodes(
+        query: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=LIMITS.query_chars,
+                description="Words to find in entity names, types and observations (any case; "
+                "an entity matches if any word does).",
+            ),
+        ],
+        limit: Limit = 50,
+        offset: Offset = 0,
+    ) -> Annotated[CallToolResult, GraphOut]:
+        """Find entities whose name, type or observations contain any word of the query.
+
+        Returns the matching entities and the relations touching them, paged like
+        read_graph. Example: search_nodes(query="spanish") ->
+        {"entities": [{"name": "David Barnett", ...}], "relations": [...], "total": 1}
+        """
+        return _reply(lambda: kg.search_nodes(query, limit, offset))
+
+    @server.tool(annotations=_hints(title="Open nodes", **read_only))
+    def open_nodes(
+        names: Annotated[list[EntityName], Field(min_length=1, max_length=LIMITS.page)],
+    ) -> Annotated[CallToolResult, GraphOut]:
+        """Get entities by name (any case) and the relations between them.
+
+        Unknown names are left out. Example: open_nodes(names=["David Barnett",
+        "QuintoAndar"]) -> {"entities": [...2...], "relations": [{"from": "David Barnett",
+        "to": "QuintoAndar", "relationType": "works_at"}]}
+        """
+        return _reply(lambda: kg.open_nodes(names))
+
+
+def apply_toolsets(server: MCPServer[Any], store: Store, toolsets: tuple[str, ...]) -> None:
+    """Keep the tool sets asked for: add knowledge_graph, drop keygraph when it is not listed."""
+    if "keygraph" not in toolsets:
+        # Every tool registered so far belongs to the keygraph set.
+        for tool in list(server._tool_manager.list_tools()):
+            server.remove_tool(tool.name)
+    if "knowledge_graph" in toolsets:
+        register_kg_tools(server, store)
