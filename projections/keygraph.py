@@ -328,6 +328,12 @@ def _graph_imported(state: GraphState, event: GraphImported) -> None:
         node.depth = item.depth
         node.access_count = item.access_count
         node.last_read_at = item.last_read_at
+    # A memory may be related to one imported after it: complete the back edges.
+    for item in event.memories:
+        for target_id in item.memory.related_to:
+            target = state.memories.get(target_id)
+            if target is not None and item.memory.memory_id not in target.related_from:
+                target.related_from.append(item.memory.memory_id)
     _add_relations(state, event.relations, event.seq)
 
 

@@ -4,6 +4,7 @@ They read the log directly, so `log`, `verify` and `export` need no embedder and
 """
 
 import argparse
+import io
 import os
 import sys
 import threading
@@ -14,6 +15,9 @@ from typing import Any, TextIO
 import msgspec
 
 from keytrail.core import InvalidInput, Settings, StoreError
+from keytrail.core import validation as check
+from keytrail.core.exporters import memory_jsonl_lines, namespace_events
+from keytrail.core.importers import check_import, detect_format
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.events import (
     AnyEvent,
@@ -24,8 +28,9 @@ from keytrail.events import (
     decode_line,
     encode_event,
     event_tag,
+    utc_now,
 )
-from keytrail.projections import GraphState, apply
+from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
 from .shell import emit_json, open_store, preview, settings_from
@@ -84,6 +89,30 @@ def summary(event: AnyEvent) -> str:
         return f"{data['key_id']} + alias {data['alias']!r}"
     if tag == "key.retyped":
         return f"{data['key_id']} -> {data['key_type']}"
+    return kg_summary(tag, data)
+
+
+def kg_summary(tag: str, data: dict[str, Any]) -> str:
+    """One line for the knowledge-graph and import events."""
+    if tag == "entities.created":
+        names = ", ".join(f"{e['name']} [{e['entity_type']}]" for e in data["entities"])
+        return f"{names}; {len(data.get('observations', []))} observations"
+    if tag in ("relations.added", "relations.removed"):
+        return ", ".join(
+            f"{r['from_key']} -{r['relation_type']}-> {r['to_key']}" for r in data["relations"]
+        )
+    if tag == "observations.deleted":
+        return ", ".join(data["memory_ids"])
+    if tag == "entities.deleted":
+        return (
+            f"{', '.join(data['key_ids'])}; {len(data.get('forgotten', []))} observations "
+            f"forgotten, {len(data.get('relations', []))} relations removed"
+        )
+    if tag == "graph.imported":
+        return (
+            f"{data['format']} {data.get('source', '')}: {len(data.get('keys', []))} keys, "
+            f"{len(data.get('memories', []))} memories, {len(data.get('relations', []))} relations"
+        )
     return ""
 
 
@@ -175,7 +204,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if getattr(args, "format", None) == "memory-jsonl":
+        return export_memory_jsonl(args)
     log = EventLog(log_home(args))
+    events: Iterable[AnyEvent] = log.iter_new()
+    if args.namespace is not None:
+        events = namespace_events(events, check.namespace(args.namespace, "default"))
     total = sum((log.dir / s).stat().st_size for s in log.segments())
     bar = ProgressBar("export")
     out: TextIO = (
@@ -187,7 +221,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     count = 0
     try:
-        for event in log.iter_new():
+        for event in events:
             out.write(encode_event(event).decode() + "\n")
             count += 1
             if count % 1000 == 0:
@@ -246,14 +280,56 @@ def read_export(source: TextIO, label: str) -> list[AnyEvent]:
     return events
 
 
+def export_memory_jsonl(args: argparse.Namespace) -> int:
+    """The knowledge graph as the reference server's memory.jsonl (stdout or -o FILE)."""
+    home = log_home(args)
+    settings = Settings.from_env(home=args.home)
+    namespace = check.namespace(args.namespace or settings.kg_namespace, settings.default_namespace)
+    state = fold(EventLog(home).iter_new())
+    lines = memory_jsonl_lines(state, namespace, utc_now())
+    out: TextIO = (
+        sys.stdout
+        if args.output in (None, "-")
+        else open(  # noqa: SIM115
+            args.output, "w", encoding="utf-8"
+        )
+    )
+    count = 0
+    try:
+        for line in lines:
+            out.write(line + "\n")
+            count += 1
+        out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"exported {count} memory.jsonl lines (namespace {namespace})", file=sys.stderr)
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     home = Settings.from_env(home=args.home).home
     label = args.input if args.input not in (None, "-") else "<stdin>"
     if args.input in (None, "-"):
-        events = read_export(sys.stdin, label)
+        text = sys.stdin.read()
     else:
         with open(args.input, encoding="utf-8") as f:
-            events = read_export(f, label)
+            text = f.read()
+    fmt = getattr(args, "format", None) or detect_format(text)
+    if fmt != "keytrail":
+        write = check_import(text, label, settings_from(args), fmt)  # all checked before opening
+        with open_store(args) as store:
+            report = write(store)
+        print(
+            f"imported {label} ({report.format}) into {store.home} at seq {report.seq}: "
+            f"{report.keys} keys, {report.entities} entities, {report.memories} memories, "
+            f"{report.relations} relations",
+            file=sys.stderr,
+        )
+        for note in report.skipped:
+            print(f"  note: {note}", file=sys.stderr)
+        return 0
+    events = read_export(io.StringIO(text), label)
     log = EventLog(home)
     bar = ProgressBar("import")
     with log.lock() as app:

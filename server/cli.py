@@ -368,9 +368,26 @@ def build_parser() -> argparse.ArgumentParser:
         "export", "write every event as JSON lines (stdout or a file)", cmd_export, json_flag=False
     )
     p.add_argument("-o", "--output", help="file to write (default stdout)")
+    p.add_argument(
+        "--format",
+        choices=("keytrail", "memory-jsonl"),
+        default="keytrail",
+        help="keytrail events (default; --namespace keeps one namespace's), or the knowledge "
+        "graph as the reference server's memory.jsonl",
+    )
 
-    p = verb("import", "replay an export into an empty store", cmd_import, json_flag=False)
-    p.add_argument("input", nargs="?", help="export file (default stdin)")
+    p = verb(
+        "import",
+        "import a keytrail export (into an empty store), a memory.jsonl or a keymem graph.json",
+        cmd_import,
+        json_flag=False,
+    )
+    p.add_argument("input", nargs="?", help="file to import (default stdin)")
+    p.add_argument(
+        "--format",
+        choices=("keytrail", "memory-jsonl", "keymem"),
+        help="the file's format (default: detected from its content)",
+    )
     return parser
 
 

@@ -1,0 +1,632 @@
+"""Importers for other memory stores: the reference server's memory.jsonl and keymem's graph.json.
+
+An import is checked whole before anything is written: the first problem is reported with the
+line number (memory.jsonl) or JSON path (graph.json) that holds it, and the store is left
+byte-identical. A valid file is written as one `graph.imported` event, so it lands all at once
+or not at all, even if the process dies halfway.
+
+Original times: the event's `at` is when the import happened; each imported memory carries its
+own `created_at` (and depth, access count, last read), which the fold uses instead.
+
+memory.jsonl (the reference knowledge-graph server)::
+
+    {"type": "entity", "name": "Dana", "entityType": "person", "observations": ["..."]}
+    {"type": "relation", "from": "Dana", "to": "Acme", "relationType": "works_at"}
+
+Entities become name keys with their type, observations memories linked to them (in the
+knowledge-graph namespace), relations typed edges. Names that are already entities in the store
+gain the new observations; duplicates are skipped.
+
+graph.json (keymem)::
+
+    {"keys": {"<id>": {"concept": "Dana", "aliases": ["D."], "key_type": "name"}},
+     "memories": {"<id>": {"content": "...", "created_at": "2025-01-31T09:00:00Z",
+                           "depth": 0.3, "access_count": 4, "last_accessed": null,
+                           "namespace": "default", "ttl": 86400, "supersedes": null,
+                           "links": ["<memory id>"]}},
+     "links": [{"key_id": "<id>", "memory_id": "<id>", "weight": 1.2}]}
+
+`keys` and `memories` may also be lists of objects with an `id`. `ttl` is seconds from
+`created_at`; `supersedes` chains versions (the older one becomes superseded); `links` inside a
+memory are related memories. Ids are kept when they are valid keytrail ids not yet in the store,
+else new ones are minted. A key whose label (or alias) is already in the store is merged into it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from keytrail.events import (
+    KEY_TYPES,
+    GraphImported,
+    ImportedKey,
+    ImportedMemory,
+    InvalidInput,
+    KeyLink,
+    NewMemory,
+    RelationSpec,
+)
+from keytrail.events.log import Appender
+from keytrail.projections import relation_id
+
+from . import validation as check
+from .config import Settings
+from .knowledge_graph import KnowledgeGraph, new_key_id, new_memory_id
+from .store import Store, _content_hash
+
+Format = Literal["memory-jsonl", "keymem", "keytrail"]
+FORMATS: tuple[str, ...] = ("memory-jsonl", "keymem", "keytrail")
+#: Imports a checked file into a store (one event), returning what it did.
+Writer = Callable[[Store], "ImportReport"]
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    format: str
+    source: str
+    seq: int | None
+    keys: int
+    entities: int
+    memories: int
+    relations: int
+    skipped: list[str] = field(default_factory=list)
+
+
+def detect_format(text: str) -> Format:
+    """keymem (one JSON object with keys/memories), memory-jsonl or keytrail (JSON lines)."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            whole = json.loads(stripped)
+        except ValueError:
+            whole = None
+        if isinstance(whole, dict) and ("memories" in whole or "keys" in whole):
+            return "keymem"
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        if stripped.startswith("{"):
+            return "keymem"  # one JSON document over several lines (it will say where it breaks)
+        obj = None
+    if isinstance(obj, dict):
+        if obj.get("type") in ("entity", "relation"):
+            return "memory-jsonl"
+        if isinstance(obj.get("type"), str) and "." in obj["type"] and "seq" in obj:
+            return "keytrail"
+    raise InvalidInput(
+        "--format",
+        "cannot tell the file's format from its first line",
+        limit=" | ".join(FORMATS),
+    )
+
+
+# -- memory.jsonl -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Entity:
+    name: str
+    entity_type: str
+    observations: list[str]
+    line: int
+
+
+@dataclass(frozen=True)
+class _Relation:
+    from_: str
+    to: str
+    relation_type: str
+    line: int
+
+
+def _string(where: str, obj: dict[str, Any], name: str, limit: int) -> str:
+    if name not in obj:
+        raise InvalidInput(where, f"missing {name!r}")
+    value = obj[name]
+    if not isinstance(value, str):
+        raise InvalidInput(where, f"{name!r} must be a string, got {type(value).__name__}")
+    try:
+        return " ".join(check.text(name, value, limit).split())
+    except InvalidInput as exc:
+        raise InvalidInput(where, exc.problem, limit=exc.limit) from None
+
+
+def parse_memory_jsonl(
+    text: str, label: str, settings: Settings
+) -> tuple[list[_Entity], list[_Relation]]:
+    limits = settings.limits
+    entities: dict[str, _Entity] = {}
+    relations: list[_Relation] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        where = f"{label} line {number}"
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise InvalidInput(where, f"not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise InvalidInput(where, "must be a JSON object")
+        kind = obj.get("type")
+        if kind == "entity":
+            name = _string(where, obj, "name", limits.kg_name_chars)
+            entity_type = _string(where, obj, "entityType", limits.kg_name_chars)
+            observations = obj.get("observations", [])
+            if not isinstance(observations, list):
+                raise InvalidInput(where, "'observations' must be a list of strings")
+            contents: list[str] = []
+            for i, o in enumerate(observations):
+                if not isinstance(o, str) or not o.strip():
+                    raise InvalidInput(where, f"observations[{i}] must be a non-empty string")
+                if len(o) > limits.content_chars:
+                    raise InvalidInput(
+                        where,
+                        f"observations[{i}] is {len(o)} characters long",
+                        limit=f"{limits.content_chars} characters",
+                    )
+                contents.append(o.strip())
+            known = entities.get(name.casefold())
+            if known is None:
+                entities[name.casefold()] = _Entity(name, entity_type, contents, number)
+            else:  # the same entity twice: one entity, observations merged
+                known.observations += contents
+        elif kind == "relation":
+            relations.append(
+                _Relation(
+                    _string(where, obj, "from", limits.kg_name_chars),
+                    _string(where, obj, "to", limits.kg_name_chars),
+                    _string(where, obj, "relationType", limits.kg_name_chars),
+                    number,
+                )
+            )
+        else:
+            raise InvalidInput(where, f"unknown type {kind!r}", limit="entity | relation")
+    return list(entities.values()), relations
+
+
+def check_memory_jsonl(text: str, label: str, settings: Settings) -> Writer:
+    entities, relations = parse_memory_jsonl(text, label, settings)
+    return lambda store: _write_memory_jsonl(store, label, entities, relations)
+
+
+def _write_memory_jsonl(
+    store: Store, label: str, entities: list[_Entity], relations: list[_Relation]
+) -> ImportReport:
+    namespace = KnowledgeGraph(store).namespace
+
+    def decide(app: Appender) -> ImportReport:
+        state = store.state
+        initial = state.rules.link_initial
+        taken: set[str] = set()
+        keys: list[ImportedKey] = []
+        ids: dict[str, str] = {}  # folded entity name -> key id
+        types: dict[str, str] = {}
+        memories: list[ImportedMemory] = []
+        skipped: list[str] = []
+        for e in entities:
+            where = f"{label} line {e.line}"
+            key = state.key_for_label(e.name)
+            if key is not None and key.label.casefold() != e.name.casefold():
+                raise InvalidInput(where, f"{e.name!r} is an alias of the key {key.label!r}")
+            if key is None:
+                key_id, label_, key_type = new_key_id(state, taken), e.name, "name"
+                keys.append(
+                    ImportedKey(key_id=key_id, label=e.name, type="name", entity_type=e.entity_type)
+                )
+            else:
+                key_id, label_, key_type = key.id, key.label, key.type
+                if key.entity_type is None:
+                    keys.append(
+                        ImportedKey(
+                            key_id=key_id,
+                            label=key.label,
+                            type=key.type,  # type: ignore[arg-type]
+                            entity_type=e.entity_type,
+                        )
+                    )
+                else:
+                    skipped.append(f"entity {e.name!r} exists: only new observations added")
+            ids[e.name.casefold()] = key_id
+            types[key_id] = key_type
+            have = set()
+            if key is not None:
+                have = {
+                    state.memories[m].content
+                    for m in key.links
+                    if state.memories[m].namespace == namespace and state.memories[m].current()
+                }
+            link = KeyLink(
+                key_id=key_id,
+                label=label_,
+                type=key_type,  # type: ignore[arg-type]
+                resolution="existing",
+                weight=initial,
+            )
+            for content in dict.fromkeys(e.observations):
+                if content in have:
+                    continue
+                memory = NewMemory(
+                    memory_id=new_memory_id(state, taken),
+                    namespace=namespace,
+                    content=content,
+                    content_hash=_content_hash(content),
+                    keys=[link],
+                )
+                memories.append(ImportedMemory(memory=memory, created_at=app.at))
+        specs: dict[str, RelationSpec] = {}
+        for r in relations:
+            ends: list[str] = []
+            for role, name in (("from", r.from_), ("to", r.to)):
+                end = ids.get(name.casefold())
+                if end is None:
+                    existing = state.key_for_label(name)
+                    if existing is None or existing.entity_type is None:
+                        raise InvalidInput(
+                            f"{label} line {r.line}",
+                            f"relation {role!r} names no entity {name!r} "
+                            "(not in the file nor in the store)",
+                        )
+                    end = existing.id
+                ends.append(end)
+            rid = relation_id(ends[0], ends[1], r.relation_type)
+            if rid not in state.relations:
+                specs.setdefault(
+                    rid,
+                    RelationSpec(from_key=ends[0], to_key=ends[1], relation_type=r.relation_type),
+                )
+        event = store._append(
+            app,
+            GraphImported(
+                format="memory-jsonl",
+                source=label,
+                keys=keys,
+                memories=memories,
+                relations=list(specs.values()),
+            ),
+        )
+        return ImportReport(
+            format="memory-jsonl",
+            source=label,
+            seq=event.seq,
+            keys=len(keys),
+            entities=len(entities),
+            memories=len(memories),
+            relations=len(specs),
+            skipped=skipped,
+        )
+
+    return store._write(decide)
+
+
+# -- keymem graph.json ------------------------------------------------------------------------
+
+
+@dataclass
+class _KmKey:
+    id: str
+    label: str
+    type: str
+    aliases: list[str]
+    path: str
+
+
+@dataclass
+class _KmMemory:
+    id: str
+    content: str
+    created_at: datetime | None
+    depth: float
+    access_count: int
+    last_read_at: datetime | None
+    namespace: str
+    ttl: int | None
+    supersedes: str | None
+    supersede_reason: str
+    related: list[str]
+    path: str
+    links: list[tuple[str, float]] = field(default_factory=list)
+
+
+def _entries(
+    doc: dict[str, Any], name: str, label: str
+) -> Iterable[tuple[str, str, dict[str, Any]]]:
+    """(id, JSON path, object) of a keymem section given as an object by id or a list."""
+    section = doc.get(name, {})
+    if isinstance(section, dict):
+        for ident, obj in section.items():
+            path = f"{label} $.{name}.{ident}"
+            if not isinstance(obj, dict):
+                raise InvalidInput(path, "must be an object")
+            yield str(ident), path, obj
+    elif isinstance(section, list):
+        for i, obj in enumerate(section):
+            path = f"{label} $.{name}[{i}]"
+            if not isinstance(obj, dict):
+                raise InvalidInput(path, "must be an object")
+            ident = obj.get("id")
+            if not isinstance(ident, str) or not ident:
+                raise InvalidInput(path, "'id' must be a non-empty string")
+            yield ident, path, obj
+    else:
+        raise InvalidInput(f"{label} $.{name}", "must be an object keyed by id, or a list")
+
+
+def _time(path: str, value: object) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    if not isinstance(value, str):
+        raise InvalidInput(path, "must be an ISO-8601 time or a Unix timestamp")
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(path, f"{value!r} is not an ISO-8601 time") from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _number(path: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InvalidInput(path, f"must be a number from {low} to {high}, got {value!r}")
+    return float(value)
+
+
+def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey], list[_KmMemory]]:
+    limits = settings.limits
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{label} $", f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"{label} $", "must be a JSON object with keys, memories and links")
+    keys: dict[str, _KmKey] = {}
+    for ident, path, obj in _entries(doc, "keys", label):
+        concept = _string(path, obj, "concept", limits.key_chars)
+        kind = obj.get("key_type", "concept")
+        if kind not in KEY_TYPES:
+            raise InvalidInput(
+                f"{path}.key_type", f"unknown key type {kind!r}", limit=" | ".join(KEY_TYPES)
+            )
+        aliases = obj.get("aliases", [])
+        if not isinstance(aliases, list) or not all(
+            isinstance(a, str) and a.strip() for a in aliases
+        ):
+            raise InvalidInput(f"{path}.aliases", "must be a list of non-empty strings")
+        if ident in keys:
+            raise InvalidInput(path, f"duplicate key id {ident!r}")
+        keys[ident] = _KmKey(
+            ident, concept, str(kind), [" ".join(a.split()) for a in aliases], path
+        )
+    memories: dict[str, _KmMemory] = {}
+    for ident, path, obj in _entries(doc, "memories", label):
+        if ident in memories:
+            raise InvalidInput(path, f"duplicate memory id {ident!r}")
+        content = obj.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInput(f"{path}.content", "must be a non-empty string")
+        if len(content) > limits.content_chars:
+            raise InvalidInput(
+                f"{path}.content",
+                f"is {len(content)} characters long",
+                limit=f"{limits.content_chars} characters",
+            )
+        ttl = obj.get("ttl")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0):
+            raise InvalidInput(f"{path}.ttl", "must be a positive whole number of seconds or null")
+        access = obj.get("access_count", 0)
+        if isinstance(access, bool) or not isinstance(access, int) or access < 0:
+            raise InvalidInput(f"{path}.access_count", "must be a whole number >= 0")
+        related = obj.get("links", [])
+        if not isinstance(related, list) or not all(isinstance(r, str) for r in related):
+            raise InvalidInput(f"{path}.links", "must be a list of memory ids")
+        supersedes = obj.get("supersedes")
+        if supersedes is not None and not isinstance(supersedes, str):
+            raise InvalidInput(f"{path}.supersedes", "must be a memory id or null")
+        try:
+            namespace = check.namespace(obj.get("namespace"), settings.default_namespace)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{path}.namespace", exc.problem) from None
+        memories[ident] = _KmMemory(
+            id=ident,
+            content=content.strip(),
+            created_at=_time(f"{path}.created_at", obj.get("created_at")),
+            depth=_number(f"{path}.depth", obj.get("depth", 0.0), 0.0, 1.0),
+            access_count=access,
+            last_read_at=_time(f"{path}.last_accessed", obj.get("last_accessed")),
+            namespace=namespace,
+            ttl=ttl,
+            supersedes=supersedes,
+            supersede_reason=str(obj.get("supersede_reason") or "correction"),
+            related=list(dict.fromkeys(related)),
+            path=path,
+        )
+    links = doc.get("links", [])
+    if not isinstance(links, list):
+        raise InvalidInput(f"{label} $.links", "must be a list of key-memory links")
+    seen: set[tuple[str, str]] = set()
+    for i, link in enumerate(links):
+        path = f"{label} $.links[{i}]"
+        if not isinstance(link, dict):
+            raise InvalidInput(path, "must be an object with key_id, memory_id, weight")
+        key_id, memory_id = link.get("key_id"), link.get("memory_id")
+        if key_id not in keys:
+            raise InvalidInput(f"{path}.key_id", f"names no key of the file: {key_id!r}")
+        if memory_id not in memories:
+            raise InvalidInput(f"{path}.memory_id", f"names no memory of the file: {memory_id!r}")
+        weight = _number(f"{path}.weight", link.get("weight", 1.0), 1e-9, 1e9)
+        if (key_id, memory_id) not in seen:
+            seen.add((key_id, memory_id))
+            memories[memory_id].links.append((key_id, weight))
+    superseded: dict[str, str] = {}
+    for m in memories.values():
+        for j, target in enumerate(m.related):
+            if target not in memories:
+                raise InvalidInput(
+                    f"{m.path}.links[{j}]", f"names no memory of the file: {target!r}"
+                )
+        if m.supersedes is not None:
+            if m.supersedes not in memories or m.supersedes == m.id:
+                raise InvalidInput(
+                    f"{m.path}.supersedes", f"names no other memory of the file: {m.supersedes!r}"
+                )
+            if m.supersedes in superseded:
+                raise InvalidInput(
+                    f"{m.path}.supersedes",
+                    f"{m.supersedes!r} is already superseded by {superseded[m.supersedes]!r}",
+                )
+            superseded[m.supersedes] = m.id
+    return list(keys.values()), _chain_order(memories)
+
+
+def _chain_order(memories: dict[str, _KmMemory]) -> list[_KmMemory]:
+    """Oldest first, with every superseded version before the one replacing it."""
+    epoch = datetime.min.replace(tzinfo=UTC)
+    ordered: list[_KmMemory] = []
+    placed: set[str] = set()
+    for start in sorted(memories.values(), key=lambda m: m.created_at or epoch):
+        chain: list[_KmMemory] = []
+        node: _KmMemory | None = start
+        while node is not None and node.id not in placed:
+            if any(n.id == node.id for n in chain):
+                raise InvalidInput(f"{node.path}.supersedes", "the version chain is a cycle")
+            chain.append(node)
+            node = memories.get(node.supersedes) if node.supersedes else None
+        for m in reversed(chain):
+            placed.add(m.id)
+            ordered.append(m)
+    return ordered
+
+
+def check_keymem(text: str, label: str, settings: Settings) -> Writer:
+    km_keys, km_memories = parse_keymem(text, label, settings)
+    return lambda store: _write_keymem(store, label, km_keys, km_memories)
+
+
+def _write_keymem(
+    store: Store, label: str, km_keys: list[_KmKey], km_memories: list[_KmMemory]
+) -> ImportReport:
+    def decide(app: Appender) -> ImportReport:
+        state = store.state
+        taken: set[str] = set()
+        key_ids: dict[str, str] = {}  # file key id -> store key id
+        specs: dict[str, tuple[str, str]] = {}  # store key id -> (label, type)
+        aliases: dict[str, list[str]] = {}
+        claimed: dict[str, str] = {}  # folded labels this file gives a key
+        for k in km_keys:
+            existing = state.key_for_label(k.label)
+            target = existing.id if existing is not None else claimed.get(k.label.casefold())
+            if target is None:  # a new key, under its own id when it fits
+                target = k.id if _usable(k.id, state.keys, taken) else new_key_id(state, taken)
+                taken.add(target)
+                claimed[k.label.casefold()] = target
+                specs[target] = (k.label, k.type)
+            elif existing is not None:  # merged into the store's key of that label
+                specs.setdefault(target, (existing.label, existing.type))
+            key_ids[k.id] = target
+            for alias in [k.label, *k.aliases]:
+                folded = alias.casefold()
+                if state.labels.get(folded) is None and folded not in claimed:
+                    claimed[folded] = target
+                    aliases.setdefault(target, []).append(alias)
+        imported = [
+            ImportedKey(
+                key_id=key_id,
+                label=label_,
+                type=kind,  # type: ignore[arg-type]
+                aliases=aliases.get(key_id, []),
+            )
+            for key_id, (label_, kind) in specs.items()
+        ]
+        memory_ids: dict[str, str] = {}
+        for m in km_memories:
+            memory_id = (
+                m.id if _usable(m.id, state.memories, taken) else new_memory_id(state, taken)
+            )
+            taken.add(memory_id)
+            memory_ids[m.id] = memory_id
+        items: list[ImportedMemory] = []
+        for m in km_memories:
+            created = m.created_at or app.at
+            links = [
+                KeyLink(
+                    key_id=key_ids[k],
+                    label=specs[key_ids[k]][0],
+                    type=specs[key_ids[k]][1],  # type: ignore[arg-type]
+                    resolution="existing",
+                    weight=w,
+                )
+                for k, w in m.links
+            ]
+            unique = list({lk.key_id: lk for lk in links}.values())
+            new = NewMemory(
+                memory_id=memory_ids[m.id],
+                namespace=m.namespace,
+                content=m.content,
+                content_hash=_content_hash(m.content),
+                keys=unique,
+                related_to=[memory_ids[r] for r in m.related],
+                expires_at=None if m.ttl is None else created + timedelta(seconds=m.ttl),
+                supersedes=memory_ids[m.supersedes] if m.supersedes else None,
+                supersede_reason=m.supersede_reason if m.supersedes else None,
+            )
+            items.append(
+                ImportedMemory(
+                    memory=new,
+                    created_at=created,
+                    depth=m.depth,
+                    access_count=m.access_count,
+                    last_read_at=m.last_read_at,
+                )
+            )
+        event = store._append(
+            app, GraphImported(format="keymem", source=label, keys=imported, memories=items)
+        )
+        return ImportReport(
+            format="keymem",
+            source=label,
+            seq=event.seq,
+            keys=len(imported),
+            entities=0,
+            memories=len(items),
+            relations=0,
+        )
+
+    return store._write(decide)
+
+
+def _usable(ident: str, taken_in_store: dict[str, Any], taken: set[str]) -> bool:
+    return bool(_ID_RE.match(ident)) and ident not in taken_in_store and ident not in taken
+
+
+CHECKERS: dict[str, Callable[[str, str, Settings], Writer]] = {
+    "memory-jsonl": check_memory_jsonl,
+    "keymem": check_keymem,
+}
+
+
+def check_import(text: str, label: str, settings: Settings, fmt: str | None = None) -> Writer:
+    """Check a whole memory.jsonl or keymem graph.json (auto-detected unless `fmt` is given).
+
+    Returns the writer that imports it into a store as one event; raises on the first problem
+    (with its line or JSON path) before anything, even the store, is touched.
+    """
+    chosen = fmt or detect_format(text)
+    if chosen not in CHECKERS:
+        raise InvalidInput(
+            "--format",
+            f"{chosen!r} cannot be imported into a store this way",
+            limit=" | ".join(CHECKERS),
+        )
+    return CHECKERS[chosen](text, label, settings)
+
+
+def import_text(store: Store, text: str, label: str, fmt: str | None = None) -> ImportReport:
+    """Check, then import, a memory.jsonl or keymem graph.json into `store`."""
+    return check_import(text, label, store.settings, fmt)(store)

@@ -1,0 +1,281 @@
+"""Importing memory.jsonl and keymem graph.json, exporting a namespace and memory.jsonl.
+
+Fixture files in tests/fixtures/ were written for these tests, valid and malformed in both
+formats. Malformed input is reported with its line or JSON path and leaves the log untouched;
+export then import gives the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from keytrail.core import InvalidInput, Settings, Store
+from keytrail.core.importers import check_import, detect_format, import_text
+from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+from keytrail.events import EventLog, GraphImported
+from keytrail.projections import GraphState, fold
+from keytrail.server.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def text(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+
+
+def whole_graph(store: Store) -> dict[str, Any]:
+    """Every entity and relation, read page by page as a client would."""
+    kg = KnowledgeGraph(store)
+    entities: list[Any] = []
+    relations: list[Any] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = msgspec.to_builtins(kg.read_graph(limit=2, offset=offset))
+        entities += page["entities"]
+        relations += page["relations"]
+        offset = page["next_offset"]
+    return {"entities": entities, "relations": relations}
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+
+
+# -- memory.jsonl -----------------------------------------------------------------------------
+
+
+def test_memory_jsonl_becomes_entities_observations_and_relations(store: Store) -> None:
+    report = import_text(store, text("memory.jsonl"), "memory.jsonl")
+    assert (report.format, report.entities, report.memories, report.relations) == (
+        "memory-jsonl",
+        3,
+        3,
+        2,
+    )
+    assert whole_graph(store) == {
+        "entities": [
+            {
+                "name": "David Barnett",
+                "entityType": "person",
+                "observations": ["Speaks fluent Spanish", "Prefers morning meetings"],
+            },
+            {
+                "name": "QuintoAndar",
+                "entityType": "organization",
+                "observations": ["Rental platform based in São Paulo"],
+            },
+            {"name": "Lyon", "entityType": "city", "observations": []},
+        ],
+        "relations": [  # the duplicate line is skipped
+            {"from": "David Barnett", "to": "QuintoAndar", "relationType": "works_at"},
+            {"from": "David Barnett", "to": "Lyon", "relationType": "lives_in"},
+        ],
+    }
+    # one event for the whole file, and the observations are memories behind name keys
+    events = EventLog(store.home).read_new()
+    assert [type(e) for e in events[1:]] == [GraphImported]
+    david = store.state.key_for_label("david barnett")
+    assert david is not None and david.type == "name" and david.entity_type == "person"
+    assert store.read_key(david.id).total == 2
+
+
+def test_memory_jsonl_into_a_store_that_has_the_entity_adds_only_new_observations(
+    store: Store,
+) -> None:
+    KnowledgeGraph(store).create_entities(
+        [EntityInput("David Barnett", "human", ["Speaks fluent Spanish"])]
+    )
+    report = import_text(store, text("memory.jsonl"), "memory.jsonl")
+    assert report.skipped and "David Barnett" in report.skipped[0]
+    david = whole_graph(store)["entities"][0]
+    assert david["entityType"] == "human"  # an existing entity keeps its type
+    assert david["observations"] == ["Speaks fluent Spanish", "Prefers morning meetings"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "needles"),
+    [
+        ("memory-bad-json.jsonl", ["line 3", "not JSON"]),
+        ("memory-bad-relation.jsonl", ["line 4", "Atlantis"]),
+        ("memory-bad-field.jsonl", ["line 2", "entityType"]),
+        ("keymem-bad-time.json", ["$.memories.m_lyon.created_at", "last tuesday"]),
+        ("keymem-bad-link.json", ["$.links[4].key_id", "k_nowhere"]),
+        ("keymem-bad-chain.json", ["$.memories.m_trip.supersedes", "already superseded"]),
+        ("keymem-truncated.json", ["$", "not JSON"]),
+    ],
+)
+def test_malformed_files_name_the_line_or_path_and_write_nothing(
+    store: Store, fixture: str, needles: list[str]
+) -> None:
+    KnowledgeGraph(store).create_entities([EntityInput("Someone", "person", ["was here"])])
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, text(fixture), fixture)
+    for needle in needles:
+        assert needle in err.value.message, err.value.message
+    assert err.value.message.startswith(fixture)
+    assert log_bytes(store.home) == before
+
+
+def test_a_failed_import_does_not_even_create_the_store(tmp_path: Path, cli_env: None) -> None:
+    home = tmp_path / "fresh"
+    with pytest.raises(SystemExit) as exit_:
+        main(["import", "--home", str(home), str(FIXTURES / "keymem-bad-link.json")])
+    assert exit_.value.code == 2
+    assert not (home / "log").exists()
+
+
+def test_formats_are_detected() -> None:
+    assert detect_format(text("memory.jsonl")) == "memory-jsonl"
+    assert detect_format(text("keymem-graph.json")) == "keymem"
+    assert detect_format(text("keymem-truncated.json")) == "keymem"
+    assert detect_format('{"type":"store.created","seq":1}\n') == "keytrail"
+    with pytest.raises(InvalidInput, match="--format"):
+        detect_format("hello\n")
+    with pytest.raises(InvalidInput, match="keytrail"):
+        check_import("{}", "x", Settings(), "keytrail")
+
+
+# -- keymem graph.json ------------------------------------------------------------------------
+
+
+def _t(s: str) -> datetime:
+    return datetime.fromisoformat(s).astimezone(UTC)
+
+
+def test_keymem_keeps_times_depths_weights_versions_and_links(store: Store) -> None:
+    report = import_text(store, text("keymem-graph.json"), "graph.json")
+    assert (report.keys, report.memories) == (3, 4)
+    state = store.state
+    v1, v2 = state.memories["m_school_v1"], state.memories["m_school_v2"]
+    # the version chain, both ways; only the new version is current
+    assert (v1.superseded_by, v2.supersedes) == ("m_school_v2", "m_school_v1")
+    assert not v1.current() and v2.current()
+    # original times, depth and reading
+    assert v1.created_at == _t("2025-01-10T09:00:00+00:00")
+    assert (v1.depth, v1.access_count) == (0.8, 16)
+    assert v1.last_read_at == _t("2025-02-01T18:30:00+00:00")
+    lyon = state.memories["m_lyon"]
+    assert lyon.created_at == _t("2024-11-20T07:00:00+00:00")  # +01:00 in the file
+    assert lyon.related_to == ["m_school_v2"] and lyon.related_from == ["m_school_v2"]
+    trip = state.memories["m_trip"]
+    assert trip.namespace == "work" and trip.expires_at == _t("2025-03-08T12:00:00+00:00")
+    # weights and key types; aliases find the key
+    dana = state.keys["k_dana"]
+    assert dana.type == "name" and dana.links["m_lyon"] == 2.4 and dana.links["m_school_v1"] == 1.6
+    assert state.key_for_label("d.") is dana
+    assert state.key_for_label("education") is state.keys["k_school"]
+    assert state.keys["k_lyon"].type == "proper_noun"
+    # the associative reads see them: present tense hides the old version and the expired trip
+    page = store.read_key("k_dana")
+    assert {m.memory_id for m in page.memories} == {"m_school_v2", "m_lyon"}
+
+
+def test_keymem_merges_into_existing_keys_and_mints_ids_that_are_taken(store: Store) -> None:
+    first = store.remember("Dana likes tea", ["Dana"], {"Dana": "name"})
+    import_text(store, text("keymem-graph.json"), "graph.json")
+    again = import_text(store, text("keymem-graph.json"), "graph.json")
+    assert again.memories == 4
+    dana = store.state.key_for_label("Dana")
+    assert dana is not None and first.memory_id in dana.links
+    assert len(dana.links) == 1 + 4 + 4  # one key, every memory of both imports
+    assert len(store.state.memories) == 9  # the second import got new memory ids
+
+
+# -- export, then import ----------------------------------------------------------------------
+
+
+def populated(make_store: Callable[..., Store], home: Path) -> Store:
+    store = make_store(home=home)
+    import_text(store, text("keymem-graph.json"), "graph.json")
+    kg = KnowledgeGraph(store)
+    import_text(store, text("memory.jsonl"), "memory.jsonl")
+    kg.add_observations([ObservationInput("Lyon", ["Sits where the Rhône meets the Saône"])])
+    kg.delete_observations(
+        [ObservationInput("QuintoAndar", ["Rental platform based in São Paulo"])]
+    )
+    kg.delete_entities(["QuintoAndar"])
+    m = store.remember("The team meets on Mondays", ["team", "meeting"], namespace="work")
+    store.read_memory(m.memory_id)
+    store.correct(m.memory_id, "The team meets on Tuesdays")
+    store.record_turn("s1", "user", "hello")
+    return store
+
+
+def encoded(state: GraphState) -> bytes:
+    return msgspec.msgpack.encode(state)
+
+
+def unsequenced(node: Any) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(node)
+    return {k: v for k, v in data.items() if k not in ("created_seq", "updated_seq")}
+
+
+def test_keytrail_export_then_import_gives_the_same_state(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    store = populated(make_store, tmp_path / "a")
+    out = tmp_path / "export.jsonl"
+    assert main(["export", "--home", str(store.home), "-o", str(out)]) == 0
+    assert main(["import", "--home", str(tmp_path / "b"), str(out)]) == 0
+    # Everything, store id and record times included: the events are replayed as they were.
+    assert encoded(fold(EventLog(tmp_path / "b").iter_new())) == encoded(store.refresh())
+
+
+def test_namespace_export_holds_that_namespace_and_imports_alone(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    store = populated(make_store, tmp_path / "a")
+    out = tmp_path / "work.jsonl"
+    assert main(["export", "--home", str(store.home), "--namespace", "work", "-o", str(out)]) == 0
+    assert main(["import", "--home", str(tmp_path / "b"), str(out)]) == 0
+    full, part = store.refresh(), fold(EventLog(tmp_path / "b").iter_new())
+    mine = {mid for mid, m in full.memories.items() if m.namespace == "work"}
+    assert mine and set(part.memories) == mine
+    for mid in mine:  # each memory as in the whole store, but for the renumbered seqs
+        assert unsequenced(part.memories[mid]) == unsequenced(full.memories[mid])
+        for key_id in full.memories[mid].keys:
+            assert part.keys[key_id].links[mid] == full.keys[key_id].links[mid]
+    # entities and relations are store-wide: they come along
+    assert set(part.relations) == set(full.relations)
+
+
+def test_memory_jsonl_export_then_import_gives_the_same_graph(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    store = populated(make_store, tmp_path / "a")
+    first = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(first)])
+        == 0
+    )
+    lines = first.read_text().splitlines()
+    assert lines == [
+        '{"type":"entity","name":"Lyon","entityType":"city",'
+        '"observations":["Sits where the Rhône meets the Saône"]}',
+        '{"type":"entity","name":"David Barnett","entityType":"person",'
+        '"observations":["Speaks fluent Spanish","Prefers morning meetings"]}',
+        '{"type":"relation","from":"David Barnett","to":"Lyon","relationType":"lives_in"}',
+    ]
+    assert main(["import", "--home", str(tmp_path / "b"), str(first)]) == 0
+    copy = make_store(home=tmp_path / "b")
+    assert whole_graph(copy) == whole_graph(store)
+    again = tmp_path / "again.jsonl"
+    assert (
+        main(["export", "--home", str(copy.home), "--format", "memory-jsonl", "-o", str(again)])
+        == 0
+    )
+    assert again.read_bytes() == first.read_bytes()
