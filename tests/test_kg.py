@@ -1,0 +1,231 @@
+"""The knowledge graph in core: reference behaviour, cascades, bad input, paging, the past."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from keytrail.core import InvalidInput, NotFound, Settings, Store
+from keytrail.core.config import parse_toolsets
+from keytrail.core.knowledge_graph import (
+    EntityInput,
+    KnowledgeGraph,
+    ObservationInput,
+    RelationInput,
+    read_graph,
+)
+from keytrail.events import EventLog, KeyAliased
+from keytrail.projections import fold
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+
+
+def names(page: object) -> list[str]:
+    return [e["name"] for e in msgspec.to_builtins(page)["entities"]]
+
+
+@pytest.fixture
+def kg(store: Store) -> KnowledgeGraph:
+    return KnowledgeGraph(store)
+
+
+def test_existing_names_are_ignored_in_any_case_and_within_a_call(kg: KnowledgeGraph) -> None:
+    out = kg.create_entities(
+        [
+            EntityInput("Alice", "person", ["likes tea"]),
+            EntityInput("ALICE", "robot", ["beeps"]),
+            EntityInput("Bob", "person"),
+        ]
+    )
+    assert [e.name for e in out.entities] == ["Alice", "Bob"]
+    seq = kg.store.state.seq
+    assert kg.create_entities([EntityInput("alice", "x", ["y"])]).entities == []
+    assert kg.store.state.seq == seq  # nothing to do, nothing written
+    opened = kg.open_nodes(["aLiCe"])
+    assert [(e.name, e.entity_type, e.observations) for e in opened.entities] == [
+        ("Alice", "person", ["likes tea"])
+    ]
+
+
+def test_an_existing_key_becomes_an_entity_and_an_alias_is_refused(store: Store) -> None:
+    kg = KnowledgeGraph(store)
+    store.remember("Paris is the capital of France", ["Paris", "capital"])
+    made = kg.create_entities([EntityInput("paris", "city", ["Has the Louvre"])])
+    paris = store.state.key_for_label("Paris")
+    assert paris is not None and paris.entity_type == "city"
+    assert made.entities[0].name == "Paris"  # the key's own label
+    # the remembered fact (same namespace) is an observation too: one memory, two faces
+    assert kg.open_nodes(["Paris"]).entities[0].observations == [
+        "Paris is the capital of France",
+        "Has the Louvre",
+    ]
+    # a name that is another key's alias is refused (it would silently mean that key)
+    capital = store.state.key_for_label("capital")
+    assert capital is not None
+    store._write(lambda app: store._append(app, KeyAliased(key_id=capital.id, alias="seat")))
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput, match=r"entities\[0\]\.name.*alias"):
+        kg.create_entities([EntityInput("Seat", "thing")])
+    assert log_bytes(store.home) == before
+
+
+def test_unknown_entities_fail_and_write_nothing(kg: KnowledgeGraph) -> None:
+    kg.create_entities([EntityInput("Alice", "person"), EntityInput("Bob", "person")])
+    before = log_bytes(kg.store.home)
+    with pytest.raises(NotFound, match=r"relations\[1\]\.to.*Carol"):
+        kg.create_relations(
+            [RelationInput("Alice", "Bob", "knows"), RelationInput("Bob", "Carol", "knows")]
+        )
+    with pytest.raises(NotFound, match=r"observations\[1\]\.entityName.*Zed"):
+        kg.add_observations(
+            [ObservationInput("Alice", ["likes tea"]), ObservationInput("Zed", ["boo"])]
+        )
+    assert log_bytes(kg.store.home) == before
+    assert kg.read_graph().relations == []
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda kg: kg.create_entities([EntityInput("  ", "person")]), "entities[0].name"),
+        (lambda kg: kg.create_entities([EntityInput("A", "p" * 201)]), "entities[0].entityType"),
+        (lambda kg: kg.create_entities([EntityInput("A", "p", [""])]), "observations[0]"),
+        (lambda kg: kg.create_entities([EntityInput("A", "p")] * 501), "entities"),
+        (lambda kg: kg.create_entities("Alice"), "entities"),
+        (lambda kg: kg.search_nodes(""), "query"),
+        (lambda kg: kg.read_graph(limit=201), "limit"),
+        (lambda kg: kg.read_graph(offset=-1), "offset"),
+        (lambda kg: kg.open_nodes(["x"] * 201), "names"),
+    ],
+)
+def test_bad_input_names_the_field_and_changes_nothing(
+    kg: KnowledgeGraph, call: Callable[[KnowledgeGraph], object], field: str
+) -> None:
+    before = log_bytes(kg.store.home)
+    with pytest.raises(InvalidInput) as err:
+        call(kg)
+    assert err.value.field.startswith(field) or field in err.value.field, err.value.message
+    assert log_bytes(kg.store.home) == before
+
+
+def test_deleting_an_entity_cascades(store: Store) -> None:
+    kg = KnowledgeGraph(store)
+    kg.create_entities(
+        [EntityInput("Alice", "person", ["likes tea"]), EntityInput("Bob", "person", ["chess"])]
+    )
+    kg.create_relations(
+        [RelationInput("Alice", "Bob", "knows"), RelationInput("Bob", "Alice", "knows")]
+    )
+    shared = store.remember("Alice and Bob met in Lyon", ["Alice", "Bob"])
+    other_ns = store.remember("Alice's work badge is 42", ["Alice"], namespace="work")
+    tea = next(m for m in store.state.memories.values() if m.content == "likes tea")
+
+    result = kg.delete_entities(["Alice", "Nobody"])
+    assert (result.deleted, result.not_found) == (["Alice"], ["Nobody"])
+    assert kg.read_graph().relations == []  # both directions gone
+    assert store.state.memories[tea.id].status == "forgotten"  # her own observation
+    # a fact about Alice and Bob stays Bob's; Alice's key no longer leads to it
+    alice = store.state.key_for_label("Alice")
+    assert alice is not None and shared.memory_id not in alice.links
+    assert kg.open_nodes(["Bob"]).entities[0].observations == ["chess", "Alice and Bob met in Lyon"]
+    # other namespaces are not the knowledge graph's: untouched
+    assert store.state.memories[other_ns.memory_id].status == "active"
+    # created again, the entity starts with nothing
+    kg.create_entities([EntityInput("Alice", "person")])
+    assert kg.open_nodes(["Alice"]).entities[0].observations == []
+
+
+def test_observations_are_deduplicated_and_deleted_by_text(kg: KnowledgeGraph) -> None:
+    kg.create_entities([EntityInput("Alice", "person", ["likes tea"])])
+    added = kg.add_observations(
+        [ObservationInput("alice", ["likes tea", "plays chess", "plays chess"])]
+    )
+    assert [(r.entity_name, r.added_observations) for r in added.results] == [
+        ("Alice", ["plays chess"])
+    ]
+    gone = kg.delete_observations(
+        [ObservationInput("Alice", ["likes tea", "never said"]), ObservationInput("Zed", ["x"])]
+    )
+    assert (gone.deleted_count, gone.missing_entities) == (1, ["Zed"])
+    assert "Deleted 1 of 3" in gone.message
+    assert kg.open_nodes(["Alice"]).entities[0].observations == ["plays chess"]
+
+
+def test_search_matches_any_word_in_names_types_and_observations(kg: KnowledgeGraph) -> None:
+    kg.create_entities(
+        [
+            EntityInput("Alice", "person", ["Drinks green TEA"]),
+            EntityInput("Acme", "organization"),
+            EntityInput("Bob", "person", ["plays chess"]),
+        ]
+    )
+    kg.create_relations([RelationInput("Alice", "Acme", "works_at")])
+    assert names(kg.search_nodes("tea ORGANIZATION")) == ["Alice", "Acme"]
+    found = kg.search_nodes("acme")
+    assert [r.from_ for r in found.relations] == ["Alice"]  # relations touching a match
+    assert names(kg.search_nodes("PERSON", limit=1, offset=1)) == ["Bob"]
+    assert kg.search_nodes("zebra").entities == []
+
+
+def test_read_graph_on_ten_thousand_entities_is_a_bounded_page(store: Store) -> None:
+    kg = KnowledgeGraph(store)
+    for batch in range(20):
+        kg.create_entities(
+            [EntityInput(f"e{batch * 500 + i:05d}", "thing", ["x"]) for i in range(500)]
+        )
+    kg.create_relations(
+        [RelationInput(f"e{i:05d}", f"e{i + 1:05d}", "next") for i in range(0, 9999, 50)]
+    )
+    page = kg.read_graph()
+    assert (len(page.entities), page.total, page.next_offset) == (50, 10_000, 50)
+    assert [r.from_ for r in page.relations] == ["e00000"]  # the page's outgoing relations
+    seen: list[str] = []
+    relations = 0
+    offset: int | None = 0
+    while offset is not None:
+        page = kg.read_graph(limit=200, offset=offset)
+        assert len(page.entities) <= 200
+        seen += [e.name for e in page.entities]
+        relations += len(page.relations)
+        offset = page.next_offset
+    assert len(seen) == len(set(seen)) == 10_000
+    assert relations == 200  # every relation exactly once
+
+
+def test_the_past_graph_is_a_fold_of_a_prefix(store: Store) -> None:
+    """as_of for the graph: the state after event k answers as the store did then."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person", ["likes tea"]), EntityInput("Bob", "p")])
+    kg.create_relations([RelationInput("Alice", "Bob", "knows")])
+    then = store.state.seq
+    kg.delete_entities(["Bob"])
+    kg.delete_observations([ObservationInput("Alice", ["likes tea"])])
+    events = EventLog(store.home).read_new()
+    past = read_graph(fold(events[:then]), kg.namespace, store.clock(), 50, 0)
+    assert [(e.name, e.observations) for e in past.entities] == [
+        ("Alice", ["likes tea"]),
+        ("Bob", []),
+    ]
+    assert [(r.from_, r.relation_type, r.to) for r in past.relations] == [("Alice", "knows", "Bob")]
+    now = kg.read_graph()
+    assert [(e.name, e.observations) for e in now.entities] == [("Alice", [])]
+
+
+def test_kg_namespace_and_toolsets_are_configurable(make_store: Callable[..., Store]) -> None:
+    store = make_store(kg_namespace="graph")
+    KnowledgeGraph(store).create_entities([EntityInput("Alice", "person", ["likes tea"])])
+    (memory,) = store.state.memories.values()
+    assert memory.namespace == "graph"
+    env = {"KEYTRAIL_TOOLSETS": "keygraph, knowledge_graph", "KEYTRAIL_KG_NAMESPACE": "kg"}
+    settings = Settings.from_env(env)
+    assert (settings.toolsets, settings.kg_namespace) == (("keygraph", "knowledge_graph"), "kg")
+    assert Settings.from_env({}).toolsets == ("keygraph",)
+    with pytest.raises(InvalidInput, match=r"KEYTRAIL_TOOLSETS.*graphql"):
+        Settings.from_env({"KEYTRAIL_TOOLSETS": "keygraph,graphql"})
+    with pytest.raises(InvalidInput, match="toolsets"):
+        parse_toolsets(" , ")
