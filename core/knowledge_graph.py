@@ -541,7 +541,12 @@ class KnowledgeGraph:
                 + ", ".join(missing)
             )
             return Deletion(
-                success=True, message=message, deleted=deleted, not_found=missing, seq=event.seq
+                success=True,
+                message=message,
+                deleted=deleted,
+                not_found=missing,
+                deleted_count=len(deleted),
+                seq=event.seq,
             )
 
         return store._write(decide)

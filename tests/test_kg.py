@@ -126,7 +126,7 @@ def test_deleting_an_entity_cascades(store: Store) -> None:
     tea = next(m for m in store.state.memories.values() if m.content == "likes tea")
 
     result = kg.delete_entities(["Alice", "Nobody"])
-    assert (result.deleted, result.not_found) == (["Alice"], ["Nobody"])
+    assert (result.deleted, result.not_found, result.deleted_count) == (["Alice"], ["Nobody"], 1)
     assert kg.read_graph().relations == []  # both directions gone
     assert store.state.memories[tea.id].status == "forgotten"  # her own observation
     # a fact about Alice and Bob stays Bob's; Alice's key no longer leads to it
