@@ -191,8 +191,18 @@ def parse_memory_jsonl(
     return list(entities.values()), relations
 
 
-def check_memory_jsonl(text: str, label: str, settings: Settings) -> Writer:
+def check_memory_jsonl(
+    text: str, label: str, settings: Settings, empty_store: bool = False
+) -> Writer:
     entities, relations = parse_memory_jsonl(text, label, settings)
+    if empty_store:  # every relation must then end at an entity of the file: check it now
+        names = {e.name.casefold() for e in entities}
+        for r in relations:
+            for role, name in (("from", r.from_), ("to", r.to)):
+                if name.casefold() not in names:
+                    raise InvalidInput(
+                        f"{label} line {r.line}", f"relation {role!r} names no entity {name!r}"
+                    )
     return lambda store: _write_memory_jsonl(store, label, entities, relations)
 
 
@@ -611,11 +621,14 @@ CHECKERS: dict[str, Callable[[str, str, Settings], Writer]] = {
 }
 
 
-def check_import(text: str, label: str, settings: Settings, fmt: str | None = None) -> Writer:
+def check_import(
+    text: str, label: str, settings: Settings, fmt: str | None = None, empty_store: bool = False
+) -> Writer:
     """Check a whole memory.jsonl or keymem graph.json (auto-detected unless `fmt` is given).
 
     Returns the writer that imports it into a store as one event; raises on the first problem
-    (with its line or JSON path) before anything, even the store, is touched.
+    (with its line or JSON path) before anything, even the store, is touched. `empty_store`:
+    the store does not exist yet, so nothing in the file may refer to what is not in it.
     """
     chosen = fmt or detect_format(text)
     if chosen not in CHECKERS:
@@ -624,6 +637,8 @@ def check_import(text: str, label: str, settings: Settings, fmt: str | None = No
             f"{chosen!r} cannot be imported into a store this way",
             limit=" | ".join(CHECKERS),
         )
+    if chosen == "memory-jsonl":
+        return check_memory_jsonl(text, label, settings, empty_store)
     return CHECKERS[chosen](text, label, settings)
 
 

@@ -317,7 +317,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             text = f.read()
     fmt = getattr(args, "format", None) or detect_format(text)
     if fmt != "keytrail":
-        write = check_import(text, label, settings_from(args), fmt)  # all checked before opening
+        fresh = not (home / "log").is_dir()
+        write = check_import(text, label, settings_from(args), fmt, fresh)  # before opening
         with open_store(args) as store:
             report = write(store)
         print(

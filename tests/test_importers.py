@@ -130,11 +130,18 @@ def test_malformed_files_name_the_line_or_path_and_write_nothing(
     assert log_bytes(store.home) == before
 
 
-def test_a_failed_import_does_not_even_create_the_store(tmp_path: Path, cli_env: None) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "where"),
+    [("keymem-bad-link.json", "$.links[4].key_id"), ("memory-bad-relation.jsonl", "line 4")],
+)
+def test_a_failed_import_does_not_even_create_the_store(
+    tmp_path: Path, cli_env: None, fixture: str, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "fresh"
     with pytest.raises(SystemExit) as exit_:
-        main(["import", "--home", str(home), str(FIXTURES / "keymem-bad-link.json")])
+        main(["import", "--home", str(home), str(FIXTURES / fixture)])
     assert exit_.value.code == 2
+    assert where in capsys.readouterr().err
     assert not (home / "log").exists()
 
 

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from test_server import REPO, call, refused, run, server_env, surface
 
@@ -203,6 +204,7 @@ def test_reference_sequence_gives_the_documented_answers(tmp_path: Path) -> None
     run(test)
 
 
+@pytest.mark.slow
 def test_two_servers_creating_entities_at_once_lose_nothing(tmp_path: Path) -> None:
     home, errlog = tmp_path / "store", tmp_path / "err.txt"
     per_server, rounds = 10, 3
