@@ -123,12 +123,15 @@ observe_op = st.tuples(
     st.lists(st.sampled_from(OBSERVATIONS), min_size=1, max_size=2),
 )
 delete_entity_op = st.tuples(st.just("delete_entities"), st.sampled_from(ENTITIES))
+FIXTURES = Path(__file__).parent / "fixtures"
+import_op = st.tuples(st.just("import"), st.sampled_from(["memory.jsonl", "keymem-graph.json"]))
 
 op = st.one_of(
     entity_op,
     relation_op,
     observe_op,
     delete_entity_op,
+    import_op,
     remember_op,
     remember_op,
     correct_op,
@@ -235,6 +238,10 @@ def run(
                 KnowledgeGraph(store).delete_observations([ObservationInput(item[1], item[2])])
             elif kind == "delete_entities":
                 KnowledgeGraph(store).delete_entities([item[1]])
+            elif kind == "import":
+                from keytrail.core.importers import import_text
+
+                import_text(store, (FIXTURES / item[1]).read_text(), item[1])
             elif kind == "reopen":
                 store.close()  # writes a snapshot; the next events are its tail
                 store = open_store(home, clock, snapshot_every)
