@@ -102,6 +102,74 @@ class Settings:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class Variable:
+    """One KEYTRAIL_* setting, as `keytrail serve --help` lists it and as a flag sets it."""
+
+    env: str
+    kind: type[Any]
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        """`KEYTRAIL_MAX_CONTENT_CHARS` -> `--max-content-chars`."""
+        return "--" + self.env.removeprefix("KEYTRAIL_").lower().replace("_", "-")
+
+
+_SCALAR_HELP = {
+    "time_decay_days": "days in the time factor 0.5 + 0.5*exp(-age*(1-0.7*depth)/days)",
+    "hub_min": "a key with at least this many active memories in a namespace is a hub",
+    "snapshot_every": "write a key-graph snapshot after this many new events",
+    "segment_bytes": "start a new log segment past this size",
+}
+
+
+def tunable_variables() -> list[Variable]:
+    """Every KEYTRAIL_* setting beyond the store options, in the order `serve --help` shows them.
+
+    Store options (KEYTRAIL_HOME, _EMBEDDER, _EMBED_MODEL, _EMBED_MODEL_PATH, _NAMESPACE) have
+    flags of their own on every verb.
+    """
+    defaults = Settings()
+    found = [
+        Variable(
+            f"KEYTRAIL_{name.upper()}", type(getattr(defaults, name)), getattr(defaults, name), h
+        )
+        for name, h in _SCALAR_HELP.items()
+    ]
+    found += [
+        Variable(
+            f"KEYTRAIL_MAX_{f.name.upper()}",
+            type(getattr(defaults.limits, f.name)),
+            getattr(defaults.limits, f.name),
+            f"input limit: {f.name.replace('_', ' ')}",
+        )
+        for f in dataclasses.fields(Limits)
+    ]
+    import msgspec
+
+    found += [
+        Variable(
+            f"KEYTRAIL_{f.name.upper()}",
+            float,
+            f.default,
+            f"fold rule, fixed in a new store's log: {f.name.replace('_', ' ')}",
+        )
+        for f in msgspec.structs.fields(FoldRules)
+    ]
+    found += [
+        Variable(
+            f"KEYTRAIL_THRESHOLD_{f.name.upper()}",
+            float,
+            None,
+            f"similarity threshold: {f.name.replace('_', ' ')}",
+        )
+        for f in dataclasses.fields(Thresholds)
+    ]
+    return found
+
+
 TOOLSETS = ("keygraph", "knowledge_graph")
 
 

@@ -35,6 +35,42 @@ def specifics(content: str) -> frozenset[str]:
     return frozenset(_SPECIFIC.findall(content.casefold().replace("n't", " n't")))
 
 
+def _stem(word: str) -> str:
+    """A light stem, enough to see that `apples`, `hobbies`, `boxes` and `running` are variants."""
+    if len(word) <= 3:
+        return word
+    if word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif word.endswith("es") and word[:-2].endswith(("s", "x", "z", "ch", "sh")):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            # running -> runn -> run
+            return word[:-1] if len(word) > 2 and word[-1] == word[-2] else word
+    return word
+
+
+def stems(label: str) -> frozenset[str]:
+    return frozenset(_stem(w) for w in re.findall(r"\w+", label.casefold()))
+
+
+def may_alias(label: str, other: str, similarity: float, merge: float, near_same: float) -> bool:
+    """Whether a new concept label may become an alias of a key labelled `other`.
+
+    Cosine alone cannot tell a variant from a sibling: with all-MiniLM-L6-v2, apple~apples is
+    0.771 while husband~wife is 0.869 and Monday~Tuesday 0.874. A merge cannot be undone, and
+    two separate keys still find each other through recall, so only lexical variants (the same
+    stems) merge at the model's merge threshold; other labels must be near-identical in meaning
+    (the dedup threshold), and never when their numbers, weekdays, months or negations differ.
+    """
+    if similarity < merge or specifics(label) != specifics(other):
+        return False
+    return stems(label) == stems(other) or similarity >= near_same
+
+
 class Batch:
     """Decisions of one command, aware of what earlier items of the same batch created."""
 
@@ -116,7 +152,11 @@ class Batch:
         if spec.type == "concept":
             vector = store.embed([spec.label])[0]
             best_id, best_sim = self._closest_concept(spec.label, vector)
-            if best_id is not None and best_sim >= store.thresholds.merge:
+            thresholds = store.thresholds
+            if best_id is not None and any(
+                may_alias(spec.label, other, best_sim, thresholds.merge, thresholds.dedup)
+                for other in self._labels_of(best_id)
+            ):
                 target_label = self._label_of(best_id)
                 link = KeyLink(
                     key_id=best_id,
@@ -154,6 +194,12 @@ class Batch:
         if node is not None:
             return node.label
         return next(lk.label for lk in self.new_keys.values() if lk.key_id == key_id)
+
+    def _labels_of(self, key_id: str) -> list[str]:
+        node = self.state.keys.get(key_id)
+        if node is not None:
+            return [node.label, *node.aliases]
+        return [lk.label for lk in self.new_keys.values() if lk.key_id == key_id]
 
     def _closest_in_graph(self, labels: list[str]) -> dict[str, tuple[str, float]]:
         """For each label, the closest concept key already in the graph and its cosine."""

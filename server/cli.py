@@ -14,6 +14,7 @@ from typing import NoReturn
 
 import keytrail
 from keytrail.core import InvalidInput, KeytrailError
+from keytrail.core.config import tunable_variables
 
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .shell import emit_json, open_store, settings_from, short_time
@@ -34,7 +35,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
+    """Set the KEYTRAIL_* variable of every setting flag given, for this process.
+
+    The server reads its settings (and the limits its tool schemas advertise) from the
+    environment, so a flag is exactly its variable: `--max-content-chars 5000` is
+    `KEYTRAIL_MAX_CONTENT_CHARS=5000`.
+    """
+    given = {
+        var.env: str(value)
+        for var in tunable_variables()
+        if (value := getattr(args, var.env, None)) is not None
+    }
+    os.environ.update(given)
+    return given
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    apply_setting_flags(args)
     from .mcp_server import run_http, run_stdio
 
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
@@ -277,6 +295,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated tool sets to serve: keygraph, knowledge_graph "
         "(KEYTRAIL_TOOLSETS, default keygraph)",
     )
+    p.add_argument(
+        "--kg-namespace",
+        dest="kg_namespace",
+        help="namespace of knowledge-graph observations "
+        "(KEYTRAIL_KG_NAMESPACE, default the default namespace)",
+    )
+    settings = p.add_argument_group("settings (each overrides the KEYTRAIL_* variable named)")
+    for var in tunable_variables():
+        default = "the model's profile" if var.default is None else var.default
+        settings.add_argument(
+            var.flag,
+            dest=var.env,
+            type=var.kind,
+            metavar=var.kind.__name__.upper(),
+            help=f"{var.help} ({var.env}, default {default})",
+        )
 
     verb("stats", "counts of memories, keys, links, sessions; log size", cmd_stats)
 

@@ -19,6 +19,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         model_path=args.model_path,
         default_namespace=args.namespace,
         toolsets=parse_toolsets(args.toolsets) if getattr(args, "toolsets", None) else None,
+        kg_namespace=getattr(args, "kg_namespace", None),
     )
 
 

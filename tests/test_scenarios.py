@@ -406,6 +406,26 @@ def test_close_concept_key_becomes_alias_with_evidence(real_store: Store) -> Non
     assert set(page_ids(s.read_key(apple))) == {first.memory_id, second.memory_id}
 
 
+def test_siblings_stay_apart_while_variants_and_true_synonyms_merge(real_store: Store) -> None:
+    s = real_store
+    s.remember("Sam's wife is a nurse", keys=["wife", "Monday", "television"])
+    # husband~wife 0.869 and Monday~Tuesday 0.874 pass the merge threshold 0.76 but are
+    # different things; TV~television 0.958 is near-identical; weekends~weekend a variant.
+    made = s.remember(
+        "Sam's husband watches TV on Tuesday weekends",
+        keys=["husband", "Tuesday", "TV", "weekends"],
+    )
+    s.remember("Lin rests at the weekend", keys=["weekend"])
+    outcome = {k.label: k for k in made.keys}
+    assert outcome["husband"].resolution == "new"
+    assert outcome["Tuesday"].resolution == "new"
+    assert outcome["TV"].resolution == "alias" and outcome["TV"].merged_into == "television"
+    weekend = s.state.key_for_label("weekend")
+    assert weekend is not None and weekend.id == outcome["weekends"].key_id
+    # Kept apart, the sibling is still found by meaning.
+    assert "wife" in recalled(s.recall("husband"))
+
+
 # -- no match ------------------------------------------------------------------------------
 
 

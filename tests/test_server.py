@@ -61,10 +61,10 @@ def run(test: Callable[[], Awaitable[None]], timeout: float = TIMEOUT) -> None:
 
 
 @asynccontextmanager
-async def stdio_session(home: Path, errlog: Path) -> AsyncIterator[ClientSession]:
+async def stdio_session(home: Path, errlog: Path, *flags: str) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "keytrail.server.cli", "serve"],
+        args=["-m", "keytrail.server.cli", "serve", *flags],
         env=server_env(home),
         cwd=str(REPO),
     )
@@ -647,3 +647,41 @@ def test_http_on_a_public_host_needs_a_token(home: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("keytrail: error: --token")
     assert "Traceback" not in proc.stderr
+
+
+# -- settings as serve flags -----------------------------------------------------------------
+
+
+def test_every_setting_is_a_serve_flag() -> None:
+    from keytrail.core.config import tunable_variables
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+    )
+    assert proc.returncode == 0, proc.stderr
+    for var in tunable_variables():
+        assert var.flag in proc.stdout and var.env in proc.stdout, var.env
+
+
+def test_serve_flags_set_the_limits_schemas_advertise_and_core_enforces(
+    home: Path, errlog: Path
+) -> None:
+    async def test() -> None:
+        flags = ("--max-content-chars", "40", "--max-keys-per-memory", "2")
+        async with stdio_session(home, errlog, *flags) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            content = tools["remember"].input_schema["properties"]["content"]
+            assert content["maxLength"] == 40
+            # Refused naming the field and the limit; nothing written.
+            too_long = {"content": "x" * 41, "keys": ["a"]}
+            await refused(session, home, "remember", too_long, "content", "40")
+            too_many = {"content": "fine", "keys": ["a", "b", "c"]}
+            await refused(session, home, "remember", too_many, "keys", "2")
+            made = await call(session, "remember", content="short fact", keys=["a", "b"])
+            assert made["memory_id"]
+
+    run(test)

@@ -1,0 +1,46 @@
+"""Settings: every KEYTRAIL_* variable the registry lists is one Settings.from_env honours."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+import pytest
+
+from keytrail.core import InvalidInput, Settings
+from keytrail.core.config import Variable, tunable_variables
+
+
+def _value_of(settings: Settings, env: str) -> object:
+    name = env.removeprefix("KEYTRAIL_").lower()
+    if name.startswith("threshold_"):
+        return settings.threshold_overrides.get(name.removeprefix("threshold_"))
+    if name.startswith("max_"):
+        return getattr(settings.limits, name.removeprefix("max_"))
+    if name in {f.name for f in msgspec.structs.fields(settings.rules)}:
+        return getattr(settings.rules, name)
+    return getattr(settings, name)
+
+
+@pytest.mark.parametrize("var", tunable_variables(), ids=lambda v: v.env)
+def test_each_listed_variable_changes_its_setting(var: Variable) -> None:
+    changed = var.kind(7) if var.default != var.kind(7) else var.kind(9)
+    before = _value_of(Settings.from_env({}), var.env)
+    after = _value_of(Settings.from_env({var.env: str(changed)}), var.env)
+    assert before == var.default
+    assert after == changed
+
+
+def test_the_registry_covers_every_limit_rule_and_threshold() -> None:
+    listed = {v.env for v in tunable_variables()}
+    defaults = Settings()
+    expected = {f"KEYTRAIL_MAX_{f.name.upper()}" for f in dataclasses.fields(defaults.limits)}
+    expected |= {f"KEYTRAIL_{f.name.upper()}" for f in msgspec.structs.fields(defaults.rules)}
+    assert expected <= listed
+    assert len([v for v in listed if v.startswith("KEYTRAIL_THRESHOLD_")]) == 6
+
+
+def test_a_malformed_value_names_the_variable() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({"KEYTRAIL_MAX_PAGE": "many"})
+    assert caught.value.field == "KEYTRAIL_MAX_PAGE"
