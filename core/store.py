@@ -43,6 +43,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet,
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import Matrix
 
+from . import forgetting
 from . import validation as check
 from .config import Settings
 from .decide import Batch
@@ -131,6 +132,11 @@ class Store(Queries):
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
+        if (
+            self.state.seq - self._snapshot_seq >= self.settings.snapshot_every
+            or forgetting.pending_path(self.home).exists()
+        ):
+            self._tidy()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -149,10 +155,15 @@ class Store(Queries):
         else:
             self.log.seek(LogPosition(None, 0, 0, state.at))
         events = self.log.iter_new()
-        tail = fold(events if progress is None else self._reporting(events, progress), state)
-        if tail.seq - self._snapshot_seq >= self.settings.snapshot_every:
-            self._save_snapshot(tail)
-        return tail
+        return fold(events if progress is None else self._reporting(events, progress), state)
+
+    def _tidy(self) -> None:
+        """Under the lock: finish an interrupted forget, save a due snapshot."""
+        with self._mutex, self.log.lock() as app:
+            self._fold(app.pending)
+            self._finish_forgetting()
+            if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+                self._save_snapshot(self.state)
 
     def _reporting(self, events: Iterable[AnyEvent], progress: OpenProgress) -> Iterator[AnyEvent]:
         sizes = {name: (self.log.dir / name).stat().st_size for name in self.log.segments()}
@@ -186,9 +197,13 @@ class Store(Queries):
                 )
 
     def close(self) -> None:
+        # Snapshots are written holding the lock and caught up: one written from a state older
+        # than a forget would bring the forgotten content back to disk.
         with self._mutex:
             if self.state.seq > self._snapshot_seq:
-                self._save_snapshot(self.state)
+                with self.log.lock() as app:
+                    self._fold(app.pending)
+                    self._save_snapshot(self.state)
 
     def __enter__(self) -> Store:
         return self
@@ -236,8 +251,8 @@ class Store(Queries):
                 self._fold(app.pending)
                 result = decide(app)
                 self.vectors.flush()
-            if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
-                self._save_snapshot(self.state)
+                if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+                    self._save_snapshot(self.state)
             return result
 
     # -- embeddings ------------------------------------------------------------------------
@@ -507,7 +522,8 @@ class Store(Queries):
         return self._write(decide)
 
     def forget(self, memory_id: str, reason: str = "") -> Forgotten:
-        """Forget a memory (and hide it everywhere). The log keeps an audit record."""
+        """Forget a memory for good: hidden from every read, its content removed from every
+        file of the store (see core/forgetting.py). The log keeps an audit record."""
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
         def decide(app: Appender) -> Forgotten:
@@ -519,13 +535,38 @@ class Store(Queries):
                     memory_id,
                     "already forgotten" if node is not None else "",
                 )
+            entry = forgetting.PendingPurge(
+                memory_id=node.id,
+                created_seq=node.created_seq,
+                vector_digest=text_hash(node.content),
+            )
+            # Recorded before the event, so a crash anywhere after it is finished on next open.
+            forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), entry])
             event = self._append(
                 app,
                 MemoryForgotten(memory_id=node.id, content_hash=node.content_hash, reason=reason),
             )
-            return Forgotten(memory_id=node.id, seq=event.seq)
+            self.vectors.flush()
+            purged = self._finish_forgetting()
+            return Forgotten(memory_id=node.id, seq=event.seq, purged=purged)
 
         return self._write(decide)
+
+    def _finish_forgetting(self) -> list[str]:
+        """Purge the content of every forgotten memory listed as pending. Hold the lock."""
+        entries = forgetting.read_pending(self.home)
+        if not entries:
+            return []
+        # An entry whose memory is not forgotten is a forget that crashed before its event.
+        done = [
+            e
+            for e in entries
+            if (node := self.state.memories.get(e.memory_id)) is not None
+            and node.status == "forgotten"
+        ]
+        purged = forgetting.purge(self.home, self.log, done, self.vectors)
+        forgetting.write_pending(self.home, [])
+        return purged
 
     def record_turn(self, session_id: str, role: str, content: str) -> TurnSaved:
         """Append one turn to a session's conversation log (turns are numbered from 1)."""

@@ -213,6 +213,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
         emit_json(result)
     else:
         print(f"forgot {result.memory_id} (seq {result.seq})")
+        for path in result.purged:
+            print(f"  content removed from {path}")
     return 0
 
 
