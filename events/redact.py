@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line, encode_event
+from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line
 from .types import AnyEvent, MemoryCorrected, MemoryRemembered, NewMemory
 
 TEMP_SUFFIX = ".redact.tmp"
@@ -101,14 +101,21 @@ def redact_line(line: bytes, memory_ids: Collection[str]) -> bytes | None:
         redacted = _with_crc(prefix) if crc else prefix
         if decode_line(redacted) == expected:
             return redacted
-    # Re-encode and pad: shorter than the original, since the content is gone.
-    body = encode_event(expected)
+    # Not in the form this code writes (a hand-written or old line): blank the content in the
+    # line's own JSON object, so absent fields stay absent, and pad to the original length.
+    raw = msgspec.json.decode(line)
+    raw.pop("crc", None)
+    for obj in raw.get("memories", []) + ([raw["memory"]] if "memory" in raw else []):
+        if isinstance(obj, dict) and obj.get("memory_id") in memory_ids:
+            obj["content"] = ""
+    body = _json.encode(raw)
     room = len(line) - (_CRC_LEN if crc else 0) - len(body)
     if room < 0:
         raise DecodeError("a redacted line would be longer than the original", seq=event.seq)
     padded = body[:-1] + b" " * room + (b"" if crc else b"}")
     redacted = _with_crc(padded) if crc else padded
-    assert len(redacted) == len(line) and decode_line(redacted) == expected
+    if len(redacted) != len(line) or decode_line(redacted) != expected:
+        raise DecodeError("the line cannot be redacted in place", seq=event.seq)
     return redacted
 
 
