@@ -84,12 +84,18 @@ def _fsync_dir(path: Path) -> None:
 
 
 def purge(
-    home: Path, log: EventLog, entries: Iterable[PendingPurge], vectors: VectorCache | None
+    home: Path,
+    log: EventLog,
+    entries: Iterable[PendingPurge],
+    vectors: VectorCache | None,
+    *,
+    fresh_snapshot: Path | None = None,
 ) -> list[str]:
     """Remove the content of `entries` (already forgotten in the log) from every file.
 
-    Call holding the log lock. Safe to call again on the same entries. Returns the files changed
-    or deleted, relative to `home`.
+    Call holding the log lock. Safe to call again on the same entries. `fresh_snapshot` names a
+    snapshot just written from a state that has folded the forgets (nothing to blank there).
+    Returns the files changed or deleted, relative to `home`.
     """
     entries = list(entries)
     if not entries:
@@ -106,7 +112,9 @@ def purge(
         touched += _scrub_torn(log.dir / "torn", plan.contents.values())
         if apply_redaction(plan):
             touched.append(f"log/{name}")
-    touched += purge_snapshots(home / "cache" / "snapshot", ids)
+    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot)
+    if fresh_snapshot is not None:
+        touched.append(str(fresh_snapshot))
     touched += purge_vectors(
         home / "cache" / "vectors", {e.vector_digest for e in entries}, vectors
     )
@@ -153,7 +161,9 @@ def _scrub_torn(torn_dir: Path, contents: Iterable[str]) -> list[str]:
     return touched
 
 
-def purge_snapshots(directory: Path, memory_ids: Collection[str]) -> list[str]:
+def purge_snapshots(
+    directory: Path, memory_ids: Collection[str], fresh: Path | None = None
+) -> list[str]:
     """Blank the content of `memory_ids` in every readable snapshot; delete any other file.
 
     A snapshot with the content blanked is exactly the fold of the redacted log up to its seq.
@@ -161,7 +171,7 @@ def purge_snapshots(directory: Path, memory_ids: Collection[str]) -> list[str]:
     if not directory.is_dir():
         return []
     touched = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != fresh):
         snap = None if path.name.startswith(".") else snapshots.load(path)
         if snap is None:
             path.unlink()  # a temp file, or a format this code cannot read: derived anyway

@@ -564,7 +564,11 @@ class Store(Queries):
             if (node := self.state.memories.get(e.memory_id)) is not None
             and node.status == "forgotten"
         ]
-        purged = forgetting.purge(self.home, self.log, done, self.vectors)
+        # Our state has folded the forgets and stands at the log's end: write the snapshot from
+        # it rather than decode and blank the old one.
+        self._save_snapshot(self.state)
+        fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
+        purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
         forgetting.write_pending(self.home, [])
         return purged
 
