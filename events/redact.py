@@ -132,21 +132,23 @@ def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
     """Find the lines of segment `path` that carry content of `memory_ids`, and their redaction."""
     plan = SegmentRedaction(path)
     data = path.read_bytes()
-    needles = [b'"' + m.encode() + b'"' for m in memory_ids]
-    offset = 0
-    while True:
+    starts: set[int] = set()
+    for needle in (b'"' + m.encode() + b'"' for m in memory_ids):
+        at = data.find(needle)
+        while at >= 0:
+            starts.add(data.rfind(b"\n", 0, at) + 1)
+            at = data.find(needle, at + len(needle))
+    for offset in sorted(starts):
         stop = data.find(b"\n", offset)
         if stop < 0:
-            break  # a partial last line is not an event
+            continue  # a partial last line is not an event
         line = data[offset:stop]
-        if any(n in line for n in needles):
-            redacted = redact_line(line, memory_ids)
-            if redacted is not None:
-                plan.lines[offset] = redacted
-                for m in created_memories(decode_line(line)):
-                    if m.memory_id in memory_ids and m.content:
-                        plan.contents[m.memory_id] = m.content
-        offset = stop + 1
+        redacted = redact_line(line, memory_ids)
+        if redacted is not None:
+            plan.lines[offset] = redacted
+            for m in created_memories(decode_line(line)):
+                if m.memory_id in memory_ids and m.content:
+                    plan.contents[m.memory_id] = m.content
     return plan
 
 

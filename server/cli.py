@@ -357,9 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--source")
 
-    p = verb("forget", "forget a memory", cmd_forget)
+    p = verb("forget", "forget a memory for good (its content erased from every file)", cmd_forget)
     p.add_argument("memory_id")
-    p.add_argument("--reason", default="")
+    p.add_argument("--reason", default="", help="why, kept in the audit record")
 
     p = verb(
         "export", "write every event as JSON lines (stdout or a file)", cmd_export, json_flag=False
