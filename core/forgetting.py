@@ -33,6 +33,7 @@ import msgspec
 
 from keytrail.events import EventLog
 from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
+from keytrail.projections import GraphState
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import VectorCache
 
@@ -81,6 +82,20 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def version_chain(state: GraphState, memory_id: str) -> list[str]:
+    """Every version of a memory, oldest first: what it replaced and what replaced it."""
+    memories = state.memories
+    first = memories[memory_id]
+    while first.supersedes is not None and first.supersedes in memories:
+        first = memories[first.supersedes]
+    chain = [first.id]
+    node = first
+    while node.superseded_by is not None and node.superseded_by in memories:
+        node = memories[node.superseded_by]
+        chain.append(node.id)
+    return chain
 
 
 def purge(

@@ -521,9 +521,13 @@ class Store(Queries):
 
         return self._write(decide)
 
-    def forget(self, memory_id: str, reason: str = "") -> Forgotten:
+    def forget(self, memory_id: str, reason: str = "", all_versions: bool = False) -> Forgotten:
         """Forget a memory for good: hidden from every read, its content removed from every
-        file of the store (see core/forgetting.py). The log keeps an audit record."""
+        file of the store (see core/forgetting.py). The log keeps an audit record.
+
+        With `all_versions`, every version of it (what it corrected or deduplicated, and what
+        replaced it) is forgotten too, one `memory.forgotten` event each.
+        """
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
         def decide(app: Appender) -> Forgotten:
@@ -535,20 +539,31 @@ class Store(Queries):
                     memory_id,
                     "already forgotten" if node is not None else "",
                 )
-            entry = forgetting.PendingPurge(
-                memory_id=node.id,
-                created_seq=node.created_seq,
-                vector_digest=text_hash(node.content),
-            )
-            # Recorded before the event, so a crash anywhere after it is finished on next open.
-            forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), entry])
-            event = self._append(
-                app,
-                MemoryForgotten(memory_id=node.id, content_hash=node.content_hash, reason=reason),
-            )
+            chain = forgetting.version_chain(self.state, node.id) if all_versions else [node.id]
+            nodes = [self.state.memories[m] for m in chain]
+            nodes = [n for n in nodes if n.status != "forgotten"]
+            entries = [
+                forgetting.PendingPurge(
+                    memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(n.content)
+                )
+                for n in nodes
+            ]
+            # Recorded before the events, so a crash anywhere after is finished on next open.
+            forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])
+            events = [
+                self._append(
+                    app, MemoryForgotten(memory_id=n.id, content_hash=n.content_hash, reason=reason)
+                )
+                for n in nodes
+            ]
             self.vectors.flush()
             purged = self._finish_forgetting()
-            return Forgotten(memory_id=node.id, seq=event.seq, purged=purged)
+            return Forgotten(
+                memory_id=node.id,
+                seq=events[-1].seq,
+                purged=purged,
+                other_versions=[n.id for n in nodes if n.id != node.id],
+            )
 
         return self._write(decide)
 

@@ -412,6 +412,10 @@ def build_server(store: Store) -> MCPServer[Any]:
             str,
             Field(max_length=LIMITS.source_chars, description="Why, for the audit record."),
         ] = "",
+        all_versions: Annotated[
+            bool,
+            Field(description="Also forget every earlier and later version of it (corrections)."),
+        ] = False,
     ) -> Annotated[CallToolResult, Forgotten]:
         """Forget a memory for good: hidden from every read, and its content erased from every
         file of the store (log, snapshots, vectors, index). Only the id, a hash of the content,
@@ -420,7 +424,7 @@ def build_server(store: Store) -> MCPServer[Any]:
         Example: forget(memory_id="m_3f2a9c1b7d0e", reason="user asked") ->
         {"memory_id": "m_3f2a9c1b7d0e", "seq": 42, "purged": ["log/000...1.jsonl", ...]}
         """
-        return _reply(lambda: store.forget(memory_id, reason))
+        return _reply(lambda: store.forget(memory_id, reason, all_versions))
 
     @server.tool(annotations=_hints(title="List memories", **read_only))
     def list_memories(

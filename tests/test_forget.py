@@ -317,3 +317,39 @@ def test_snapshots_of_any_kind_are_purged(home: Path) -> None:
     kept = snapshots.load(snap_dir / "interval" / "seq-3.msgpack")
     assert kept is not None and kept.state.memories[secret].content == ""
     assert not (snap_dir / "interval" / "other.bin").exists()
+
+
+def test_forgetting_all_versions_erases_the_whole_chain(home: Path) -> None:
+    store = open_store(home)
+    seoul = store.remember("user lives in Seoul", ["home"]).memory_id
+    busan = store.correct(seoul, "user moved to Busan", ["home"]).memory_id
+    store.read_memory(busan)
+    other = store.remember("user likes tea", ["tea"]).memory_id
+    gone = store.forget(busan, reason="forget where I live", all_versions=True)
+    assert gone.other_versions == [seoul]
+    assert files_holding(home, "Seoul") == [] and files_holding(home, "Busan") == []
+    assert files_holding(home, "user likes tea")
+    assert {m: store.state.memories[m].status for m in (seoul, busan, other)} == {
+        seoul: "forgotten",
+        busan: "forgotten",
+        other: "active",
+    }
+    report = verify(home)
+    assert report.ok and sorted(report.redacted) == sorted([seoul, busan])
+    records = [e for e in EventLog(home).read_new() if isinstance(e, MemoryForgotten)]
+    assert [(r.memory_id, r.reason) for r in records] == [
+        (seoul, "forget where I live"),
+        (busan, "forget where I live"),
+    ]
+    assert gone.seq == records[-1].seq
+    assert encoded(replay(home)) == encoded(store.state)
+
+
+def test_forgetting_one_version_keeps_the_others(home: Path) -> None:
+    store = open_store(home)
+    seoul = store.remember("user lives in Seoul", ["home"]).memory_id
+    busan = store.correct(seoul, "user moved to Busan", ["home"]).memory_id
+    gone = store.forget(busan)
+    assert gone.other_versions == []
+    assert files_holding(home, "Busan") == [] and files_holding(home, "Seoul")
+    assert store.state.memories[seoul].content == "user lives in Seoul"
