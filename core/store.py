@@ -129,6 +129,10 @@ class Store(Queries):
         self._memories_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
+        #: Vector keys of contents another process forgot, to erase at our next write: rows we
+        #: embedded (from the log, before its redaction) but had not saved would otherwise be
+        #: written after that forget's purge.
+        self._forgotten_digests: set[str] = set()
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
@@ -231,7 +235,16 @@ class Store(Queries):
     # -- staying current -------------------------------------------------------------------
 
     def _fold(self, events: Iterable[AnyEvent]) -> None:
-        fold(events, self.state)
+        fold(self._noting_forgets(events), self.state)
+
+    def _noting_forgets(self, events: Iterable[AnyEvent]) -> Iterator[AnyEvent]:
+        for event in events:
+            if type(event) is MemoryForgotten:
+                # The fold is lazy: the state holds every earlier event, content included.
+                node = self.state.memories.get(event.memory_id)
+                if node is not None and node.content:
+                    self._forgotten_digests.add(text_hash(node.content))
+            yield event
 
     def refresh(self) -> GraphState:
         """Fold every event other processes appended since the last look; return the state."""
@@ -251,6 +264,9 @@ class Store(Queries):
                 self._fold(app.pending)
                 result = decide(app)
                 self.vectors.flush()
+                if self._forgotten_digests:
+                    self.vectors.purge(self._forgotten_digests)
+                    self._forgotten_digests.clear()
                 if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                     self._save_snapshot(self.state)
             return result
@@ -584,6 +600,7 @@ class Store(Queries):
         self._save_snapshot(self.state)
         fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
         purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
+        self._forgotten_digests.clear()
         forgetting.write_pending(self.home, [])
         return purged
 

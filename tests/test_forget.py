@@ -353,3 +353,18 @@ def test_forgetting_one_version_keeps_the_others(home: Path) -> None:
     assert gone.other_versions == []
     assert files_holding(home, "Busan") == [] and files_holding(home, "Seoul")
     assert store.state.memories[seoul].content == "user lives in Seoul"
+
+
+def test_another_process_never_saves_a_vector_of_forgotten_content(home: Path) -> None:
+    a = open_store(home)
+    # Another process with another model: its cache rows are its own, saved at its next write.
+    b = Store(settings(home), embedder=HashEmbedder(dim=64))
+    secret = a.remember(SECRET, ["bank"]).memory_id
+    b.refresh()
+    b.memory_vectors()  # b embedded the content (a recall does this) and has not saved the row
+    a.forget(secret)
+    b.remember("b writes after the forget", ["other"])  # b saves its unsaved rows now
+    hashes = (b.vectors.dir / "hashes.txt").read_text()  # type: ignore[operator]
+    assert text_hash("b writes after the forget") in hashes
+    assert text_hash(SECRET) not in hashes
+    b.close()
