@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from keytrail.events import CorruptLog, EventLog
+from keytrail.events.redact import redacted_ids
 from keytrail.projections import GraphState, apply
 
 Progress = Callable[[int, int], None]
@@ -20,6 +21,8 @@ class VerifyReport:
     segments: int
     problems: list[str] = field(default_factory=list)
     torn_files: list[str] = field(default_factory=list)
+    #: Memories whose content was removed from the log by forget (each must be forgotten).
+    redacted: list[str] = field(default_factory=list)
 
 
 def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
@@ -34,8 +37,10 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     problems: list[str] = []
     state = GraphState()
     count = 0
+    redacted: list[str] = []
     try:
         for event in log.iter_new():
+            redacted += redacted_ids(event)
             try:
                 apply(state, event)
             except (KeyError, IndexError, TypeError) as exc:
@@ -51,6 +56,14 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         problems.append(exc.message)
     if not problems and count and state.store_id == "":
         problems.append("the log does not start with store.created")
+    if not problems:
+        # Only forget redacts, and it appends memory.forgotten first: a redacted memory that is
+        # not forgotten means the log was edited by something else.
+        problems += [
+            f"memory {m}: content redacted but the memory was never forgotten"
+            for m in redacted
+            if state.memories[m].status != "forgotten"
+        ]
     # Bytes after the last newline of the last segment: a torn tail the next appender will cut.
     if segments and not problems:
         last = log.dir / segments[-1]
@@ -64,7 +77,12 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     if progress is not None:
         progress(total, total)
     return VerifyReport(
-        ok=not problems, events=count, segments=len(segments), problems=problems, torn_files=torn
+        ok=not problems,
+        events=count,
+        segments=len(segments),
+        problems=problems,
+        torn_files=torn,
+        redacted=redacted,
     )
 
 

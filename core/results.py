@@ -192,6 +192,10 @@ class Stats:
 class Forgotten:
     memory_id: str
     seq: int
+    #: Files under the store directory rewritten or deleted to remove the content.
+    purged: list[str] = field(default_factory=list)
+    #: With all_versions: the other versions forgotten with it.
+    other_versions: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

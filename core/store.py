@@ -43,6 +43,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet,
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import Matrix
 
+from . import forgetting
 from . import validation as check
 from .config import Settings
 from .decide import Batch
@@ -128,9 +129,18 @@ class Store(Queries):
         self._memories_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
+        #: Vector keys of contents another process forgot, to erase at our next write: rows we
+        #: embedded (from the log, before its redaction) but had not saved would otherwise be
+        #: written after that forget's purge.
+        self._forgotten_digests: set[str] = set()
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
+        if (
+            self.state.seq - self._snapshot_seq >= self.settings.snapshot_every
+            or forgetting.pending_path(self.home).exists()
+        ):
+            self._tidy()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -149,10 +159,15 @@ class Store(Queries):
         else:
             self.log.seek(LogPosition(None, 0, 0, state.at))
         events = self.log.iter_new()
-        tail = fold(events if progress is None else self._reporting(events, progress), state)
-        if tail.seq - self._snapshot_seq >= self.settings.snapshot_every:
-            self._save_snapshot(tail)
-        return tail
+        return fold(events if progress is None else self._reporting(events, progress), state)
+
+    def _tidy(self) -> None:
+        """Under the lock: finish an interrupted forget, save a due snapshot."""
+        with self._mutex, self.log.lock() as app:
+            self._fold(app.pending)
+            self._finish_forgetting()
+            if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+                self._save_snapshot(self.state)
 
     def _reporting(self, events: Iterable[AnyEvent], progress: OpenProgress) -> Iterator[AnyEvent]:
         sizes = {name: (self.log.dir / name).stat().st_size for name in self.log.segments()}
@@ -186,9 +201,13 @@ class Store(Queries):
                 )
 
     def close(self) -> None:
+        # Snapshots are written holding the lock and caught up: one written from a state older
+        # than a forget would bring the forgotten content back to disk.
         with self._mutex:
             if self.state.seq > self._snapshot_seq:
-                self._save_snapshot(self.state)
+                with self.log.lock() as app:
+                    self._fold(app.pending)
+                    self._save_snapshot(self.state)
 
     def __enter__(self) -> Store:
         return self
@@ -216,7 +235,16 @@ class Store(Queries):
     # -- staying current -------------------------------------------------------------------
 
     def _fold(self, events: Iterable[AnyEvent]) -> None:
-        fold(events, self.state)
+        fold(self._noting_forgets(events), self.state)
+
+    def _noting_forgets(self, events: Iterable[AnyEvent]) -> Iterator[AnyEvent]:
+        for event in events:
+            if type(event) is MemoryForgotten:
+                # The fold is lazy: the state holds every earlier event, content included.
+                node = self.state.memories.get(event.memory_id)
+                if node is not None and node.content:
+                    self._forgotten_digests.add(text_hash(node.content))
+            yield event
 
     def refresh(self) -> GraphState:
         """Fold every event other processes appended since the last look; return the state."""
@@ -236,8 +264,11 @@ class Store(Queries):
                 self._fold(app.pending)
                 result = decide(app)
                 self.vectors.flush()
-            if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
-                self._save_snapshot(self.state)
+                if self._forgotten_digests:
+                    self.vectors.purge(self._forgotten_digests)
+                    self._forgotten_digests.clear()
+                if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+                    self._save_snapshot(self.state)
             return result
 
     # -- embeddings ------------------------------------------------------------------------
@@ -506,8 +537,13 @@ class Store(Queries):
 
         return self._write(decide)
 
-    def forget(self, memory_id: str, reason: str = "") -> Forgotten:
-        """Forget a memory (and hide it everywhere). The log keeps an audit record."""
+    def forget(self, memory_id: str, reason: str = "", all_versions: bool = False) -> Forgotten:
+        """Forget a memory for good: hidden from every read, its content removed from every
+        file of the store (see core/forgetting.py). The log keeps an audit record.
+
+        With `all_versions`, every version of it (what it corrected or deduplicated, and what
+        replaced it) is forgotten too, one `memory.forgotten` event each.
+        """
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
         def decide(app: Appender) -> Forgotten:
@@ -519,13 +555,54 @@ class Store(Queries):
                     memory_id,
                     "already forgotten" if node is not None else "",
                 )
-            event = self._append(
-                app,
-                MemoryForgotten(memory_id=node.id, content_hash=node.content_hash, reason=reason),
+            chain = forgetting.version_chain(self.state, node.id) if all_versions else [node.id]
+            nodes = [self.state.memories[m] for m in chain]
+            nodes = [n for n in nodes if n.status != "forgotten"]
+            entries = [
+                forgetting.PendingPurge(
+                    memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(n.content)
+                )
+                for n in nodes
+            ]
+            # Recorded before the events, so a crash anywhere after is finished on next open.
+            forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])
+            events = [
+                self._append(
+                    app, MemoryForgotten(memory_id=n.id, content_hash=n.content_hash, reason=reason)
+                )
+                for n in nodes
+            ]
+            self.vectors.flush()
+            purged = self._finish_forgetting()
+            return Forgotten(
+                memory_id=node.id,
+                seq=events[-1].seq,
+                purged=purged,
+                other_versions=[n.id for n in nodes if n.id != node.id],
             )
-            return Forgotten(memory_id=node.id, seq=event.seq)
 
         return self._write(decide)
+
+    def _finish_forgetting(self) -> list[str]:
+        """Purge the content of every forgotten memory listed as pending. Hold the lock."""
+        entries = forgetting.read_pending(self.home)
+        if not entries:
+            return []
+        # An entry whose memory is not forgotten is a forget that crashed before its event.
+        done = [
+            e
+            for e in entries
+            if (node := self.state.memories.get(e.memory_id)) is not None
+            and node.status == "forgotten"
+        ]
+        # Our state has folded the forgets and stands at the log's end: write the snapshot from
+        # it rather than decode and blank the old one.
+        self._save_snapshot(self.state)
+        fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
+        purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
+        self._forgotten_digests.clear()
+        forgetting.write_pending(self.home, [])
+        return purged
 
     def record_turn(self, session_id: str, role: str, content: str) -> TurnSaved:
         """Append one turn to a session's conversation log (turns are numbered from 1)."""

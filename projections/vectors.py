@@ -131,6 +131,47 @@ class VectorCache:
         self._persisted = self._count
         self._pending = []
 
+    def purge(self, digests: set[str]) -> int:
+        """Erase the rows of `digests` from disk (forgetting). Call only holding the store lock.
+
+        Rows are overwritten in place, never removed: a hash line becomes dashes (no text hashes
+        to that) and its vector zeros, so row numbers other processes hold stay right. Hashes go
+        first, so a crash between leaves an orphaned vector no text maps to; a later purge zeroes
+        the vector of every dashed row, finishing the job. Returns the rows erased.
+        """
+        if self.dir is None:
+            return 0
+        self.flush()  # our unsaved rows get row numbers first, then are erased like the rest
+        hashes_path, vectors_path = self.dir / "hashes.txt", self.dir / "vectors.f32"
+        try:
+            hashes = hashes_path.read_bytes().split(b"\n")
+            vf = open(vectors_path, "r+b")  # noqa: SIM115
+        except FileNotFoundError:
+            return 0
+        erased = b"-" * (_HASH_LINE - 1)
+        with vf, open(hashes_path, "r+b") as hf:
+            rows = {i for i, h in enumerate(hashes[:-1]) if h.decode() in digests}
+            for row in sorted(rows):
+                hf.seek(row * _HASH_LINE)
+                hf.write(erased)
+            hf.flush()
+            os.fsync(hf.fileno())
+            row_bytes = 4 * self.dim
+            rows_on_disk = os.fstat(vf.fileno()).st_size // row_bytes
+            zeros = bytes(row_bytes)
+            for row, h in enumerate(hashes[: min(len(hashes) - 1, rows_on_disk)]):
+                if h == erased or row in rows:
+                    vf.seek(row * row_bytes)
+                    if vf.read(row_bytes) != zeros:
+                        vf.seek(row * row_bytes)
+                        vf.write(zeros)
+            vf.flush()
+            os.fsync(vf.fileno())
+        for digest in digests:
+            if digest in self._rows:
+                self._matrix[self._rows.pop(digest)] = 0.0
+        return len(rows)
+
 
 class VectorSet:
     """An in-memory matrix of rows labelled by an id (several rows may share one id)."""

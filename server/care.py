@@ -63,13 +63,11 @@ def summary(event: AnyEvent) -> str:
         parts = []
         for m in data["memories"]:
             keys = ", ".join(k["label"] for k in m["keys"])
-            parts.append(
-                f"{m['memory_id']} [{m['namespace']}] {preview(m['content'], 40)!r} ({keys})"
-            )
+            parts.append(f"{m['memory_id']} [{m['namespace']}] {_content(m['content'])} ({keys})")
         return "; ".join(parts)
     if tag == "memory.corrected":
         m = data["memory"]
-        return f"{data['old_id']} -> {m['memory_id']} {preview(m['content'], 40)!r}"
+        return f"{data['old_id']} -> {m['memory_id']} {_content(m['content'])}"
     if tag == "memory.read":
         via = f" via {data['via_key_id']}" if data.get("via_key_id") else ""
         return f"{data['memory_id']}{via}"
@@ -116,6 +114,11 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
     return ""
 
 
+def _content(content: str) -> str:
+    # Empty content in a creating event only ever means forget removed it (events/redact.py).
+    return repr(preview(content, 40)) if content else "[content forgotten]"
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     log = EventLog(log_home(args))
     types = set(args.type or [])
@@ -134,31 +137,54 @@ def cmd_log(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        show(log.iter_new())
         if args.follow:
             follow(log, show)
+        else:
+            show(log.iter_new())
     except KeyboardInterrupt:
         pass
     return 0
 
 
-def follow(
-    log: EventLog, show: Callable[[Iterator[AnyEvent]], None], stop: threading.Event | None = None
-) -> None:
-    """Print what other processes append, as they append it (until interrupted)."""
-    from watchfiles import watch
+#: Read the log this often even without a change notification, in case one is lost (ms).
+FOLLOW_SAFETY_POLL_MS = 2000
+#: Polling interval when file-system notifications cannot be set up (ms).
+FOLLOW_POLL_MS = 100
 
-    # yield_on_timeout doubles as a slow poll, in case a change notification is missed.
-    for _changes in watch(
-        log.dir,
-        stop_event=stop,
-        debounce=50,
-        step=20,
-        rust_timeout=1000,
-        yield_on_timeout=True,
-        raise_interrupt=True,
-    ):
+
+def follow(
+    log: EventLog,
+    show: Callable[[Iterator[AnyEvent]], None],
+    stop: threading.Event | None = None,
+    *,
+    safety_poll_ms: int = FOLLOW_SAFETY_POLL_MS,
+) -> None:
+    """Show what other processes append, as they append it, until interrupted or `stop` is set.
+
+    Event-driven: a watchfiles watch on the log directory wakes this loop within tens of
+    milliseconds of an append, a new segment or a redaction's rename (a redaction keeps every
+    offset, so reading on from the cursor stays right). The watch is set up before the log is
+    read, so nothing appended in between is missed. Polling is used only when notifications
+    cannot be set up (no inotify, or out of watches).
+    """
+    # RustNotify is what watchfiles.watch() wraps; using it directly lets the first read come
+    # after the watch exists.
+    from watchfiles._rust_notify import RustNotify, WatchfilesRustInternalError
+
+    try:
+        watcher = RustNotify([str(log.dir)], False, False, 0, False, True)
+    except (OSError, WatchfilesRustInternalError) as exc:
+        print(f"keytrail: cannot watch {log.dir} ({exc}); polling instead", file=sys.stderr)
+        watcher = RustNotify([str(log.dir)], False, True, FOLLOW_POLL_MS, False, True)
+    with watcher:
         show(log.iter_new())
+        while True:
+            changes = watcher.watch(20, 10, safety_poll_ms, stop)
+            if changes == "signal":
+                raise KeyboardInterrupt
+            if changes == "stop":
+                return
+            show(log.iter_new())
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -175,6 +201,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"  problem: {problem}")
         for torn in report.torn_files:
             print(f"  torn tail kept: log/torn/{torn}")
+        if report.redacted:
+            ids = ", ".join(report.redacted)
+            print(f"  redacted (forgotten, content removed): {len(report.redacted)}: {ids}")
     return 0 if report.ok else 1
 
 

@@ -226,11 +226,15 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 def cmd_forget(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.forget(args.memory_id, args.reason)
+        result = store.forget(args.memory_id, args.reason, args.all_versions)
     if args.json:
         emit_json(result)
     else:
         print(f"forgot {result.memory_id} (seq {result.seq})")
+        if result.other_versions:
+            print(f"  and its other versions {', '.join(result.other_versions)}")
+        for path in result.purged:
+            print(f"  content removed from {path}")
     return 0
 
 
@@ -394,9 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--source")
 
-    p = verb("forget", "forget a memory", cmd_forget)
+    p = verb("forget", "forget a memory for good (its content erased from every file)", cmd_forget)
     p.add_argument("memory_id")
-    p.add_argument("--reason", default="")
+    p.add_argument("--reason", default="", help="why, kept in the audit record")
+    p.add_argument(
+        "--all-versions", action="store_true", help="also forget its earlier and later versions"
+    )
 
     p = verb(
         "export", "write every event as JSON lines (stdout or a file)", cmd_export, json_flag=False

@@ -409,12 +409,25 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         return _reply(lambda: store.related(memory_id, limit))
 
     @server.tool(annotations=_hints(title="Forget a memory", destructive=True, idempotent=True))
-    def forget(memory_id: MemoryId) -> Annotated[CallToolResult, Forgotten]:
-        """Forget a memory: hidden from every read from now on. Only when the user asks.
+    def forget(
+        memory_id: MemoryId,
+        reason: Annotated[
+            str,
+            Field(max_length=LIMITS.source_chars, description="Why, for the audit record."),
+        ] = "",
+        all_versions: Annotated[
+            bool,
+            Field(description="Also forget every earlier and later version of it (corrections)."),
+        ] = False,
+    ) -> Annotated[CallToolResult, Forgotten]:
+        """Forget a memory for good: hidden from every read, and its content erased from every
+        file of the store (log, snapshots, vectors, index). Only the id, a hash of the content,
+        the time and `reason` are kept. Only when the user asks; it cannot be undone.
 
-        Example: forget(memory_id="m_3f2a9c1b7d0e") -> {"memory_id": "m_3f2a9c1b7d0e", "seq": 42}
+        Example: forget(memory_id="m_3f2a9c1b7d0e", reason="user asked") ->
+        {"memory_id": "m_3f2a9c1b7d0e", "seq": 42, "purged": ["log/000...1.jsonl", ...]}
         """
-        return _reply(lambda: store.forget(memory_id))
+        return _reply(lambda: store.forget(memory_id, reason, all_versions))
 
     @server.tool(annotations=_hints(title="List memories", **read_only))
     def list_memories(

@@ -1,0 +1,241 @@
+"""Forgetting for good: remove a forgotten memory's content from every file of the store.
+
+What "every file" covers, for each forgotten memory (the content of that memory only; other
+memories of the same `remember_batch` line keep theirs):
+
+- log/: the `memory.remembered` or `memory.corrected` line that created it is redacted in place
+  (events/redact.py: same byte length, fresh checksum); torn tails kept in log/torn/ have the
+  content blanked too. The `memory.forgotten` line stays as the audit record (id, content hash,
+  time, reason). Earlier versions of a corrected memory are memories of their own: forget them
+  separately. Queries quoted in `memory.read`/`links.adjusted` and conversation turns are what
+  the user typed, not the memory, and are kept.
+- cache/snapshot/: every snapshot this code can read gets the memory's content blanked (exactly
+  what a replay of the redacted log gives); any other file there is deleted (it is derived).
+- cache/vectors/: the content's row is erased in every model's matrix (VectorCache.purge).
+- index/: the text index is derived from the log; see `purge_text_index`.
+
+Crash safety: the memory's id and vector digest are written to `forget.pending` before the
+`memory.forgotten` event is appended, and removed only after every file is done. Each step is
+atomic (temp file + rename, or an idempotent in-place overwrite) and safe to repeat, so an
+interrupted purge is finished by the next open of the store or the next forget, whichever comes
+first. All of it runs holding the appenders' lock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+import msgspec
+
+from keytrail.events import EventLog
+from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
+from keytrail.projections import GraphState
+from keytrail.projections import snapshot as snapshots
+from keytrail.projections.vectors import VectorCache
+
+PENDING_FILE = "forget.pending"
+
+
+class PendingPurge(msgspec.Struct, frozen=True, kw_only=True):
+    """A forgotten memory whose content may still be in some file."""
+
+    memory_id: str
+    created_seq: int
+    #: text_hash of the content: the vector cache's row key (the content itself is never kept).
+    vector_digest: str
+
+
+_pending_decoder = msgspec.json.Decoder(list[PendingPurge])
+
+
+def pending_path(home: Path) -> Path:
+    return home / PENDING_FILE
+
+
+def read_pending(home: Path) -> list[PendingPurge]:
+    try:
+        return _pending_decoder.decode(pending_path(home).read_bytes())
+    except FileNotFoundError:
+        return []
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        # Written atomically, so only a hand edit breaks it; nothing can be resumed from it.
+        return []
+
+
+def write_pending(home: Path, entries: list[PendingPurge]) -> None:
+    """Record (atomically) the purges under way; an empty list removes the file."""
+    path = pending_path(home)
+    if entries:
+        snapshots.write_atomic(path, msgspec.json.encode(entries))
+    elif path.exists():
+        path.unlink()
+        _fsync_dir(home)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def version_chain(state: GraphState, memory_id: str) -> list[str]:
+    """Every version of a memory, oldest first: what it replaced and what replaced it."""
+    memories = state.memories
+    first = memories[memory_id]
+    while first.supersedes is not None and first.supersedes in memories:
+        first = memories[first.supersedes]
+    chain = [first.id]
+    node = first
+    while node.superseded_by is not None and node.superseded_by in memories:
+        node = memories[node.superseded_by]
+        chain.append(node.id)
+    return chain
+
+
+def purge(
+    home: Path,
+    log: EventLog,
+    entries: Iterable[PendingPurge],
+    vectors: VectorCache | None,
+    *,
+    fresh_snapshot: Path | None = None,
+) -> list[str]:
+    """Remove the content of `entries` (already forgotten in the log) from every file.
+
+    Call holding the log lock. Safe to call again on the same entries. `fresh_snapshot` names a
+    snapshot just written from a state that has folded the forgets (nothing to blank there).
+    Returns the files changed or deleted, relative to `home`.
+    """
+    entries = list(entries)
+    if not entries:
+        return []
+    ids = {e.memory_id for e in entries}
+    touched: list[str] = []
+    for stale in log.dir.glob(f".*{TEMP_SUFFIX}"):
+        stale.unlink()  # a crashed redaction's copy; the segment itself is old or new, whole
+    segments = {_segment_of(log, e.created_seq) for e in entries}
+    for name in sorted(s for s in segments if s is not None):
+        plan = plan_redaction(log.dir / name, ids)
+        # The torn tails first: once the log line is redacted the content is nowhere to be read
+        # back, and a resumed purge could not find them.
+        touched += _scrub_torn(log.dir / "torn", plan.contents.values())
+        if apply_redaction(plan):
+            touched.append(f"log/{name}")
+    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot)
+    if fresh_snapshot is not None:
+        touched.append(str(fresh_snapshot))
+    touched += purge_vectors(
+        home / "cache" / "vectors", {e.vector_digest for e in entries}, vectors
+    )
+    touched += purge_text_index(home, ids)
+    return [_relative(home, p) for p in touched]
+
+
+def _relative(home: Path, path: str) -> str:
+    p = Path(path)
+    return str(p.relative_to(home)) if p.is_absolute() else path
+
+
+def _segment_of(log: EventLog, seq: int) -> str | None:
+    """The segment holding `seq`: the last one whose first seq is at or before it."""
+    found = None
+    for name in log.segments(fresh=True):
+        if int(name.split(".")[0]) > seq:
+            break
+        found = name
+    return found
+
+
+def _scrub_torn(torn_dir: Path, contents: Iterable[str]) -> list[str]:
+    """Blank `contents` in the torn tails kept for inspection (whole or cut off at the end)."""
+    contents = [c for c in contents if c]
+    if not contents or not torn_dir.is_dir():
+        return []
+    forms = {f for c in contents for f in (c.encode(), msgspec.json.encode(c)[1:-1])}
+    touched = []
+    for path in sorted(torn_dir.iterdir()):
+        data = path.read_bytes()
+        scrubbed = data
+        for form in forms:
+            scrubbed = scrubbed.replace(form, b" " * len(form))
+            # A torn line may stop inside the content: blank a cut-off start of it at the end.
+            tail = scrubbed.rfind(b'"content":"')
+            if tail >= 0:
+                rest = scrubbed[tail + len(b'"content":"') :]
+                if rest and form.startswith(rest):
+                    scrubbed = scrubbed[: len(scrubbed) - len(rest)] + b" " * len(rest)
+        if scrubbed != data:
+            snapshots.write_atomic(path, scrubbed)
+            touched.append(str(path))
+    return touched
+
+
+def purge_snapshots(
+    directory: Path, memory_ids: Collection[str], fresh: Path | None = None
+) -> list[str]:
+    """Blank the content of `memory_ids` in every readable snapshot; delete any other file.
+
+    A snapshot with the content blanked is exactly the fold of the redacted log up to its seq.
+    """
+    if not directory.is_dir():
+        return []
+    touched = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != fresh):
+        snap = None if path.name.startswith(".") else snapshots.load(path)
+        if snap is None:
+            path.unlink()  # a temp file, or a format this code cannot read: derived anyway
+            touched.append(str(path))
+            continue
+        changed = False
+        for memory_id in memory_ids:
+            node = snap.state.memories.get(memory_id)
+            if node is not None and node.content:
+                node.content = ""
+                changed = True
+        if changed:
+            snapshots.save(path, snap)
+            touched.append(str(path))
+    return touched
+
+
+_DIM = re.compile(r"_(\d+)$")
+
+
+def purge_vectors(directory: Path, digests: set[str], current: VectorCache | None) -> list[str]:
+    """Erase the rows of `digests` in the vector cache of every model fingerprint."""
+    if not directory.is_dir():
+        return []
+    touched = []
+    for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
+        if current is not None and current.dir == sub:
+            cache = current
+        else:
+            # Fingerprints end with the dimension (backend:model:dim); the directory name keeps it.
+            match = _DIM.search(sub.name)
+            if match is None:
+                shutil.rmtree(sub)
+                touched.append(str(sub))
+                continue
+            cache = VectorCache(directory, sub.name, int(match.group(1)))
+        if cache.purge(digests):
+            touched.append(str(sub))
+    return touched
+
+
+def purge_text_index(home: Path, memory_ids: Collection[str]) -> list[str]:
+    """Remove `memory_ids`' content from the text index under `home/index/`.
+
+    Until the text index offers its own purge, the whole directory is deleted: it is derived
+    from the (now redacted) log and is rebuilt when missing.
+    """
+    index = home / "index"
+    if not index.exists():
+        return []
+    shutil.rmtree(index)
+    return [str(index)]

@@ -1,0 +1,181 @@
+"""Redaction: blank a forgotten memory's content in the log line that created it, keeping sizes.
+
+A redacted line keeps its byte length. The content's JSON string becomes `""` followed by as many
+spaces (JSON whitespace) as it had bytes, and the checksum is recomputed. Offsets never move, so
+a reader's position (segment, offset), a snapshot's position and every later line stay valid:
+readers and followers in other processes are not disturbed by the rewrite. Empty content is the
+mark of a redacted memory: remember and correct refuse empty content, so it means nothing else.
+
+A segment is rewritten whole: the redacted copy is written to a temporary file (a name readers
+ignore), fsynced and renamed over the original, then the directory is fsynced. A crash leaves
+the old segment or the new one. A reader that has the old file open keeps reading the old bytes;
+one that opens it afterwards reads the new bytes at the same offsets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line
+from .types import AnyEvent, MemoryCorrected, MemoryRemembered, NewMemory
+
+TEMP_SUFFIX = ".redact.tmp"
+
+_json = msgspec.json.Encoder()
+
+
+def created_memories(event: AnyEvent) -> list[NewMemory]:
+    """The memories an event creates (with their content): remember(_batch) and correct."""
+    if isinstance(event, MemoryRemembered):
+        return list(event.memories)
+    if isinstance(event, MemoryCorrected):
+        return [event.memory]
+    return []
+
+
+def redacted_ids(event: AnyEvent) -> list[str]:
+    """Memories whose content this event carries redacted (empty)."""
+    return [m.memory_id for m in created_memories(event) if not m.content]
+
+
+def without_content(event: AnyEvent, memory_ids: Collection[str]) -> AnyEvent:
+    """The event as its redacted line decodes: the content of `memory_ids` emptied."""
+
+    def blank(m: NewMemory) -> NewMemory:
+        return msgspec.structs.replace(m, content="") if m.memory_id in memory_ids else m
+
+    if isinstance(event, MemoryRemembered):
+        return msgspec.structs.replace(event, memories=[blank(m) for m in event.memories])
+    if isinstance(event, MemoryCorrected):
+        return msgspec.structs.replace(event, memory=blank(event.memory))
+    return event
+
+
+def _has_crc(line: bytes) -> bool:
+    return len(line) > _CRC_LEN and line[-_CRC_LEN : -_CRC_LEN + len(_CRC_PREFIX)] == _CRC_PREFIX
+
+
+def _with_crc(prefix: bytes) -> bytes:
+    return b'%s%s%s"}' % (prefix, _CRC_PREFIX, _crc(prefix).encode())
+
+
+def _blank_in_place(prefix: bytes, memory: NewMemory) -> bytes | None:
+    """`prefix` with `memory`'s content string turned into `""` and padding, or None if the
+    exact encoding is not found (a hand-written line, say). A JSON string never holds an
+    unescaped quote, so `"content":"...` after the memory's id can only be that field."""
+    start = prefix.find(b'"memory_id":' + _json.encode(memory.memory_id))
+    if start < 0:
+        return None
+    value = _json.encode(memory.content)
+    needle = b'"content":' + value
+    at = prefix.find(needle, start)
+    if at < 0:
+        return None
+    at += len(b'"content":')
+    return prefix[:at] + b'""' + b" " * (len(value) - 2) + prefix[at + len(value) :]
+
+
+def redact_line(line: bytes, memory_ids: Collection[str]) -> bytes | None:
+    """`line` (without newline) with the content of `memory_ids` blanked, at the same length.
+
+    None when the line holds no content of theirs (not created there, or already redacted).
+    """
+    event = decode_line(line)
+    targets = [m for m in created_memories(event) if m.memory_id in memory_ids and m.content]
+    if not targets:
+        return None
+    expected = without_content(event, memory_ids)
+    crc = _has_crc(line)
+    prefix: bytes | None = line[:-_CRC_LEN] if crc else line
+    for memory in targets:
+        assert prefix is not None
+        prefix = _blank_in_place(prefix, memory)
+        if prefix is None:
+            break
+    if prefix is not None:
+        redacted = _with_crc(prefix) if crc else prefix
+        if decode_line(redacted) == expected:
+            return redacted
+    # Not in the form this code writes (a hand-written or old line): blank the content in the
+    # line's own JSON object, so absent fields stay absent, and pad to the original length.
+    raw = msgspec.json.decode(line)
+    raw.pop("crc", None)
+    for obj in raw.get("memories", []) + ([raw["memory"]] if "memory" in raw else []):
+        if isinstance(obj, dict) and obj.get("memory_id") in memory_ids:
+            obj["content"] = ""
+    body = _json.encode(raw)
+    room = len(line) - (_CRC_LEN if crc else 0) - len(body)
+    if room < 0:
+        raise DecodeError("a redacted line would be longer than the original", seq=event.seq)
+    padded = body[:-1] + b" " * room + (b"" if crc else b"}")
+    redacted = _with_crc(padded) if crc else padded
+    if len(redacted) != len(line) or decode_line(redacted) != expected:
+        raise DecodeError("the line cannot be redacted in place", seq=event.seq)
+    return redacted
+
+
+@dataclass
+class SegmentRedaction:
+    """What redacting one segment changes: new lines by byte offset, and the content removed."""
+
+    path: Path
+    lines: dict[int, bytes] = field(default_factory=dict)
+    contents: dict[str, str] = field(default_factory=dict)  # memory id -> content removed
+
+
+def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
+    """Find the lines of segment `path` that carry content of `memory_ids`, and their redaction."""
+    plan = SegmentRedaction(path)
+    data = path.read_bytes()
+    starts: set[int] = set()
+    for needle in (b'"' + m.encode() + b'"' for m in memory_ids):
+        at = data.find(needle)
+        while at >= 0:
+            starts.add(data.rfind(b"\n", 0, at) + 1)
+            at = data.find(needle, at + len(needle))
+    for offset in sorted(starts):
+        stop = data.find(b"\n", offset)
+        if stop < 0:
+            continue  # a partial last line is not an event
+        line = data[offset:stop]
+        redacted = redact_line(line, memory_ids)
+        if redacted is not None:
+            plan.lines[offset] = redacted
+            for m in created_memories(decode_line(line)):
+                if m.memory_id in memory_ids and m.content:
+                    plan.contents[m.memory_id] = m.content
+    return plan
+
+
+def apply_redaction(plan: SegmentRedaction) -> bool:
+    """Rewrite the segment with the planned lines: temp file, fsync, rename, fsync the directory.
+
+    Call holding the appenders' lock, so nothing is appended to the old file meanwhile.
+    """
+    if not plan.lines:
+        return False
+    data = bytearray(plan.path.read_bytes())
+    for offset, line in plan.lines.items():
+        data[offset : offset + len(line)] = line
+    tmp = plan.path.with_name(f".{plan.path.name}{TEMP_SUFFIX}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            written += os.write(fd, view[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, plan.path)
+    dir_fd = os.open(plan.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True

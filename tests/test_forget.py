@@ -1,0 +1,370 @@
+"""Forgetting for good: the content leaves every file, the audit record stays, the store still
+verifies and replays, readers are undisturbed, and an interrupted purge is finished."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store, forgetting
+from keytrail.core.maintenance import verify
+from keytrail.events import (
+    DecodeError,
+    EventLog,
+    MemoryForgotten,
+    MemoryRemembered,
+    NewMemory,
+    decode_line,
+    encode_line,
+)
+from keytrail.events.redact import apply_redaction, plan_redaction, redact_line, without_content
+from keytrail.projections import GraphState, fold
+from keytrail.projections import snapshot as snapshots
+from keytrail.projections.vectors import VectorCache, text_hash
+from keytrail.server.care import summary
+
+SECRET = 'my bank PIN is "7391" — tell nobody\nnot even über-admins'
+
+
+def settings(home: Path, **over: object) -> Settings:
+    base: dict[str, object] = dict(home=home, embedder="hash", snapshot_every=4, segment_bytes=3000)
+    base.update(over)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+def open_store(home: Path, **over: object) -> Store:
+    return Store(settings(home, **over), embedder=HashEmbedder())
+
+
+def encoded(state: GraphState) -> bytes:
+    return msgspec.msgpack.encode(state)
+
+
+def replay(home: Path) -> GraphState:
+    return fold(EventLog(home).iter_new())
+
+
+def forms(content: str) -> list[bytes]:
+    """The ways content can sit in a file: raw UTF-8 and as a JSON string body."""
+    return [content.encode(), msgspec.json.encode(content)[1:-1]]
+
+
+def files_holding(home: Path, content: str) -> list[str]:
+    """Every file under `home` whose bytes contain the content (a byte search of the store)."""
+    needles = forms(content)
+    found = []
+    for root, _dirs, names in os.walk(home):
+        for name in names:
+            data = (Path(root) / name).read_bytes()
+            if any(n in data for n in needles):
+                found.append(str((Path(root) / name).relative_to(home)))
+    return found
+
+
+def fill(store: Store, count: int, tag: str = "filler") -> list[str]:
+    return [
+        store.remember(f"{tag} fact {i} " + "x" * 40, [f"topic{i % 3}"]).memory_id
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def test_forget_removes_the_content_from_every_file(home: Path) -> None:
+    # A second model's vector cache, from an earlier open with another embedder.
+    with Store(settings(home), embedder=HashEmbedder(dim=64)) as other_model:
+        other_model.remember("warm up the 64-dim cache", ["warm"])
+    store = open_store(home)
+    fill(store, 5)
+    batch = store.remember_batch(
+        [RememberItem(SECRET, ["bank", "PIN"]), RememberItem("the sibling stays", ["sibling"])]
+    )
+    secret, sibling = batch[0].memory_id, batch[1].memory_id
+    store.read_memory(secret, query="what is my PIN")
+    old = store.remember("Dana lives in Lyon", ["Dana"], {"Dana": "name"}).memory_id
+    moved = store.correct(old, "Dana moved to Oslo", ["Dana"], {"Dana": "name"}).memory_id
+    fill(store, 8)
+    store.close()
+    # The content also reached a second model's cache, the text index and a torn tail.
+    with Store(settings(home), embedder=HashEmbedder(dim=64)) as other_model:
+        other_model.embed([SECRET])
+        other_model.vectors.flush()
+    (home / "index" / "text").mkdir(parents=True)
+    (home / "index" / "text" / "segment.idx").write_bytes(SECRET.encode())
+    (home / "log" / "torn").mkdir()
+    torn = home / "log" / "torn" / "00000000000000000009.jsonl.10.torn"
+    torn.write_bytes(b'{"type":"memory.remembered","content":"' + forms(SECRET)[1][:20])
+    (home / "log" / "torn" / "other.torn").write_bytes(b"x" + forms(SECRET)[1] + b"y")
+    assert {"cache/snapshot/keygraph.msgpack", "index/text/segment.idx"} <= set(
+        files_holding(home, SECRET)
+    )
+    assert files_holding(home, "Dana moved to Oslo")
+
+    store = open_store(home)
+    listed_before = {m.memory_id for m in store.list_memories(limit=100).memories}
+    gone = store.forget(secret, reason="user asked")
+    gone_too = store.forget(moved, reason="moved again")
+
+    assert files_holding(home, SECRET) == []
+    assert files_holding(home, "Dana moved to Oslo") == []
+    assert any(p.startswith("log/") for p in gone.purged)
+    assert "index" in gone.purged and "cache/snapshot/keygraph.msgpack" in gone.purged
+    # Only the forgotten memory's content went: its batch sibling and the old version stay.
+    assert files_holding(home, "the sibling stays") and files_holding(home, "Dana lives in Lyon")
+    assert torn.stat().st_size == len(b'{"type":"memory.remembered","content":"') + 20
+    # Every model's matrix lost the row, on disk and in the open cache.
+    for dim in (256, 64):
+        cache = VectorCache(home / "cache" / "vectors", f"hash:v1:{dim}", dim)
+        assert text_hash(SECRET) not in cache
+        rows = np.fromfile(cache.dir / "vectors.f32", dtype=np.float32).reshape(-1, dim)  # type: ignore[operator]
+        assert (rows == 0).all(axis=1).sum() >= 1  # erased, not removed: row numbers hold
+    assert text_hash(SECRET) not in store.vectors
+
+    # The audit record: id, content hash, time, reason; the log shows the memory forgotten.
+    events = EventLog(home).read_new()
+    record = next(e for e in events if isinstance(e, MemoryForgotten) and e.memory_id == secret)
+    assert record.reason == "user asked" and record.content_hash.startswith("sha256:")
+    created = next(e for e in events if e.seq == store.state.memories[secret].created_seq)
+    assert "[content forgotten]" in summary(created) and "the sibling stays" in summary(created)
+    assert store.state.memories[sibling].content == "the sibling stays"
+    assert gone.seq == record.seq and gone_too.seq == record.seq + 1
+
+    report = verify(home)
+    assert report.ok, report.problems
+    assert sorted(report.redacted) == sorted([secret, moved])
+    # Replay of the redacted log, and a reopen (from the rewritten snapshot), equal the live state.
+    assert encoded(replay(home)) == encoded(store.state)
+    store.close()
+    reopened = open_store(home)
+    assert encoded(reopened.state) == encoded(replay(home))
+    assert reopened.state.memories[secret].status == "forgotten"
+    listed = {m.memory_id for m in reopened.list_memories(limit=100).memories}
+    assert listed == listed_before - {secret, moved}
+    # The store keeps working: new appends after the rewritten segment.
+    reopened.remember("life goes on", ["calm"])
+    reopened.close()
+    assert verify(home).ok
+
+
+def test_a_redacted_line_keeps_its_length_and_decodes_without_the_content() -> None:
+    memories = [
+        NewMemory(memory_id="m_a", namespace="n", content=SECRET, content_hash="h", keys=[]),
+        NewMemory(memory_id="m_b", namespace="n", content="keep me", content_hash="h", keys=[]),
+    ]
+    event = MemoryRemembered(seq=7, memories=memories)
+    line = encode_line(event)[:-1]
+    redacted = redact_line(line, {"m_a"})
+    assert redacted is not None and len(redacted) == len(line)
+    assert decode_line(redacted) == without_content(event, {"m_a"})
+    assert decode_line(redacted).memories[1].content == "keep me"  # type: ignore[union-attr]
+    assert not any(f in redacted for f in forms(SECRET))
+    assert redact_line(redacted, {"m_a"}) is None  # already redacted: nothing to do
+    assert redact_line(line, {"m_other"}) is None
+    # A damaged redaction would not pass the checksum.
+    with pytest.raises(DecodeError):
+        decode_line(redacted.replace(b"keep me", b"keep mE"))
+    # A hand-written line (no checksum, \u escapes) is re-encoded and padded to the same length.
+    hand = (
+        b'{"type":"memory.remembered","seq":7,"memories":[{"memory_id":"m_a","namespace":"n",'
+        b'"content":"caf\\u00e9 secret","content_hash":"h","keys":[]}]}'
+    )
+    redacted = redact_line(hand, {"m_a"})
+    assert redacted is not None and len(redacted) == len(hand) and b"secret" not in redacted
+    assert decode_line(redacted).memories[0].content == ""  # type: ignore[union-attr]
+
+
+def test_readers_are_undisturbed_by_a_rewrite(home: Path) -> None:
+    writer = open_store(home)
+    early = writer.remember(SECRET, ["bank"]).memory_id
+    fill(writer, 12)
+    # Readers at different places: before the secret's line, and past it mid-segment.
+    behind = EventLog(home)
+    ahead = EventLog(home)
+    mark = ahead.read_new()[-1].seq
+    other = open_store(home)  # another process's store, open across the forget
+    other.read_memory(early)
+    writer.forget(early)
+    fill(writer, 3, "after")
+    seen_behind = behind.read_new()
+    seen_ahead = ahead.read_new()
+    assert [e.seq for e in seen_behind] == list(range(1, writer.state.seq + 1))
+    assert [e.seq for e in seen_ahead] == list(range(mark + 1, writer.state.seq + 1))
+    assert not any(f in encode_line(e) for e in seen_behind for f in forms(SECRET))
+    # The other store folds the forget and the later appends, and keeps working.
+    assert encoded(other.refresh()) == encoded(writer.state)
+    other.remember("written by the other store after the rewrite", ["other"])
+    writer.refresh()
+    assert encoded(writer.state) == encoded(other.state)
+    # Its snapshot is written caught up, under the lock: it cannot bring the content back.
+    other.close()
+    writer.close()
+    assert files_holding(home, SECRET) == []
+    assert verify(home).ok
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing after it runs."""
+
+
+def crash_after_the_event(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Make the purge die right after memory.forgotten is durable, as a kill -9 would."""
+
+    def die(*args: object, **kwargs: object) -> list[str]:
+        raise Killed
+
+    monkeypatch.setattr(forgetting, "purge", die)
+
+    def undo() -> None:
+        monkeypatch.undo()
+
+    return undo
+
+
+def test_an_interrupted_purge_is_finished_by_the_next_open(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(home)
+    secret = store.remember(SECRET, ["bank"]).memory_id
+    fill(store, 6)
+    store.close()
+    store = open_store(home)
+    undo = crash_after_the_event(monkeypatch)
+    with pytest.raises(Killed):
+        store.forget(secret)
+    undo()
+    assert forgetting.read_pending(home)[0].memory_id == secret
+    assert files_holding(home, SECRET)  # forgotten in the log, content not yet purged
+    assert verify(home).ok  # an unredacted line before its forget is a valid log
+    reopened = open_store(home)
+    assert files_holding(home, SECRET) == []
+    assert not forgetting.pending_path(home).exists()
+    assert encoded(reopened.state) == encoded(replay(home))
+    assert verify(home).redacted == [secret]
+
+
+def test_an_interrupted_purge_is_finished_by_the_next_forget(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(home)
+    secret = store.remember(SECRET, ["bank"]).memory_id
+    later = store.remember("a later secret", ["later"]).memory_id
+    fill(store, 6)
+    undo = crash_after_the_event(monkeypatch)
+    with pytest.raises(Killed):
+        store.forget(secret)
+    undo()
+    assert files_holding(home, SECRET)
+    gone = store.forget(later)  # the same process goes on: its next forget finishes both
+    assert files_holding(home, SECRET) == [] and files_holding(home, "a later secret") == []
+    assert any(p.startswith("log/") for p in gone.purged)
+    assert sorted(verify(home).redacted) == sorted([secret, later])
+
+
+def test_a_forget_that_died_before_its_event_leaves_the_memory(home: Path) -> None:
+    store = open_store(home)
+    kept = store.remember(SECRET, ["bank"])
+    # As if a forget crashed after recording its intent but before appending the event.
+    forgetting.write_pending(
+        home,
+        [
+            forgetting.PendingPurge(
+                memory_id=kept.memory_id, created_seq=kept.seq, vector_digest=text_hash(SECRET)
+            )
+        ],
+    )
+    store.close()
+    reopened = open_store(home)
+    assert reopened.state.memories[kept.memory_id].content == SECRET
+    assert not forgetting.pending_path(home).exists()
+    assert "log/00000000000000000001.jsonl" in files_holding(home, SECRET)
+
+
+def test_verify_flags_a_redaction_that_forget_did_not_make(home: Path) -> None:
+    store = open_store(home)
+    memory_id = store.remember(SECRET, ["bank"]).memory_id
+    store.close()
+    segment = home / "log" / "00000000000000000001.jsonl"
+    apply_redaction(plan_redaction(segment, {memory_id}))  # an edit behind forget's back
+    report = verify(home)
+    assert not report.ok
+    assert "never forgotten" in report.problems[0] and memory_id in report.problems[0]
+
+
+def test_snapshots_of_any_kind_are_purged(home: Path) -> None:
+    store = open_store(home)
+    secret = store.remember(SECRET, ["bank"]).memory_id
+    fill(store, 5)
+    store.close()
+    snap_dir = home / "cache" / "snapshot"
+    # An interval snapshot of the same format (kept, content blanked) and a file of a format
+    # this code cannot read (deleted: derived).
+    main_snapshot = (snap_dir / "keygraph.msgpack").read_bytes()
+    (snap_dir / "interval").mkdir()
+    (snap_dir / "interval" / "seq-3.msgpack").write_bytes(main_snapshot)
+    (snap_dir / "interval" / "other.bin").write_bytes(b"zz" + SECRET.encode())
+    store = open_store(home)
+    store.forget(secret)
+    store.close()
+    assert files_holding(home, SECRET) == []
+    kept = snapshots.load(snap_dir / "interval" / "seq-3.msgpack")
+    assert kept is not None and kept.state.memories[secret].content == ""
+    assert not (snap_dir / "interval" / "other.bin").exists()
+
+
+def test_forgetting_all_versions_erases_the_whole_chain(home: Path) -> None:
+    store = open_store(home)
+    seoul = store.remember("user lives in Seoul", ["home"]).memory_id
+    busan = store.correct(seoul, "user moved to Busan", ["home"]).memory_id
+    store.read_memory(busan)
+    other = store.remember("user likes tea", ["tea"]).memory_id
+    gone = store.forget(busan, reason="forget where I live", all_versions=True)
+    assert gone.other_versions == [seoul]
+    assert files_holding(home, "Seoul") == [] and files_holding(home, "Busan") == []
+    assert files_holding(home, "user likes tea")
+    assert {m: store.state.memories[m].status for m in (seoul, busan, other)} == {
+        seoul: "forgotten",
+        busan: "forgotten",
+        other: "active",
+    }
+    report = verify(home)
+    assert report.ok and sorted(report.redacted) == sorted([seoul, busan])
+    records = [e for e in EventLog(home).read_new() if isinstance(e, MemoryForgotten)]
+    assert [(r.memory_id, r.reason) for r in records] == [
+        (seoul, "forget where I live"),
+        (busan, "forget where I live"),
+    ]
+    assert gone.seq == records[-1].seq
+    assert encoded(replay(home)) == encoded(store.state)
+
+
+def test_forgetting_one_version_keeps_the_others(home: Path) -> None:
+    store = open_store(home)
+    seoul = store.remember("user lives in Seoul", ["home"]).memory_id
+    busan = store.correct(seoul, "user moved to Busan", ["home"]).memory_id
+    gone = store.forget(busan)
+    assert gone.other_versions == []
+    assert files_holding(home, "Busan") == [] and files_holding(home, "Seoul")
+    assert store.state.memories[seoul].content == "user lives in Seoul"
+
+
+def test_another_process_never_saves_a_vector_of_forgotten_content(home: Path) -> None:
+    a = open_store(home)
+    # Another process with another model: its cache rows are its own, saved at its next write.
+    b = Store(settings(home), embedder=HashEmbedder(dim=64))
+    secret = a.remember(SECRET, ["bank"]).memory_id
+    b.refresh()
+    b.memory_vectors()  # b embedded the content (a recall does this) and has not saved the row
+    a.forget(secret)
+    b.remember("b writes after the forget", ["other"])  # b saves its unsaved rows now
+    hashes = (b.vectors.dir / "hashes.txt").read_text()  # type: ignore[operator]
+    assert text_hash("b writes after the forget") in hashes
+    assert text_hash(SECRET) not in hashes
+    b.close()

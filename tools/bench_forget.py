@@ -1,0 +1,143 @@
+"""Forget and follow benchmark: the cost of forgetting for good, and how soon a follower sees
+another process's append.
+
+    .venv/bin/python tools/bench_forget.py --memories 100000 > bench-forget.json
+
+Runs with the hashing embedder. Prints one JSON object:
+
+- `forget_ms`: p50/max of `forget` (append the audit event, rewrite the segment holding the
+  memory's line, blank the snapshot, erase the vector row), next to `remember_ms` on the same
+  store; `segment_mb` is the size of the segments rewritten.
+- `follow_latency_ms`: from just before another process calls `remember` to the moment a
+  `follow()` loop in this process has decoded the event (includes the writer's fsync), with the
+  safety poll off, so only file-system notifications wake it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.events import EventLog, MemoryRemembered
+from keytrail.server.care import follow
+
+WRITER = r"""
+import sys, time
+from keytrail.core import HashEmbedder, Settings, Store
+store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(int(sys.argv[2])):
+    time.sleep(0.05)
+    store.remember(f"{time.time()!r} follow probe {i}", ["probe"])
+"""
+
+
+def ms(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50": round(statistics.median(ordered) * 1000, 2),
+        "p95": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 2),
+        "max": round(ordered[-1] * 1000, 2),
+    }
+
+
+def bench_forget(home: Path, memories: int, sample: int, rng: random.Random) -> dict[str, Any]:
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    ids: list[str] = []
+    for start in range(0, memories, 100):
+        batch = store.remember_batch(
+            [
+                RememberItem(
+                    f"memory {i}: " + " ".join(f"w{rng.randrange(5000)}" for _ in range(18)),
+                    [f"k{rng.randrange(20000)}"],
+                )
+                for i in range(start, min(memories, start + 100))
+            ]
+        )
+        ids += [r.memory_id for r in batch]
+    store.close()
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    remember = []
+    for i in range(sample):
+        t = time.perf_counter()
+        store.remember(f"timed remember {i} " + "x" * 100, ["timed"])
+        remember.append(time.perf_counter() - t)
+    forget = []
+    for memory_id in rng.sample(ids, sample):
+        t = time.perf_counter()
+        store.forget(memory_id)
+        forget.append(time.perf_counter() - t)
+    sizes = [p.stat().st_size for p in (home / "log").glob("*.jsonl")]
+    store.close()
+    return {
+        "memories": memories,
+        "events": store.state.seq,
+        "segments": len(sizes),
+        "segment_mb": round(max(sizes) / 2**20, 1),
+        "remember_ms": ms(remember),
+        "forget_ms": ms(forget),
+    }
+
+
+def bench_follow(home: Path, probes: int) -> dict[str, Any]:
+    Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()).close()
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def show(events: Any) -> None:
+        now = time.time()
+        for event in events:
+            if isinstance(event, MemoryRemembered):
+                sent = float(event.memories[0].content.split()[0])
+                latencies.append(now - sent)
+
+    thread = threading.Thread(
+        target=follow, args=(EventLog(home), show, stop), kwargs={"safety_poll_ms": 600_000}
+    )
+    thread.start()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(home), str(probes)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert writer.stdout is not None and writer.stdin is not None
+    assert writer.stdout.readline() == b"ready\n"
+    writer.stdin.write(b"go\n")
+    writer.stdin.flush()
+    writer.wait(timeout=120)
+    deadline = time.monotonic() + 10
+    while len(latencies) < probes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    thread.join(timeout=10)
+    return {"probes": probes, "seen": len(latencies), "follow_latency_ms": ms(latencies)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--sample", type=int, default=20, help="timed forgets")
+    parser.add_argument("--probes", type=int, default=100, help="appends the follower times")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = bench_forget(Path(tmp) / "forget", args.memories, args.sample, rng)
+        result.update(bench_follow(Path(tmp) / "follow", args.probes))
+    json.dump(result, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
