@@ -22,7 +22,14 @@ from pathlib import Path
 import msgspec
 
 from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line
-from .types import AnyEvent, MemoryCorrected, MemoryRemembered, NewMemory
+from .types import (
+    AnyEvent,
+    EntitiesCreated,
+    GraphImported,
+    MemoryCorrected,
+    MemoryRemembered,
+    NewMemory,
+)
 
 TEMP_SUFFIX = ".redact.tmp"
 
@@ -30,11 +37,16 @@ _json = msgspec.json.Encoder()
 
 
 def created_memories(event: AnyEvent) -> list[NewMemory]:
-    """The memories an event creates (with their content): remember(_batch) and correct."""
+    """The memories an event creates, with their content: remember(_batch), correct, and the
+    knowledge-graph tool set's entities (their observations) and imports."""
     if isinstance(event, MemoryRemembered):
         return list(event.memories)
     if isinstance(event, MemoryCorrected):
         return [event.memory]
+    if isinstance(event, EntitiesCreated):
+        return list(event.observations)
+    if isinstance(event, GraphImported):
+        return [imported.memory for imported in event.memories]
     return []
 
 
@@ -53,6 +65,13 @@ def without_content(event: AnyEvent, memory_ids: Collection[str]) -> AnyEvent:
         return msgspec.structs.replace(event, memories=[blank(m) for m in event.memories])
     if isinstance(event, MemoryCorrected):
         return msgspec.structs.replace(event, memory=blank(event.memory))
+    if isinstance(event, EntitiesCreated):
+        return msgspec.structs.replace(event, observations=[blank(m) for m in event.observations])
+    if isinstance(event, GraphImported):
+        return msgspec.structs.replace(
+            event,
+            memories=[msgspec.structs.replace(i, memory=blank(i.memory)) for i in event.memories],
+        )
     return event
 
 

@@ -368,3 +368,33 @@ def test_another_process_never_saves_a_vector_of_forgotten_content(home: Path) -
     assert text_hash("b writes after the forget") in hashes
     assert text_hash(SECRET) not in hashes
     b.close()
+
+
+def test_forgetting_knowledge_graph_observations_and_imports(home: Path) -> None:
+    from keytrail.core.importers import import_text
+    from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
+
+    store = open_store(home)
+    fixture = Path(__file__).parent / "fixtures" / "memory.jsonl"
+    import_text(store, fixture.read_text(), str(fixture))
+    KnowledgeGraph(store).create_entities(
+        [EntityInput("Mara", "person", [SECRET, "Mara plays the cello"])]
+    )
+
+    def memory_with(content: str) -> str:
+        return next(m.id for m in store.state.memories.values() if m.content == content)
+
+    observed, imported = memory_with(SECRET), memory_with("Speaks fluent Spanish")
+    store.forget(observed)
+    store.forget(imported)
+
+    for content in (SECRET, "Speaks fluent Spanish"):
+        assert files_holding(home, content) == []
+    # Their neighbours in the same lines stay.
+    assert files_holding(home, "Mara plays the cello")
+    assert files_holding(home, "Prefers morning meetings")
+    report = verify(home)
+    assert report.ok, report.problems
+    assert sorted(report.redacted) == sorted([observed, imported])
+    assert encoded(replay(home)) == encoded(store.state)
+    store.close()
