@@ -58,6 +58,22 @@ def visible(node: MemoryNode, now: datetime) -> bool:
     return node.current() and (node.expires_at is None or node.expires_at > now)
 
 
+def valid_at_time(
+    node: MemoryNode, memories: dict[str, MemoryNode], now: datetime, valid_at: datetime
+) -> bool:
+    """The version of a fact that was true in the world at `valid_at`.
+
+    A version holds from its valid_from until the valid_from of the version that replaced it,
+    so a superseded version is shown for the time before its successor became true.
+    """
+    if node.status != "active" or (node.expires_at is not None and node.expires_at <= now):
+        return False
+    if node.valid_since() > valid_at:
+        return False
+    successor = memories.get(node.superseded_by) if node.superseded_by else None
+    return successor is None or successor.valid_since() > valid_at
+
+
 def literal_candidates(text: str) -> list[str]:
     """Whole-word n-grams of `text`, case-folded: what a name key may literally match.
 
@@ -90,6 +106,14 @@ class Queries:
     embedder: Embedder
     thresholds: Thresholds
     _mutex: threading.RLock
+    #: the valid-time axis: None answers what is current now; a time, what was true then
+    valid_at: datetime | None = None
+
+    def _visible(self, node: MemoryNode, now: datetime) -> bool:
+        """Shown at `now` (record time) and, when asked, at `valid_at` (valid time)."""
+        if self.valid_at is None:
+            return visible(node, now)
+        return valid_at_time(node, self.state.memories, now, self.valid_at)
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -128,7 +152,7 @@ class Queries:
         return sum(
             1
             for mid in key.links
-            if visible(node := memories[mid], now)
+            if self._visible(node := memories[mid], now)
             and (namespace is None or node.namespace == namespace)
         )
 
@@ -248,7 +272,7 @@ class Queries:
             nodes = [
                 n
                 for mid in key.links
-                if visible(n := memories[mid], now)
+                if self._visible(n := memories[mid], now)
                 and (namespace is None or n.namespace == namespace)
             ]
             scores = np.array(
@@ -305,6 +329,7 @@ class Queries:
             source=node.source,
             session_id=node.session_id,
             seq=seq,
+            valid_from=node.valid_from,
         )
 
     # -- related ---------------------------------------------------------------------------
@@ -327,10 +352,10 @@ class Queries:
                     mid
                     for mid in key.links
                     if mid != node.id
-                    and visible(memories[mid], now)
+                    and self._visible(memories[mid], now)
                     and memories[mid].namespace == node.namespace
                 ]
-                df = len(others) + (1 if visible(node, now) else 0)
+                df = len(others) + (1 if self._visible(node, now) else 0)
                 idf = 1.0 if df <= 1 else 1.0 / df
                 if key.type != "concept":
                     idf *= 0.5
@@ -340,7 +365,7 @@ class Queries:
             edges = {
                 m
                 for m in (*node.related_to, *node.related_from)
-                if m in memories and visible(memories[m], now)
+                if m in memories and self._visible(memories[m], now)
             }
             for mid in edges:
                 scores[mid] = scores.get(mid, 0.0) + 1.0
@@ -372,7 +397,7 @@ class Queries:
             nodes = [
                 n
                 for n in self.state.memories.values()
-                if visible(n, now) and (namespace is None or n.namespace == namespace)
+                if self._visible(n, now) and (namespace is None or n.namespace == namespace)
             ]
             nodes.reverse()
             page = nodes[offset : offset + limit]

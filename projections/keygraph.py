@@ -70,10 +70,15 @@ class MemoryNode(msgspec.Struct, kw_only=True, gc=False):
     supersede_reason: str | None = None
     status: Status = "active"
     updated_seq: int = 0
+    #: when the fact became true in the world; None means when it was told (`created_at`)
+    valid_from: datetime | None = None
 
     def current(self) -> bool:
         """Active and not replaced by a newer version (expiry by time is checked by queries)."""
         return self.status == "active" and self.superseded_by is None
+
+    def valid_since(self) -> datetime:
+        return self.valid_from if self.valid_from is not None else self.created_at
 
 
 class Turn(msgspec.Struct, kw_only=True, gc=False):
@@ -117,6 +122,7 @@ def _add_memory(state: GraphState, new: NewMemory, event: Event) -> MemoryNode:
         source=new.source,
         related_to=list(new.related_to),
         updated_seq=event.seq,
+        valid_from=new.valid_from,
     )
     state.memories[node.id] = node
     for link in new.keys:
