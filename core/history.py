@@ -378,6 +378,7 @@ def changes(
     """What happened between two points (seqs or ISO-8601 times; default: the whole log):
     memories added, corrected, read most, expired and forgotten, and keys merged."""
     namespace = check.optional_namespace(namespace)
+    top = check.count("top", top, 1, 1000)
     with store._mutex:
         state = store.refresh()
         start = resolve(store, since, "since") or Point(0, state.at)

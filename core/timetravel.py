@@ -280,3 +280,19 @@ def view(store: Store, as_of: object | None = None, valid_at: object | None = No
         return TimeView(store, store.refresh(), store.clock(), valid, present=True)
     state = store.state if point.seq == store.state.seq else store.past.state(point.seq)
     return TimeView(store, state, point.now, valid)
+
+
+def read_memory_at(
+    store: Store,
+    memory_id: str,
+    via_key_id: str | None = None,
+    query: str | None = None,
+    namespace: str | None = None,
+    as_of: object | None = None,
+    valid_at: object | None = None,
+) -> MemoryView:
+    """`read_memory` now (recorded, deepens), or as of / valid at a time (records nothing)."""
+    queries = view(store, as_of, valid_at)
+    if isinstance(queries, TimeView):
+        return queries.read_memory(memory_id, via_key_id, query, namespace)
+    return store.read_memory(memory_id, via_key_id, query, namespace)
