@@ -131,7 +131,7 @@ class PastStates:
             position = LogPosition(header.segment, header.offset, header.seq, header.at)
             if not log.seek(position):
                 continue
-            snap = snapshots.load(path)
+            snap = snapshots.load(path, lazy=True)
             if snap is not None and snap.seq == header.seq:
                 state = snap.state
                 break

@@ -37,8 +37,11 @@ Status = Literal["active", "expired", "forgotten"]
 
 
 # Nodes and events hold no reference cycles, so they opt out of the cyclic GC: folding a large
-# log or loading a snapshot otherwise spends a third of its time in collections.
-class KeyNode(msgspec.Struct, kw_only=True, gc=False):
+# log or loading a snapshot otherwise spends a third of its time in collections. Nodes encode as
+# arrays (array_like): a snapshot then carries no field names and decodes positionally, which
+# makes loading one much faster. Add new fields at the end, with defaults (snapshot.SCHEMA
+# notices any change and drops stale snapshots).
+class KeyNode(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     id: str
     label: str
     type: str = "concept"
@@ -49,7 +52,7 @@ class KeyNode(msgspec.Struct, kw_only=True, gc=False):
     extracted: bool = False
 
 
-class MemoryNode(msgspec.Struct, kw_only=True, gc=False):
+class MemoryNode(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     id: str
     namespace: str
     content: str
@@ -81,7 +84,7 @@ class MemoryNode(msgspec.Struct, kw_only=True, gc=False):
         return self.valid_from if self.valid_from is not None else self.created_at
 
 
-class Turn(msgspec.Struct, kw_only=True, gc=False):
+class Turn(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     turn: int
     role: str
     content: str
