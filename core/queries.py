@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -106,14 +107,9 @@ class Queries:
     embedder: Embedder
     thresholds: Thresholds
     _mutex: threading.RLock
-    #: the valid-time axis: None answers what is current now; a time, what was true then
-    valid_at: datetime | None = None
-
-    def _visible(self, node: MemoryNode, now: datetime) -> bool:
-        """Shown at `now` (record time) and, when asked, at `valid_at` (valid time)."""
-        if self.valid_at is None:
-            return visible(node, now)
-        return valid_at_time(node, self.state.memories, now, self.valid_at)
+    #: Whether a memory is shown at `now`. Time views with a valid time replace it; the
+    #: ordinary path calls `visible` itself, so it pays nothing for time travel.
+    _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
 
     def refresh(self) -> GraphState:
         raise NotImplementedError

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 from keytrail.events import EventLog, InvalidInput, NotFound
 from keytrail.events.log import LogPosition
-from keytrail.projections import GraphState, VectorSet, fold
+from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import Queries
+from .queries import Queries, valid_at_time
 from .results import MemoryView
 
 if TYPE_CHECKING:
@@ -168,11 +168,17 @@ class TimeView(Queries):
         self.thresholds = store.thresholds
         self._mutex = store._mutex
         self.valid_at = valid_at
+        if valid_at is not None:
+            self._visible = self._valid_then
         self._now = now
         self.clock = self._clock
 
     def _clock(self) -> datetime:
         return self._now
+
+    def _valid_then(self, node: MemoryNode, now: datetime) -> bool:
+        assert self.valid_at is not None
+        return valid_at_time(node, self.state.memories, now, self.valid_at)
 
     def refresh(self) -> GraphState:
         if self._present:
