@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,22 @@ def visible(node: MemoryNode, now: datetime) -> bool:
     return node.current() and (node.expires_at is None or node.expires_at > now)
 
 
+def valid_at_time(
+    node: MemoryNode, memories: dict[str, MemoryNode], now: datetime, valid_at: datetime
+) -> bool:
+    """The version of a fact that was true in the world at `valid_at`.
+
+    A version holds from its valid_from until the valid_from of the version that replaced it,
+    so a superseded version is shown for the time before its successor became true.
+    """
+    if node.status != "active" or (node.expires_at is not None and node.expires_at <= now):
+        return False
+    if node.valid_since() > valid_at:
+        return False
+    successor = memories.get(node.superseded_by) if node.superseded_by else None
+    return successor is None or successor.valid_since() > valid_at
+
+
 def literal_candidates(text: str) -> list[str]:
     """Whole-word n-grams of `text`, case-folded: what a name key may literally match.
 
@@ -90,6 +107,9 @@ class Queries:
     embedder: Embedder
     thresholds: Thresholds
     _mutex: threading.RLock
+    #: Whether a memory is shown at `now`. Time views with a valid time replace it; the
+    #: ordinary path calls `visible` itself, so it pays nothing for time travel.
+    _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -128,7 +148,7 @@ class Queries:
         return sum(
             1
             for mid in key.links
-            if visible(node := memories[mid], now)
+            if self._visible(node := memories[mid], now)
             and (namespace is None or node.namespace == namespace)
         )
 
@@ -248,7 +268,7 @@ class Queries:
             nodes = [
                 n
                 for mid in key.links
-                if visible(n := memories[mid], now)
+                if self._visible(n := memories[mid], now)
                 and (namespace is None or n.namespace == namespace)
             ]
             scores = np.array(
@@ -305,6 +325,7 @@ class Queries:
             source=node.source,
             session_id=node.session_id,
             seq=seq,
+            valid_from=node.valid_from,
         )
 
     # -- related ---------------------------------------------------------------------------
@@ -327,10 +348,10 @@ class Queries:
                     mid
                     for mid in key.links
                     if mid != node.id
-                    and visible(memories[mid], now)
+                    and self._visible(memories[mid], now)
                     and memories[mid].namespace == node.namespace
                 ]
-                df = len(others) + (1 if visible(node, now) else 0)
+                df = len(others) + (1 if self._visible(node, now) else 0)
                 idf = 1.0 if df <= 1 else 1.0 / df
                 if key.type != "concept":
                     idf *= 0.5
@@ -340,7 +361,7 @@ class Queries:
             edges = {
                 m
                 for m in (*node.related_to, *node.related_from)
-                if m in memories and visible(memories[m], now)
+                if m in memories and self._visible(memories[m], now)
             }
             for mid in edges:
                 scores[mid] = scores.get(mid, 0.0) + 1.0
@@ -372,7 +393,7 @@ class Queries:
             nodes = [
                 n
                 for n in self.state.memories.values()
-                if visible(n, now) and (namespace is None or n.namespace == namespace)
+                if self._visible(n, now) and (namespace is None or n.namespace == namespace)
             ]
             nodes.reverse()
             page = nodes[offset : offset + limit]

@@ -134,6 +134,7 @@ class MemoryView:
     source: str | None = None
     session_id: str | None = None
     seq: int | None = None  # the memory.read event, when the read was recorded
+    valid_from: datetime | None = None  # when it became true, if told apart from when told
 
 
 @dataclass(frozen=True)

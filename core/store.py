@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,6 +61,7 @@ from .results import (
     Remembered,
     TurnSaved,
 )
+from .timetravel import PastStates, parse_optional_time
 
 T = TypeVar("T")
 SNAPSHOT_FILE = "keygraph.msgpack"
@@ -80,6 +82,8 @@ class RememberItem:
     related_to: Sequence[str] | None = None
     session_id: str | None = None
     source: str | None = None
+    #: when it became true in the world (ISO-8601 or datetime); default: when it is told
+    valid_from: datetime | str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class _Checked:
     related_to: list[str]
     session_id: str | None
     source: str | None
+    valid_from: datetime | None = None
 
 
 def _content_hash(content: str) -> str:
@@ -133,6 +138,8 @@ class Store(Queries):
         #: embedded (from the log, before its redaction) but had not saved would otherwise be
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
+        #: past key-graph states for `as_of` reads (see core/timetravel.py)
+        self.past = PastStates(self)
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
@@ -148,14 +155,36 @@ class Store(Queries):
     def snapshot_path(self) -> Path:
         return self.home / "cache" / "snapshot" / SNAPSHOT_FILE
 
+    def snapshot_files(self) -> list[Path]:
+        """Every key-graph snapshot kept under cache/snapshot/, oldest first (the latest last).
+
+        All are derived and deletable; whoever rewrites the log must rewrite or drop them all.
+        """
+        folder = self.snapshot_path.parent
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return []
+        archived = sorted(
+            (seq, name) for name in names if (seq := snapshots.archived_seq(name)) is not None
+        )
+        files = [folder / name for _, name in archived]
+        if SNAPSHOT_FILE in names:
+            files.append(self.snapshot_path)
+        return files
+
     def _open_state(self, progress: OpenProgress | None = None) -> GraphState:
-        snap = snapshots.load(self.snapshot_path)
         state = GraphState()
-        if snap is not None and self.log.seek(
-            LogPosition(snap.segment, snap.offset, snap.seq, snap.at)
-        ):
-            state = snap.state
-            self._snapshot_seq = snap.seq
+        self.log.seek(LogPosition(None, 0, 0, state.at))
+        # The newest readable snapshot that still matches the log; older ones are fallbacks.
+        for path in reversed(self.snapshot_files()):
+            snap = snapshots.load(path)
+            if snap is not None and self.log.seek(
+                LogPosition(snap.segment, snap.offset, snap.seq, snap.at)
+            ):
+                state = snap.state
+                self._snapshot_seq = snap.seq
+                break
         else:
             self.log.seek(LogPosition(None, 0, 0, state.at))
         events = self.log.iter_new()
@@ -219,6 +248,7 @@ class Store(Queries):
         pos = self.log.position
         if pos.seq != state.seq:
             return
+        self._archive_latest_snapshot(state.seq)
         snapshots.save(
             self.snapshot_path,
             snapshots.Snapshot(
@@ -231,6 +261,26 @@ class Store(Queries):
             ),
         )
         self._snapshot_seq = state.seq
+
+    def _archive_latest_snapshot(self, next_seq: int) -> None:
+        """Keep the current latest snapshot under its seq (time travel starts from those).
+
+        Thinned so kept snapshots stand about `snapshot_every` events apart: of three in a row
+        closer than that, the middle one goes (frequent closes would otherwise pile them up).
+        """
+        latest = self.snapshot_path
+        header = snapshots.read_header(latest)
+        if header is None or header.seq >= next_seq:
+            return
+        try:
+            os.replace(latest, latest.with_name(snapshots.archived_name(header.seq)))
+        except FileNotFoundError:  # another process archived it first
+            return
+        kept = [p for p in self.snapshot_files() if p != latest]
+        seqs = [snapshots.archived_seq(p.name) or 0 for p in kept] + [next_seq]
+        while len(seqs) >= 3 and seqs[-1] - seqs[-3] < self.settings.snapshot_every:
+            kept.pop(-1).unlink(missing_ok=True)
+            seqs.pop(-2)
 
     # -- staying current -------------------------------------------------------------------
 
@@ -335,6 +385,7 @@ class Store(Queries):
             source=None
             if item.source is None
             else check.text(prefix + "source", item.source, limits.source_chars),
+            valid_from=parse_optional_time(prefix + "valid_from", item.valid_from),
         )
 
     def remember(
@@ -347,12 +398,21 @@ class Store(Queries):
         related_to: Sequence[str] | None = None,
         session_id: str | None = None,
         source: str | None = None,
+        valid_from: datetime | str | None = None,
     ) -> Remembered:
         """Store one memory reachable through `keys`. See `remember_batch`."""
         return self.remember_batch(
             [
                 RememberItem(
-                    content, keys, key_types, namespace, ttl_seconds, related_to, session_id, source
+                    content,
+                    keys,
+                    key_types,
+                    namespace,
+                    ttl_seconds,
+                    related_to,
+                    session_id,
+                    source,
+                    valid_from,
                 )
             ],
             _single=True,
@@ -415,6 +475,7 @@ class Store(Queries):
                 supersede_reason="duplicate" if duplicate else None,
                 duplicate_of=duplicate,
                 contradicts=contradictions,
+                valid_from=item.valid_from,
             )
             batch.add_memory(new, vector)
             news.append(new)
@@ -444,9 +505,14 @@ class Store(Queries):
         key_types: dict[str, str] | None = None,
         related_to: Sequence[str] | None = None,
         source: str | None = None,
+        valid_from: datetime | str | None = None,
     ) -> Corrected:
-        """Replace a memory with a new version. The old one is kept (weakened) as history."""
+        """Replace a memory with a new version. The old one is kept (weakened) as history.
+
+        `valid_from` dates the new version in the world (it may be before it was told).
+        """
         limits = self.settings.limits
+        valid = parse_optional_time("valid_from", valid_from)
         content = check.text("content", content, limits.content_chars)
         specs = check.keys(keys, key_types, limits, required=False)
         related = (
@@ -483,6 +549,7 @@ class Store(Queries):
                 expires_at=old.expires_at,
                 session_id=old.session_id,
                 source=source if source is not None else old.source,
+                valid_from=valid,
             )
             old_depth = old.depth
             event = self._append(

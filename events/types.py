@@ -83,6 +83,8 @@ class NewMemory(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     duplicate_of: Similar | None = None
     # Memories in the contradiction band that share a key: flagged, not changed.
     contradicts: list[Similar] = []
+    # Valid time: when the fact became true in the world (None: when it was told, `at`).
+    valid_from: datetime | None = None
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):

@@ -44,8 +44,11 @@ Status = Literal["active", "expired", "forgotten"]
 
 
 # Nodes and events hold no reference cycles, so they opt out of the cyclic GC: folding a large
-# log or loading a snapshot otherwise spends a third of its time in collections.
-class KeyNode(msgspec.Struct, kw_only=True, gc=False):
+# log or loading a snapshot otherwise spends a third of its time in collections. Nodes encode as
+# arrays (array_like): a snapshot then carries no field names and decodes positionally, which
+# makes loading one much faster. Add new fields at the end, with defaults (snapshot.SCHEMA
+# notices any change and drops stale snapshots).
+class KeyNode(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     id: str
     label: str
     type: str = "concept"
@@ -58,7 +61,7 @@ class KeyNode(msgspec.Struct, kw_only=True, gc=False):
     entity_type: str | None = None
 
 
-class MemoryNode(msgspec.Struct, kw_only=True, gc=False):
+class MemoryNode(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     id: str
     namespace: str
     content: str
@@ -79,13 +82,18 @@ class MemoryNode(msgspec.Struct, kw_only=True, gc=False):
     supersede_reason: str | None = None
     status: Status = "active"
     updated_seq: int = 0
+    #: when the fact became true in the world; None means when it was told (`created_at`)
+    valid_from: datetime | None = None
 
     def current(self) -> bool:
         """Active and not replaced by a newer version (expiry by time is checked by queries)."""
         return self.status == "active" and self.superseded_by is None
 
+    def valid_since(self) -> datetime:
+        return self.valid_from if self.valid_from is not None else self.created_at
 
-class Turn(msgspec.Struct, kw_only=True, gc=False):
+
+class Turn(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     turn: int
     role: str
     content: str
@@ -142,6 +150,7 @@ def _add_memory(state: GraphState, new: NewMemory, event: Event) -> MemoryNode:
         source=new.source,
         related_to=list(new.related_to),
         updated_seq=event.seq,
+        valid_from=new.valid_from,
     )
     state.memories[node.id] = node
     for link in new.keys:

@@ -15,9 +15,11 @@ from typing import NoReturn
 import keytrail
 from keytrail.core import InvalidInput, KeytrailError
 from keytrail.core.config import tunable_variables
+from keytrail.core.timetravel import read_memory_at, view
 
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .shell import emit_json, open_store, settings_from, short_time
+from .time_cli import add_time_options, add_time_verbs
 
 EMBEDDERS = ("fastembed", "hash")
 DEFAULT_PORT = 8765
@@ -85,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        stats = store.memory_stats()
+        stats = view(store, args.as_of, args.valid_at).memory_stats()
     if args.json:
         emit_json(stats)
         return 0
@@ -137,6 +139,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
             args.related_to,
             args.session,
             args.source,
+            args.valid_from,
         )
     if args.json:
         emit_json(result)
@@ -157,7 +160,13 @@ def cmd_correct(args: argparse.Namespace) -> int:
     keys, key_types = split_keys(args.keys)
     with open_store(args) as store:
         result = store.correct(
-            args.memory_id, args.content, keys or None, key_types or None, None, args.source
+            args.memory_id,
+            args.content,
+            keys or None,
+            key_types or None,
+            None,
+            args.source,
+            args.valid_from,
         )
     if args.json:
         emit_json(result)
@@ -173,7 +182,9 @@ def cmd_correct(args: argparse.Namespace) -> int:
 
 def cmd_recall(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.recall(args.query, args.top_k, args.namespace)
+        result = view(store, args.as_of, args.valid_at).recall(
+            args.query, args.top_k, args.namespace
+        )
     if args.json:
         emit_json(result)
         return 0
@@ -194,7 +205,9 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 def cmd_read_key(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        page = store.read_key(args.key_id, args.query, args.namespace, args.limit, args.offset)
+        page = view(store, args.as_of, args.valid_at).read_key(
+            args.key_id, args.query, args.namespace, args.limit, args.offset
+        )
     if args.json:
         emit_json(page)
         return 0
@@ -210,17 +223,19 @@ def cmd_read_key(args: argparse.Namespace) -> int:
 
 def cmd_read(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        view = store.read_memory(args.memory_id, args.via, None, args.namespace)
+        memory = read_memory_at(
+            store, args.memory_id, args.via, None, args.namespace, args.as_of, args.valid_at
+        )
     if args.json:
-        emit_json(view)
+        emit_json(memory)
         return 0
-    print(f"{view.memory_id} [{view.namespace}] {view.status}  depth {view.depth:.2f}")
-    print(view.content)
-    print("keys: " + ", ".join(f"{k.label} ({k.key_id})" for k in view.keys))
-    if view.supersedes:
-        print(f"supersedes {view.supersedes}")
-    if view.superseded_by:
-        print(f"superseded by {view.superseded_by}")
+    print(f"{memory.memory_id} [{memory.namespace}] {memory.status}  depth {memory.depth:.2f}")
+    print(memory.content)
+    print("keys: " + ", ".join(f"{k.label} ({k.key_id})" for k in memory.keys))
+    if memory.supersedes:
+        print(f"supersedes {memory.supersedes}")
+    if memory.superseded_by:
+        print(f"superseded by {memory.superseded_by}")
     return 0
 
 
@@ -316,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{var.help} ({var.env}, default {default})",
         )
 
-    verb("stats", "counts of memories, keys, links, sessions; log size", cmd_stats)
+    p = verb("stats", "counts of memories, keys, links, sessions; log size", cmd_stats)
+    add_time_options(p)
 
     p = verb("log", "print the events of the log", cmd_log)
     p.add_argument(
@@ -365,20 +381,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--related-to", dest="related_to", action="append", metavar="MEMORY_ID")
     p.add_argument("--session", help="session id")
     p.add_argument("--source", help="where the fact came from")
+    add_time_options(p, valid_from=True)
 
     p = verb("recall", "keys a query leads to (never content)", cmd_recall)
     p.add_argument("query")
     p.add_argument("--top-k", dest="top_k", type=int, default=10)
+    add_time_options(p)
 
     p = verb("read-key", "memories behind a key (no content)", cmd_read_key)
     p.add_argument("key_id")
     p.add_argument("--query", help="rank by relevance to this")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--offset", type=int, default=0)
+    add_time_options(p)
 
     p = verb("read", "read a memory in full (recorded: deepens it)", cmd_read)
     p.add_argument("memory_id")
     p.add_argument("--via", metavar="KEY_ID", help="the key you came through")
+    add_time_options(p)
 
     p = verb(
         "correct", "replace a memory with a new version (old one kept as history)", cmd_correct
@@ -397,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", "--name", dest="keys", action="append", type=name_key, help="new name keys"
     )
     p.add_argument("--source")
+    add_time_options(p, valid_from=True)
 
     p = verb("forget", "forget a memory for good (its content erased from every file)", cmd_forget)
     p.add_argument("memory_id")
@@ -429,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("keytrail", "memory-jsonl", "keymem"),
         help="the file's format (default: detected from its content)",
     )
+    add_time_verbs(verb)
     return parser
 
 

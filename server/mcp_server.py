@@ -35,7 +35,10 @@ from keytrail.core.results import (
     Stats,
     TurnSaved,
 )
+from keytrail.core.timetravel import read_memory_at, view
 from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
+
+from .time_tools import AsOf, ValidAt, ValidFrom, register_time_tools
 
 T = TypeVar("T")
 
@@ -158,6 +161,7 @@ class MemoryItem(BaseModel):
     related_to: RelatedTo = None
     source: Source = None
     session_id: SessionStr | None = None
+    valid_from: ValidFrom = None
 
 
 def _guard(call: Callable[[], T]) -> T:
@@ -231,6 +235,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
                 description="Optional surrounding conversation, weighs a quarter.",
             ),
         ] = None,
+        as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, Recall]:
         """Find the keys (concepts and names) a query leads to. Never returns content.
 
@@ -241,7 +247,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         Example: recall(query="What does Dana's daughter like?") ->
         {"keys": [{"key_id": "k_..", "label": "Dana", "type": "name", "memory_count": 3, ...}]}
         """
-        return _reply(lambda: store.recall(query, top_k, namespace, context))
+        return _reply(lambda: view(store, as_of, valid_at).recall(query, top_k, namespace, context))
 
     @server.tool(annotations=_hints(title="Memories behind a key", **read_only))
     def read_key(
@@ -252,6 +258,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         namespace: NamespaceFilter = None,
         limit: Limit = 20,
         offset: Offset = 0,
+        as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, KeyPage]:
         """List the memories a key leads to, best first: ids, depth, their other keys.
 
@@ -260,7 +268,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         how many). Example: read_key(key_id="k_9a1b2c3d4e", query="school") ->
         {"label": "Mia", "total": 2, "memories": [{"memory_id": "m_..", "keys": [...]}]}
         """
-        return _reply(lambda: store.read_key(key_id, query, namespace, limit, offset))
+        return _reply(
+            lambda: view(store, as_of, valid_at).read_key(key_id, query, namespace, limit, offset)
+        )
 
     @server.tool(annotations=_hints(title="Read a memory"))
     def read_memory(
@@ -273,6 +283,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         query: Annotated[
             Query | None, Field(description="The recall query that led here (teaches aliases).")
         ] = None,
+        as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, MemoryView]:
         """Read one memory in full (content, keys, versions). Recorded: it deepens the memory.
 
@@ -281,7 +293,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
         -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
         """
-        return _reply(lambda: store.read_memory(memory_id, via_key_id, query, namespace))
+        return _reply(
+            lambda: read_memory_at(store, memory_id, via_key_id, query, namespace, as_of, valid_at)
+        )
 
     @server.tool(annotations=_hints(title="Browse keys", **read_only))
     def browse_keys(
@@ -313,6 +327,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         session_id: Annotated[
             SessionStr | None, Field(description="The conversation this came from.")
         ] = None,
+        valid_from: ValidFrom = None,
     ) -> Annotated[CallToolResult, Remembered]:
         """Store one fact, reachable through several diverse keys.
 
@@ -334,6 +349,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
                 related_to,
                 session_id,
                 source,
+                valid_from,
             )
         )
 
@@ -364,6 +380,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
                 related_to=i.related_to,
                 session_id=i.session_id,
                 source=i.source,
+                valid_from=i.valid_from,
             )
             for i in items
         ]
@@ -383,6 +400,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         key_types: KeyTypes = None,
         related_to: RelatedTo = None,
         source: Source = None,
+        valid_from: ValidFrom = None,
     ) -> Annotated[CallToolResult, Corrected]:
         """Replace a fact that changed with its new version (the old one is kept as history).
 
@@ -391,7 +409,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
                          content="Mia starts school in September 2026")
         """
         return _reply(
-            lambda: store.correct(memory_id, content, keys, _types(key_types), related_to, source)
+            lambda: store.correct(
+                memory_id, content, keys, _types(key_types), related_to, source, valid_from
+            )
         )
 
     @server.tool(annotations=_hints(title="Related memories", **read_only))
@@ -400,13 +420,15 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         limit: Annotated[
             int, Field(ge=1, le=LIMITS.page, description="Most memories to return.")
         ] = 10,
+        as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, Related]:
         """Memories sharing keys with this one (rare keys count most) or linked by related_to.
 
         Example: related(memory_id="m_3f2a9c1b7d0e") ->
         {"related": [{"memory_id": "m_..", "score": 1.5, "shared_keys": [...]}]}
         """
-        return _reply(lambda: store.related(memory_id, limit))
+        return _reply(lambda: view(store, as_of, valid_at).related(memory_id, limit))
 
     @server.tool(annotations=_hints(title="Forget a memory", destructive=True, idempotent=True))
     def forget(
@@ -431,19 +453,23 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     @server.tool(annotations=_hints(title="List memories", **read_only))
     def list_memories(
-        namespace: NamespaceFilter = None, limit: Limit = 50, offset: Offset = 0
+        namespace: NamespaceFilter = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+        as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, MemoryPage]:
         """Current memories, newest first, with a short preview. For review, not for recall.
 
         Example: list_memories(limit=10) -> {"total": 57, "memories": [{"preview": "..."}]}
         """
-        return _reply(lambda: store.list_memories(namespace, limit, offset))
+        return _reply(lambda: view(store, as_of, valid_at).list_memories(namespace, limit, offset))
 
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
-    def memory_stats() -> Annotated[CallToolResult, Stats]:
+    def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
         """Counts of memories (current, superseded, expired, forgotten), keys, links, hubs,
-        namespaces and sessions, the embedder and the log size."""
-        return _reply(store.memory_stats)
+        namespaces and sessions, the embedder and the log size (as_of: counts back then)."""
+        return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
     def cleanup_expired() -> Annotated[CallToolResult, Expired]:
@@ -485,8 +511,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         """How an agent should use keytrail: recall first, walk keys, remember and correct."""
         return MEMORY_SYSTEM_PROMPT
 
+    register_time_tools(server, store)
     from .kg_tools import apply_toolsets
 
+    # Everything registered above is the keygraph set; this adds or drops whole sets.
     apply_toolsets(server, store, toolsets or store.settings.toolsets)
     return server
 

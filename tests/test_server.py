@@ -43,6 +43,8 @@ TOOLS = [
     "record_turn",
     "get_conversation",
     "list_sessions",
+    "history",
+    "changes",
 ]
 
 

@@ -1,0 +1,304 @@
+"""Time travel: the key graph as it stood right after any event, and reads answered from it.
+
+`as_of` (record time: what the store believed) is a log seq or an ISO-8601 time; `valid_at`
+(valid time: what was true in the world) is an ISO-8601 time. `state_as_of` builds the past state
+from the nearest kept snapshot at or before the point plus a short tail of the log, so it never
+replays from the start on a store with snapshots. `TimeView` runs the ordinary queries over that
+state; it never appends (a past read is not a read that happened) and never reinforces.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from keytrail.events import EventLog, InvalidInput, NotFound
+from keytrail.events.log import LogPosition
+from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
+from keytrail.projections import snapshot as snapshots
+from keytrail.projections.snapshot import Header
+
+from .queries import Queries, valid_at_time
+from .results import MemoryView
+
+if TYPE_CHECKING:
+    from keytrail.projections.vectors import Matrix
+
+    from .store import Store
+
+#: Past states kept in memory per store (each is a whole key graph: keep this small).
+PAST_STATES_CACHED = 4
+
+
+def parse_time(field: str, value: object) -> datetime:
+    """An aware UTC datetime from an ISO-8601 string or a datetime (naive means UTC)."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInput(
+                field, f"{value!r} is not an ISO-8601 time", limit="e.g. 2026-03-01T09:00:00Z"
+            ) from None
+    else:
+        raise InvalidInput(field, f"must be an ISO-8601 time, not {type(value).__name__}")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def parse_optional_time(field: str, value: object | None) -> datetime | None:
+    return None if value is None else parse_time(field, value)
+
+
+def parse_as_of(value: object | None, field: str = "as_of") -> int | datetime | None:
+    """A log seq (an int, or a string of digits) or an ISO-8601 time; None for the present."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidInput(field, "must be a log seq or an ISO-8601 time, not a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return parse_time(field, value)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A resolved moment: the state right after event `seq`, read at record time `now`."""
+
+    seq: int
+    now: datetime
+
+
+class PastStates:
+    """Builds and caches past key-graph states of one store (snapshot + tail)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._headers: dict[Path, tuple[int, Header | None]] = {}
+        self._cache: OrderedDict[int, GraphState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _snapshot_headers(self) -> list[tuple[Path, Header]]:
+        """Readable snapshot headers, oldest first (re-read only when a file changed)."""
+        found: list[tuple[Path, Header]] = []
+        for path in self._store.snapshot_files():
+            try:
+                mtime = path.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
+            cached = self._headers.get(path)
+            if cached is None or cached[0] != mtime:
+                cached = (mtime, snapshots.read_header(path))
+                self._headers[path] = cached
+            if cached[1] is not None:
+                found.append((path, cached[1]))
+        found.sort(key=lambda ph: ph[1].seq)
+        return found
+
+    def state(self, point: Point | int | datetime) -> GraphState:
+        """The state right after the last event at or before `point` (a seq or a record time).
+
+        The result is shared with later callers: treat it as read-only.
+        """
+        seq_limit = point.seq if isinstance(point, Point) else point
+        with self._lock:
+            if isinstance(seq_limit, int) and seq_limit in self._cache:
+                self._cache.move_to_end(seq_limit)
+                return self._cache[seq_limit]
+            state = self._build(seq_limit)
+            self._cache[state.seq] = state
+            while len(self._cache) > PAST_STATES_CACHED:
+                self._cache.popitem(last=False)
+            return state
+
+    def _build(self, limit: int | datetime) -> GraphState:
+        def before(header: Header) -> bool:
+            return header.seq <= limit if isinstance(limit, int) else header.at <= limit
+
+        log = EventLog(self._store.home, segment_bytes=self._store.settings.segment_bytes)
+        state: GraphState | None = None
+        for path, header in reversed(self._snapshot_headers()):
+            if not before(header):
+                continue
+            position = LogPosition(header.segment, header.offset, header.seq, header.at)
+            if not log.seek(position):
+                continue
+            snap = snapshots.load(path, lazy=True)
+            if snap is not None and snap.seq == header.seq:
+                state = snap.state
+                break
+        if state is None:
+            log.seek(LogPosition(None, 0, 0, GraphState().at))
+            state = GraphState()
+
+        def tail() -> object:
+            for event in log.iter_new():
+                if event.seq > limit if isinstance(limit, int) else event.at > limit:
+                    return
+                yield event
+
+        return fold(tail(), state)  # type: ignore[arg-type]
+
+
+class TimeView(Queries):
+    """The read queries answered from a past state and/or at a valid time. Appends nothing."""
+
+    def __init__(
+        self,
+        store: Store,
+        state: GraphState,
+        now: datetime,
+        valid_at: datetime | None = None,
+        present: bool = False,
+    ) -> None:
+        self._store = store
+        self._present = present
+        self.state = state
+        self.settings = store.settings
+        self.log = store.log
+        self.embedder = store.embedder
+        self.thresholds = store.thresholds
+        self._mutex = store._mutex
+        self.valid_at = valid_at
+        if valid_at is not None:
+            self._visible = self._valid_then
+        self._now = now
+        self.clock = self._clock
+
+    def _clock(self) -> datetime:
+        return self._now
+
+    def _valid_then(self, node: MemoryNode, now: datetime) -> bool:
+        assert self.valid_at is not None
+        return valid_at_time(node, self.state.memories, now, self.valid_at)
+
+    def refresh(self) -> GraphState:
+        if self._present:
+            self.state = self._store.refresh()
+        return self.state
+
+    def embed(self, texts: list[str]) -> Matrix:
+        # Content vectors are addressed by text hash: the past reuses them, nothing re-embeds.
+        return self._store.embed(texts)
+
+    def key_vectors(self) -> VectorSet:
+        """The store's label rows cut to the labels that existed then.
+
+        Labels are only ever appended to `state.labels` (insertion-ordered), and the store's
+        rows follow that order, so the past's labels are exactly the first rows.
+        """
+        rows = self._store.key_vectors()
+        count = len(self.state.labels)
+        if count >= len(rows):
+            return rows
+        # Share the matrix (no copy): a VectorSet only reads the first len(ids) rows.
+        past = VectorSet(rows.dim)
+        past.ids = rows.ids[:count]
+        past._matrix = rows._matrix
+        return past
+
+    def memory_vectors(self) -> VectorSet:
+        return self._store.memory_vectors()
+
+    def read_memory(
+        self,
+        memory_id: str,
+        via_key_id: str | None = None,
+        query: str | None = None,
+        namespace: str | None = None,
+    ) -> MemoryView:
+        """The memory as it was then. Records no read, deepens nothing, strengthens no link."""
+        from . import validation as check
+
+        if query is not None:
+            check.text("query", query, self.settings.limits.query_chars)
+        namespace = check.optional_namespace(namespace)
+        with self._mutex:
+            self.refresh()
+            node = self.state.memories.get(memory_id)
+            if node is None or node.status == "forgotten":
+                raise NotFound("memory_id", "memory", memory_id, "not at that point in time")
+            if node.status == "expired" or (
+                node.expires_at is not None and node.expires_at <= self._now
+            ):
+                raise NotFound("memory_id", "memory", memory_id, "it had expired")
+            if namespace is not None and node.namespace != namespace:
+                raise NotFound(
+                    "memory_id", "memory", memory_id, f"it is not in namespace {namespace!r}"
+                )
+            if via_key_id is not None:
+                key = self.state.keys.get(via_key_id)
+                if key is None:
+                    raise NotFound("via_key_id", "key", via_key_id)
+            return self.memory_view(node)
+
+
+def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point | None:
+    """Check `as_of` against the store's log: a seq in 1..head, or a time from its creation on.
+
+    A time after the last event answers the present state read at that time; a time in the
+    future, before the store existed, or a seq outside the log is InvalidInput.
+    """
+    parsed = parse_as_of(as_of, field)
+    if parsed is None:
+        return None
+    head = store.refresh()
+    if isinstance(parsed, int):
+        if parsed < 1 or parsed > head.seq:
+            raise InvalidInput(
+                field, f"seq {parsed} is outside the log", limit=f"1 to {head.seq}", value=parsed
+            )
+        if parsed == head.seq:
+            return Point(seq=head.seq, now=head.at)
+        return Point(seq=parsed, now=store.past.state(parsed).at)
+    now = store.clock()
+    if parsed > now:
+        raise InvalidInput(
+            field, f"{parsed.isoformat()} is in the future", limit=f"up to {now.isoformat()}"
+        )
+    first = store.past.state(1)
+    if parsed < first.at:
+        raise InvalidInput(
+            field,
+            f"{parsed.isoformat()} is before the store existed",
+            limit=f"from {first.at.isoformat()}",
+        )
+    if parsed >= head.at:
+        return Point(seq=head.seq, now=parsed)
+    return Point(seq=store.past.state(parsed).seq, now=parsed)
+
+
+def view(store: Store, as_of: object | None = None, valid_at: object | None = None) -> Queries:
+    """The queries to answer with: the store itself, or a `TimeView` of the past/valid time."""
+    point = resolve(store, as_of)
+    valid = parse_optional_time("valid_at", valid_at)
+    if point is None and valid is None:
+        return store
+    if point is None:
+        return TimeView(store, store.refresh(), store.clock(), valid, present=True)
+    state = store.state if point.seq == store.state.seq else store.past.state(point.seq)
+    return TimeView(store, state, point.now, valid)
+
+
+def read_memory_at(
+    store: Store,
+    memory_id: str,
+    via_key_id: str | None = None,
+    query: str | None = None,
+    namespace: str | None = None,
+    as_of: object | None = None,
+    valid_at: object | None = None,
+) -> MemoryView:
+    """`read_memory` now (recorded, deepens), or as of / valid at a time (records nothing)."""
+    queries = view(store, as_of, valid_at)
+    if isinstance(queries, TimeView):
+        return queries.read_memory(memory_id, via_key_id, query, namespace)
+    return store.read_memory(memory_id, via_key_id, query, namespace)

@@ -1,0 +1,69 @@
+"""Time travel over MCP: the `as_of`/`valid_at`/`valid_from` parameter types the existing tools
+take, and the `history` and `changes` tools."""
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from keytrail.core import Store
+from keytrail.core import history as timeline
+from keytrail.core.history import Changes, History
+
+AsOf = Annotated[
+    int | str | None,
+    Field(
+        description="Answer as the store stood back then: a log seq (int) or an ISO-8601 time "
+        "(e.g. '2026-03-01T09:00:00Z'). Omit for now. Records nothing, reinforces nothing."
+    ),
+]
+ValidAt = Annotated[
+    str | None,
+    Field(
+        description="Show what was true in the world at this ISO-8601 time (valid time): "
+        "the version of each fact that held then. Omit for what is current."
+    ),
+]
+ValidFrom = Annotated[
+    str | None,
+    Field(
+        description="When this became true in the world (ISO-8601), if earlier or later than "
+        "now, e.g. the user moved in March but says so in April."
+    ),
+]
+Point = Annotated[
+    int | str | None,
+    Field(description="A log seq (int) or an ISO-8601 time."),
+]
+
+
+def register_time_tools(server: MCPServer[Any], store: Store) -> None:
+    # Imported here: mcp_server imports this module for the parameter types above.
+    from .mcp_server import MemoryId, NamespaceFilter, _hints, _reply
+
+    @server.tool(annotations=_hints(title="History of a memory", read_only=True, idempotent=True))
+    def history(memory_id: MemoryId) -> Annotated[CallToolResult, History]:
+        """How a memory changed: every version (both directions), every event that touched it
+        (created, read via which key and query, corrected, links adjusted, expired, forgotten)
+        with seq and time, and its depth and link weights after each change.
+
+        Example: history(memory_id="m_3f2a9c1b7d0e") ->
+        {"versions": [{"memory_id": "m_..", "status": "superseded"}, ...], "events": [...]}
+        """
+        return _reply(lambda: timeline.history(store, memory_id))
+
+    @server.tool(annotations=_hints(title="What changed", read_only=True, idempotent=True))
+    def changes(
+        since: Point = None,
+        until: Point = None,
+        namespace: NamespaceFilter = None,
+        top: Annotated[int, Field(ge=1, le=1000, description="Most-read memories shown.")] = 10,
+    ) -> Annotated[CallToolResult, Changes]:
+        """What changed after `since` up to `until` (seqs or ISO-8601 times; default the whole
+        log): memories added, corrected (old -> new), read most, expired, forgotten, and keys
+        merged as aliases.
+
+        Example: changes(since="2026-03-01T00:00:00Z") -> {"added": [...], ...}
+        """
+        return _reply(lambda: timeline.changes(store, since, until, namespace, top))

@@ -1,0 +1,323 @@
+"""as_of: every read as of a past point equals the same read on a fresh store replayed from the
+log up to that point; past reads write nothing; bad points are refused; snapshots are caches."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import shutil
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keytrail.core import HashEmbedder, InvalidInput, KeytrailError, Settings, Store
+from keytrail.core.config import Limits
+from keytrail.core.timetravel import TimeView, read_memory_at, view
+from keytrail.events import EventLog, encode_line
+from keytrail.events.log import segment_name
+from keytrail.projections import snapshot as snapshots
+
+T0 = datetime(2025, 6, 1, 12, 0, 0, 250000, tzinfo=UTC)
+KEYS = ["apple", "fruit", "Newton", "gravity", "tea", "Seoul", "city"]
+CONTENTS = [
+    "Newton saw an apple fall from a tree",
+    "The user likes strawberries and apples",
+    "The user drinks green tea every morning",
+    "The user lives in Seoul, a big city",
+]
+QUERIES = ["apple", "Newton and gravity", "what does the user drink", "Seoul"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def open_at(home: Path, clock: Callable[[], datetime], snapshot_every: int = 10_000) -> Store:
+    return Store(
+        Settings(home=home, embedder="hash", snapshot_every=snapshot_every, limits=Limits()),
+        embedder=HashEmbedder(),
+        clock=clock,
+    )
+
+
+op = st.one_of(
+    st.tuples(
+        st.just("remember"),
+        st.integers(0, len(CONTENTS) - 1),
+        st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True),
+        st.sampled_from([None, "work"]),
+        st.sampled_from([None, None, 3600]),
+    ),
+    st.tuples(st.just("correct"), st.integers(0, 50), st.integers(0, len(CONTENTS) - 1)),
+    st.tuples(st.just("read"), st.integers(0, 50), st.booleans()),
+    st.tuples(st.just("forget"), st.integers(0, 50)),
+    st.tuples(st.just("tick"), st.integers(1, 7200)),
+    st.tuples(st.just("cleanup")),
+    st.tuples(st.just("reopen")),
+)
+
+
+def play(store: Store, clock: Clock, ops: list[tuple[Any, ...]], every: int) -> Store:
+    ids: list[str] = []
+    for n, item in enumerate(ops):
+        clock.now += timedelta(seconds=1, microseconds=n)
+        try:
+            if item[0] == "remember":
+                _, c, keys, ns, ttl = item
+                r = store.remember(
+                    f"{CONTENTS[c]} ({n})",
+                    keys,
+                    {k: "name" for k in keys if k in ("Newton", "Seoul")} or None,
+                    namespace=ns,
+                    ttl_seconds=ttl,
+                    related_to=ids[-1:] or None,
+                )
+                ids.append(r.memory_id)
+            elif item[0] == "correct" and ids:
+                r2 = store.correct(ids[item[1] % len(ids)], f"{CONTENTS[item[2]]} v{n}")
+                ids.append(r2.memory_id)
+            elif item[0] == "read" and ids:
+                node = store.state.memories[ids[item[1] % len(ids)]]
+                store.read_memory(node.id, node.keys[0] if item[2] else None, "why?")
+            elif item[0] == "forget" and ids:
+                store.forget(ids[item[1] % len(ids)])
+            elif item[0] == "tick":
+                clock.now += timedelta(seconds=item[1])
+            elif item[0] == "cleanup":
+                store.cleanup_expired()
+            elif item[0] == "reopen":
+                store.close()
+                store = open_at(store.home, clock, every)
+        except InvalidInput as exc:
+            # Refused: reading a forgotten memory, correcting an old version. Nothing else.
+            assert item[0] in ("read", "correct", "forget") or exc.field == "related_to[0]", exc
+    return store
+
+
+def replayed_prefix(home: Path, seq: int, now: datetime, where: Path) -> Store:
+    """A fresh store whose log is the first `seq` events of `home`'s log, read at `now`."""
+    (where / "log").mkdir(parents=True)
+    events = [e for e in EventLog(home).iter_new() if e.seq <= seq]
+    (where / "log" / segment_name(1)).write_bytes(b"".join(encode_line(e) for e in events))
+    return open_at(where, lambda: now)
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    try:
+        result = call()
+    except KeytrailError as exc:
+        return ("error", type(exc).__name__, exc.message)
+    if dataclasses.is_dataclass(result) and hasattr(result, "log_bytes"):
+        result = dataclasses.replace(result, log_bytes=0)  # the log's size now, not then
+    return result
+
+
+def reads(
+    queries: Any, memory_ids: list[str], key_ids: list[str], read_memory: Callable[[str], Any]
+) -> list[Any]:
+    out: list[Any] = [outcome(queries.memory_stats)]
+    out += [outcome(lambda q=q: queries.recall(q, 5)) for q in QUERIES]
+    out += [outcome(lambda ns=ns: queries.list_memories(ns)) for ns in (None, "work")]
+    for key_id in key_ids:
+        out.append(outcome(lambda k=key_id: queries.read_key(k)))
+        out.append(outcome(lambda k=key_id: queries.read_key(k, "apple", "default")))
+    for memory_id in memory_ids:
+        out.append(outcome(lambda m=memory_id: queries.related(m)))
+        out.append(outcome(lambda m=memory_id: read_memory(m)))
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(op, min_size=3, max_size=18),
+    every=st.integers(2, 12),
+    picks=st.lists(st.floats(0, 1), min_size=1, max_size=3),
+    by_time=st.booleans(),
+)
+def test_as_of_equals_a_fresh_replay_of_the_log_prefix(
+    ops: list[tuple[Any, ...]], every: int, picks: list[float], by_time: bool
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        clock = Clock()
+        first = ("remember", 0, ["apple", "Newton"], None, None)
+        store = play(open_at(root / "store", clock, every), clock, [first, *ops], every)
+        clock.now += timedelta(seconds=1)
+        head = store.refresh()
+        assert head.memories, "the sequence remembered nothing"
+        memory_ids = list(head.memories)
+        key_ids = list(head.keys)
+        events = EventLog(store.home).read_new()
+        log_before = b"".join(p.read_bytes() for p in sorted(store.log.dir.glob("*.jsonl")))
+        for i, pick in enumerate(picks):
+            seq = 1 + round(pick * (head.seq - 1))
+            if by_time:
+                # A moment between this event and the next: the prefix is every event up to it.
+                point: int | str = (events[seq - 1].at + timedelta(microseconds=1)).isoformat()
+                now = events[seq - 1].at + timedelta(microseconds=1)
+                seq = max(e.seq for e in events if e.at < now)
+            else:
+                point, now = seq, events[seq - 1].at
+            if i % 2:
+                store.past._cache.clear()
+            past = view(store, point)
+            fresh = replayed_prefix(store.home, seq, now, root / f"fresh{i}")
+            got = reads(
+                past,
+                memory_ids,
+                key_ids,
+                lambda m, p=point: read_memory_at(store, m, as_of=p),  # type: ignore[misc]
+            )
+            want = reads(
+                fresh,
+                memory_ids,
+                key_ids,
+                lambda m, f=fresh: fresh_view(f, m),  # type: ignore[misc]
+            )
+            assert got == want, f"as_of {point!r} (seq {seq} of {head.seq})"
+            shutil.rmtree(root / f"fresh{i}")
+        # Reading the past appended nothing and reinforced nothing.
+        assert b"".join(p.read_bytes() for p in sorted(store.log.dir.glob("*.jsonl"))) == (
+            log_before
+        )
+        assert store.refresh().seq == head.seq
+        store.close()
+
+
+def fresh_view(fresh: Store, memory_id: str) -> Any:
+    """read_memory on the replayed store, at its own clock, without recording it."""
+    return TimeView(fresh, fresh.refresh(), fresh.clock()).read_memory(memory_id)
+
+
+# -- reading the past writes nothing -----------------------------------------------------------
+
+
+def test_read_memory_as_of_records_no_read_and_reinforces_nothing(
+    make_store: Callable[..., Store],
+) -> None:
+    store = make_store()
+    r = store.remember("The user likes green tea", ["tea", "drinks"])
+    key_id = store.state.memories[r.memory_id].keys[0]
+    store.read_memory(r.memory_id, key_id)
+    seq = store.state.seq
+    weight = store.state.keys[key_id].links[r.memory_id]
+    past = read_memory_at(store, r.memory_id, key_id, "tea?", as_of=seq - 1)
+    assert past.depth == 0.0 and past.access_count == 0  # as it was before the read
+    now = read_memory_at(store, r.memory_id, key_id, as_of=seq)
+    assert now.depth == pytest.approx(0.05) and now.seq is None
+    assert store.refresh().seq == seq  # nothing appended
+    assert store.state.memories[r.memory_id].access_count == 1
+    assert store.state.keys[key_id].links[r.memory_id] == weight
+    # without as_of the read is an ordinary one: recorded
+    assert read_memory_at(store, r.memory_id).seq == seq + 1
+
+
+def test_keys_that_did_not_exist_yet_are_not_matched(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    store.remember("Newton saw an apple fall", ["Newton", "apple"], {"Newton": "name"})
+    seq = store.state.seq
+    store.remember("Tea is brewed with hot water", ["tea", "Darjeeling"], {"Darjeeling": "name"})
+    assert [k.label for k in store.recall("Darjeeling tea").keys][:1] == ["Darjeeling"]
+    past = view(store, seq).recall("Darjeeling tea")
+    assert all(k.label in ("Newton", "apple") for k in past.keys + past.nearest)
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("as_of", "problem"),
+    [
+        (0, "outside the log"),
+        (10**9, "outside the log"),
+        ("yesterday", "not an ISO-8601 time"),
+        ("2024-13-45T00:00:00Z", "not an ISO-8601 time"),
+        (True, "not a boolean"),
+        (2.5, "not float"),
+        ("1990-01-01T00:00:00Z", "before the store existed"),
+        ("2999-01-01T00:00:00Z", "in the future"),
+    ],
+)
+def test_bad_as_of_is_refused_and_changes_nothing(
+    make_store: Callable[..., Store], as_of: Any, problem: str
+) -> None:
+    store = make_store()
+    store.remember("The user likes green tea", ["tea"])
+    seq = store.state.seq
+    with pytest.raises(InvalidInput) as err:
+        view(store, as_of).recall("tea")
+    assert err.value.field == "as_of" and problem in err.value.message
+    assert store.refresh().seq == seq
+
+
+def test_valid_time_inputs_are_checked(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    seq = store.state.seq
+    with pytest.raises(InvalidInput) as err:
+        store.remember("The user moved", ["home"], valid_from="last spring")
+    assert err.value.field == "valid_from"
+    with pytest.raises(InvalidInput) as err:
+        view(store, None, "soon").list_memories()
+    assert err.value.field == "valid_at"
+    assert store.refresh().seq == seq
+
+
+def test_as_of_a_time_reads_at_that_time(tmp_path: Path) -> None:
+    """Expiry is judged at the as_of time: a memory with a TTL is there before, gone after."""
+    clock = Clock()
+    store = open_at(tmp_path / "store", clock, 2)
+    clock.now += timedelta(minutes=1)
+    r = store.remember("Parking spot 42 until noon", ["parking"], ttl_seconds=600)
+    clock.now += timedelta(hours=2)
+    store.remember("The user drinks tea", ["tea"])
+    inside = (T0 + timedelta(minutes=5)).isoformat()
+    after = (T0 + timedelta(minutes=30)).isoformat()
+    assert [m.memory_id for m in view(store, inside).list_memories().memories] == [r.memory_id]
+    assert view(store, after).list_memories().total == 0
+    store.close()
+
+
+# -- snapshots are caches ------------------------------------------------------------------------
+
+
+def test_snapshots_are_kept_spaced_and_listed(make_store: Callable[..., Store]) -> None:
+    store = make_store(snapshot_every=3)
+    for i in range(20):
+        store.remember(f"fact number {i}", ["facts"])
+    store.close()
+    files = store.snapshot_files()
+    assert files[-1] == store.snapshot_path
+    seqs = [snapshots.read_header(p).seq for p in files]  # type: ignore[union-attr]
+    assert seqs == sorted(seqs) and len(seqs) >= 5
+    assert all(b - a >= 3 for a, b in itertools.pairwise(seqs[:-1]))
+
+
+def test_damaged_or_missing_snapshots_cost_time_not_answers(tmp_path: Path) -> None:
+    clock = Clock()
+    store = open_at(tmp_path / "a", clock, 4)
+    ids = []
+    for i in range(25):
+        clock.now += timedelta(seconds=1)
+        ids.append(store.remember(f"fact number {i}", ["facts", f"topic {i % 3}"]).memory_id)
+        if i % 4 == 0:
+            store.read_memory(ids[0])
+    store.close()
+    points = [3, 11, 17, store.state.seq - 1]
+    want = [view(store, p).read_key(store.state.key_for_label("facts").id) for p in points]  # type: ignore[union-attr]
+    for path in store.snapshot_files()[::2]:
+        path.write_bytes(b"\x00\x00\x00\x05garbage")
+    store.snapshot_files()[1].unlink()
+    again = open_at(tmp_path / "a", clock, 4)
+    key_id = again.state.key_for_label("facts").id  # type: ignore[union-attr]
+    assert [view(again, p).read_key(key_id) for p in points] == want
+    again.close()

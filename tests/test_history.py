@@ -1,0 +1,267 @@
+"""history, changes and valid time: the Seoul -> Busan scenario with the real model, the CLI verbs
+and the MCP tools."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from keytrail.core import InvalidInput, NotFound, Store
+from keytrail.core.history import changes, history
+from keytrail.core.queries import Queries
+from keytrail.core.timetravel import read_memory_at, view
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def walk(queries: Queries, question: str, store: Store, **at: Any) -> list[str]:
+    """What an agent would find: recall keys, read their memories (as of `at`, recording nothing
+    when `at` is given)."""
+    found: list[str] = []
+    for key in queries.recall(question, top_k=3).keys:
+        for ref in queries.read_key(key.key_id).memories:
+            content = read_memory_at(store, ref.memory_id, **at).content
+            if content not in found:
+                found.append(content)
+    return found
+
+
+def test_seoul_to_busan_with_the_real_model(real_store: Store) -> None:
+    store = real_store
+    seoul = store.remember(
+        "The user lives in Seoul.",
+        ["user", "home", "city", "Seoul"],
+        {"Seoul": "name"},
+        valid_from=(store.clock() - timedelta(days=400)).isoformat(),
+    )
+    home_key = store.state.key_for_label("home")
+    assert home_key is not None
+    store.read_memory(seoul.memory_id, home_key.id, "where does the user live?")
+    before = store.state.seq
+    told = store.clock()
+    moved = (told - timedelta(days=20)).isoformat()
+    busan = store.correct(
+        seoul.memory_id,
+        "The user moved to Busan.",
+        ["user", "home", "city", "Busan"],
+        {"Busan": "name"},
+        valid_from=moved,
+    )
+    store.read_memory(busan.memory_id, home_key.id, "which city is home?")
+    question = "Where does the user live?"
+
+    # Record time: what the store believed.
+    then = walk(view(store, before), question, store, as_of=before)
+    assert any("Seoul" in c for c in then) and not any("Busan" in c for c in then)
+    now = walk(store, question, store, as_of=store.state.seq)
+    assert any("Busan" in c for c in now) and not any("Seoul" in c for c in now)
+
+    # Valid time: the move is dated before it was told.
+    between = (told - timedelta(days=10)).isoformat()
+    earlier = (told - timedelta(days=30)).isoformat()
+    true_then = walk(view(store, None, between), question, store, valid_at=between)
+    assert any("Busan" in c for c in true_then) and not any("Seoul" in c for c in true_then)
+    true_earlier = walk(view(store, None, earlier), question, store, valid_at=earlier)
+    assert any("Seoul" in c for c in true_earlier)
+    # ...but as of before the correction, the store did not know of the move yet.
+    believed = walk(view(store, before, between), question, store, as_of=before, valid_at=between)
+    assert not any("Busan" in c for c in believed)
+
+    # History: both versions, the reads with key and query, the depth trajectory.
+    h = history(store, busan.memory_id)
+    assert [v.memory_id for v in h.versions] == [seoul.memory_id, busan.memory_id]
+    assert [v.status for v in h.versions] == ["superseded", "active"]
+    assert h.versions[1].valid_from is not None
+    assert h.versions[1].valid_from.isoformat() == moved
+    reads = [e for e in h.events if e.type == "memory.read"]
+    assert [(e.memory_id, e.via_key, e.query) for e in reads] == [
+        (seoul.memory_id, "home", "where does the user live?"),
+        (busan.memory_id, "home", "which city is home?"),
+    ]
+    assert any(e.what.startswith("corrected by " + busan.memory_id) for e in h.events)
+    depths = [(t.memory_id, t.depth) for t in h.trajectory]
+    step = store.state.rules.depth_step
+    weakened = round(step * store.state.rules.weaken_shallow, 6)
+    assert depths == [
+        (seoul.memory_id, 0.0),
+        (seoul.memory_id, step),
+        (seoul.memory_id, weakened),
+        (busan.memory_id, 0.0),
+        (busan.memory_id, step),
+    ]
+    home_weights = [t.weights["home"] for t in h.trajectory if t.memory_id == seoul.memory_id]
+    assert home_weights == [1.0, 1.1, 1.1]  # the read through `home` strengthened that link
+
+
+def test_history_of_a_forgotten_memory_and_links_adjusted(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    a = store.remember("The user's locker code is 4412", ["locker", "code"])
+    b = store.remember(
+        "The gym locker is on floor two", ["locker", "gym"], related_to=[a.memory_id]
+    )
+    store.forget(a.memory_id, reason="the user asked")
+    h = history(store, a.memory_id)
+    assert [v.status for v in h.versions] == ["forgotten"]
+    assert h.versions[0].preview == ""  # forgotten content is not served back
+    whats = [(e.type, e.what) for e in h.events]
+    assert whats == [
+        ("memory.remembered", "created"),
+        ("memory.remembered", f"related to by new memory {b.memory_id}"),
+        ("memory.forgotten", "forgotten"),
+    ]
+    assert h.events[-1].reason == "the user asked"
+    with pytest.raises(NotFound):
+        history(store, "m_000000000000")
+
+
+def test_changes_between_two_points(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    old = store.remember("The user drinks coffee", ["drinks"])
+    since = store.state.seq
+    added = store.remember("The user plays chess", ["games"], namespace="hobby")
+    new = store.correct(old.memory_id, "The user drinks tea now")
+    for _ in range(3):
+        store.read_memory(added.memory_id)
+    store.read_memory(new.memory_id)
+    gone = store.remember("A passing thought", ["misc"])
+    store.forget(gone.memory_id)
+    c = changes(store, since=since)
+    assert c.added == [added.memory_id, gone.memory_id]
+    assert [(x.old_id, x.new_id) for x in c.corrected] == [(old.memory_id, new.memory_id)]
+    assert [(r.memory_id, r.reads) for r in c.read_most] == [
+        (added.memory_id, 3),
+        (new.memory_id, 1),
+    ]
+    assert c.forgotten == [gone.memory_id]
+    hobby = changes(store, since=since, namespace="hobby")
+    assert hobby.added == [added.memory_id] and hobby.corrected == [] and hobby.forgotten == []
+    upto = changes(store, since=since, until=since + 1)
+    assert upto.added == [added.memory_id] and upto.corrected == []
+    with pytest.raises(InvalidInput) as err:
+        changes(store, since=since + 1, until=since)
+    assert err.value.field == "since"
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def kt(home: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
+    done = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_cli_history_changes_and_as_of(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    first = json.loads(kt(home, "remember", "The user lives in Seoul", "-k", "home", "--json"))
+    mid = first["memory_id"]
+    kt(home, "read", mid)
+    fixed = json.loads(
+        kt(
+            home,
+            "correct",
+            mid,
+            "The user moved to Busan",
+            "--valid-from",
+            "2026-03-15T00:00:00Z",
+            "--json",
+        )
+    )
+    then = kt(home, "read", mid, "--as-of", str(first["seq"]))
+    assert "The user lives in Seoul" in then and "superseded" not in then
+    page = json.loads(kt(home, "read-key", fixed["keys"][0]["key_id"], "--as-of", "2", "--json"))
+    assert [m["memory_id"] for m in page["memories"]] == [mid]
+    text = kt(home, "history", fixed["memory_id"])
+    assert "2 version(s)" in text and "valid from 2026-03-15" in text
+    assert "read" in text and f"corrected by {fixed['memory_id']}" in text
+    assert "depth 0.050" in text
+    data = json.loads(kt(home, "history", mid, "--json"))
+    assert [v["memory_id"] for v in data["versions"]] == [mid, fixed["memory_id"]]
+    log_before = (
+        (home / "log").stat().st_mtime_ns,
+        sum(p.stat().st_size for p in (home / "log").glob("*.jsonl")),
+    )
+    changed = json.loads(kt(home, "changes", "--since", str(first["seq"]), "--json"))
+    assert changed["corrected"][0]["new_id"] == fixed["memory_id"]
+    assert "corrected  1" in kt(home, "changes")
+    stats = json.loads(kt(home, "stats", "--as-of", str(first["seq"]), "--json"))
+    assert stats["memories"] == 1 and stats["seq"] == first["seq"]
+    assert sum(p.stat().st_size for p in (home / "log").glob("*.jsonl")) == log_before[1]
+
+
+# -- MCP -----------------------------------------------------------------------------------------
+
+
+def test_mcp_as_of_history_and_changes(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "keytrail.server.cli", "serve"], env=env, cwd=str(REPO)
+    )
+
+    async def call(session: ClientSession, name: str, **args: Any) -> Any:
+        result = await session.call_tool(name, args)
+        assert not result.is_error, result.content
+        return result.structured_content
+
+    async def scenario() -> None:
+        with open(tmp_path / "stderr.txt", "w") as err, anyio.fail_after(60):
+            async with (
+                stdio_client(params, errlog=err) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                r = await call(
+                    session,
+                    "remember",
+                    content="The user lives in Seoul",
+                    keys=["home", "Seoul"],
+                    key_types={"Seoul": "name"},
+                    valid_from="2019-09-01",
+                )
+                c = await call(
+                    session,
+                    "correct",
+                    memory_id=r["memory_id"],
+                    content="The user moved to Busan",
+                    keys=["home", "Busan"],
+                    key_types={"Busan": "name"},
+                    valid_from="2026-03-15T00:00:00Z",
+                )
+                past = await call(session, "recall", query="Seoul", as_of=r["seq"])
+                assert [k["label"] for k in past["keys"]] == ["Seoul"]
+                present = await call(session, "recall", query="Seoul")
+                assert present["keys"] == []
+                old = await call(session, "read_memory", memory_id=r["memory_id"], as_of=r["seq"])
+                assert old["content"] == "The user lives in Seoul" and old["seq"] is None
+                valid = await call(session, "list_memories", valid_at="2026-03-01T00:00:00Z")
+                assert [m["memory_id"] for m in valid["memories"]] == [r["memory_id"]]
+                h = await call(session, "history", memory_id=c["memory_id"])
+                assert [v["memory_id"] for v in h["versions"]] == [r["memory_id"], c["memory_id"]]
+                ch = await call(session, "changes", since=r["seq"])
+                assert ch["corrected"][0]["new_id"] == c["memory_id"]
+                bad = await session.call_tool("recall", {"query": "x", "as_of": 999})
+                assert bad.is_error and "outside the log" in bad.content[0].text  # type: ignore[union-attr]
+
+    anyio.run(scenario)
