@@ -85,6 +85,14 @@ class PastStates:
         self._headers: dict[Path, tuple[int, Header | None]] = {}
         self._cache: OrderedDict[int, GraphState] = OrderedDict()
         self._lock = threading.Lock()
+        self._first_at: datetime | None = None
+
+    def first_at(self) -> datetime:
+        """The time of the store's first event (the earliest moment one can ask about)."""
+        if self._first_at is None:
+            log = EventLog(self._store.home, segment_bytes=self._store.settings.segment_bytes)
+            self._first_at = next(iter(log.iter_new())).at
+        return self._first_at
 
     def _snapshot_headers(self) -> list[tuple[Path, Header]]:
         """Readable snapshot headers, oldest first (re-read only when a file changed)."""
@@ -241,13 +249,10 @@ class TimeView(Queries):
             return self.memory_view(node)
 
 
-def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point | None:
-    """Check `as_of` against the store's log: a seq in 1..head, or a time from its creation on.
-
-    A time after the last event answers the present state read at that time; a time in the
-    future, before the store existed, or a seq outside the log is InvalidInput.
-    """
-    parsed = parse_as_of(as_of, field)
+def check_point(store: Store, value: object | None, field: str = "as_of") -> int | datetime | None:
+    """`value` parsed and checked against the log: a seq in 1..head, or a time from the store's
+    first event up to now. None stays None (the present). Builds no state."""
+    parsed = parse_as_of(value, field)
     if parsed is None:
         return None
     head = store.refresh()
@@ -256,21 +261,36 @@ def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point |
             raise InvalidInput(
                 field, f"seq {parsed} is outside the log", limit=f"1 to {head.seq}", value=parsed
             )
-        if parsed == head.seq:
-            return Point(seq=head.seq, now=head.at)
-        return Point(seq=parsed, now=store.past.state(parsed).at)
+        return parsed
     now = store.clock()
     if parsed > now:
         raise InvalidInput(
             field, f"{parsed.isoformat()} is in the future", limit=f"up to {now.isoformat()}"
         )
-    first = store.past.state(1)
-    if parsed < first.at:
+    first = store.past.first_at()
+    if parsed < first:
         raise InvalidInput(
             field,
             f"{parsed.isoformat()} is before the store existed",
-            limit=f"from {first.at.isoformat()}",
+            limit=f"from {first.isoformat()}",
         )
+    return parsed
+
+
+def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point | None:
+    """The moment `as_of` names (see `check_point`), with the seq it falls on.
+
+    A time after the last event answers the present state read at that time; a time in the
+    future, before the store existed, or a seq outside the log is InvalidInput.
+    """
+    parsed = check_point(store, as_of, field)
+    if parsed is None:
+        return None
+    head = store.state
+    if isinstance(parsed, int):
+        if parsed == head.seq:
+            return Point(seq=head.seq, now=head.at)
+        return Point(seq=parsed, now=store.past.state(parsed).at)
     if parsed >= head.at:
         return Point(seq=head.seq, now=parsed)
     return Point(seq=store.past.state(parsed).seq, now=parsed)

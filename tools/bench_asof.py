@@ -33,6 +33,7 @@ from pathlib import Path
 import msgspec
 
 from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.history import changes, history
 from keytrail.core.timetravel import view
 from keytrail.events import (
     EventLog,
@@ -206,6 +207,16 @@ def main() -> None:
         view(store, None).recall(query)
         through_view.append(time.perf_counter() - t)
 
+    # history scans the log once (byte search), changes decodes the span it covers.
+    memory_id = rng.choice(list(store.state.memories))
+    t = time.perf_counter()
+    touched = len(history(store, memory_id).events)
+    history_s = time.perf_counter() - t
+    since = rng.randrange(1, args.events - every)
+    t = time.perf_counter()
+    changes(store, since, since + every)
+    changes_s = time.perf_counter() - t
+
     result = {
         "events": args.events,
         "log_bytes": log_bytes,
@@ -227,6 +238,10 @@ def main() -> None:
         "as_of_recall_warm_ms_p50": round(statistics.median(warm) * 1000, 3),
         "recall_ms_p50": round(statistics.median(present) * 1000, 3),
         "recall_via_view_none_ms_p50": round(statistics.median(through_view) * 1000, 3),
+        "history_s": round(history_s, 3),
+        "history_events_found": touched,
+        "changes_span_events": every,
+        "changes_s": round(changes_s, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "python": sys.version.split()[0],
         "pid": os.getpid(),
