@@ -203,18 +203,11 @@ class TimeView(Queries):
         Labels are only ever appended to `state.labels` (insertion-ordered), and the store's
         rows follow that order, so the past's labels are exactly the first rows.
         """
-        rows = self._store.key_vectors()
-        count = len(self.state.labels)
-        if count >= len(rows):
-            return rows
-        # Share the matrix (no copy): a VectorSet only reads the first len(ids) rows.
-        past = VectorSet(rows.dim)
-        past.ids = rows.ids[:count]
-        past._matrix = rows._matrix
-        return past
+        return _prefix(self._store.key_vectors(), len(self.state.labels))
 
     def memory_vectors(self) -> VectorSet:
-        return self._store.memory_vectors()
+        """Content rows of the memories that existed then (a prefix, as for key labels)."""
+        return _prefix(self._store.memory_vectors(), len(self.state.memories))
 
     def read_memory(
         self,
@@ -275,6 +268,17 @@ def check_point(store: Store, value: object | None, field: str = "as_of") -> int
             limit=f"from {first.isoformat()}",
         )
     return parsed
+
+
+def _prefix(rows: VectorSet, count: int) -> VectorSet:
+    """The first `count` rows of `rows`, sharing its matrix (a VectorSet reads only the first
+    len(ids) rows, so nothing is copied)."""
+    if count >= len(rows):
+        return rows
+    past = VectorSet(rows.dim)
+    past.ids = rows.ids[:count]
+    past._matrix = rows._matrix
+    return past
 
 
 def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point | None:

@@ -321,3 +321,17 @@ def test_damaged_or_missing_snapshots_cost_time_not_answers(tmp_path: Path) -> N
     key_id = again.state.key_for_label("facts").id  # type: ignore[union-attr]
     assert [view(again, p).read_key(key_id) for p in points] == want
     again.close()
+
+
+def test_past_vectors_are_the_rows_of_what_existed_then(make_store: Callable[..., Store]) -> None:
+    """Labels and contents embedded since are cut off; earlier rows are shared, not re-embedded."""
+    store = make_store()
+    store.remember("Newton saw an apple fall", ["Newton", "apple"], {"Newton": "name"})
+    seq = store.state.seq
+    store.remember("Tea is brewed with hot water", ["tea", "water"])
+    past = view(store, seq)
+    assert isinstance(past, TimeView)
+    assert past.memory_vectors().ids == list(past.state.memories)
+    assert len(past.memory_vectors()) == 1 and len(store.memory_vectors()) == 2
+    assert sorted(set(past.key_vectors().ids)) == sorted(past.state.keys)
+    assert past.key_vectors().matrix.base is store.key_vectors().matrix.base
