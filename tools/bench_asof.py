@@ -187,9 +187,9 @@ def main() -> None:
         store.close()
         _keep_interval_snapshots(store, every)
     snapshots_build_s = time.perf_counter() - t
+    store = Store(settings, embedder=HashEmbedder(), clock=lambda: clock_at)
     kept = store.snapshot_files()
     snapshot_bytes = sum(p.stat().st_size for p in kept)
-    store = Store(settings, embedder=HashEmbedder(), clock=lambda: clock_at)
 
     rng = random.Random(5)
     queries = [rng.choice(labels) for _ in range(args.points)]
