@@ -335,3 +335,25 @@ def test_past_vectors_are_the_rows_of_what_existed_then(make_store: Callable[...
     assert len(past.memory_vectors()) == 1 and len(store.memory_vectors()) == 2
     assert sorted(set(past.key_vectors().ids)) == sorted(past.state.keys)
     assert past.key_vectors().matrix.base is store.key_vectors().matrix.base
+
+
+def test_remember_batch_takes_valid_from_per_item(make_store: Callable[..., Store]) -> None:
+    from keytrail.core import RememberItem
+
+    store = make_store()
+    seq = store.state.seq
+    with pytest.raises(InvalidInput) as err:
+        store.remember_batch(
+            [
+                RememberItem("a", ["x"], valid_from="2020-01-01"),
+                RememberItem("b", ["y"], valid_from="?"),
+            ]
+        )
+    assert err.value.field == "items[1].valid_from" and store.refresh().seq == seq
+    out = store.remember_batch(
+        [RememberItem("The user was born in Lyon", ["birth"], valid_from="1990-05-04T00:00:00Z")]
+    )
+    node = store.state.memories[out[0].memory_id]
+    assert node.valid_from == datetime(1990, 5, 4, tzinfo=UTC)
+    assert view(store, None, "1991-01-01").list_memories().total == 1
+    assert view(store, None, "1989-01-01").list_memories().total == 0
