@@ -133,6 +133,7 @@ class PastStates:
 
         log = EventLog(self._store.home, segment_bytes=self._store.settings.segment_bytes)
         state: GraphState | None = None
+        start = 0
         for path, header in reversed(self._snapshot_headers()):
             if not before(header):
                 continue
@@ -141,19 +142,41 @@ class PastStates:
                 continue
             snap = snapshots.load(path, lazy=True)
             if snap is not None and snap.seq == header.seq:
-                state = snap.state
+                state, start = snap.state, snap.seq
                 break
         if state is None:
             log.seek(LogPosition(None, 0, 0, GraphState().at))
             state = GraphState()
+        reached = log.position
 
         def tail() -> object:
+            nonlocal reached
             for event in log.iter_new():
                 if event.seq > limit if isinstance(limit, int) else event.at > limit:
                     return
                 yield event
+                reached = log.position  # right after this event's line
 
-        return fold(tail(), state)  # type: ignore[arg-type]
+        state = fold(tail(), state)  # type: ignore[arg-type]
+        if state.seq - start >= self._store.settings.snapshot_every and reached.seq == state.seq:
+            # A long tail means no kept snapshot near here (e.g. an imported log): keep this
+            # state, so the next read around this point starts from it.
+            self._keep(state, reached)
+        return state
+
+    def _keep(self, state: GraphState, position: LogPosition) -> None:
+        folder = self._store.snapshot_path.parent
+        snapshots.save(
+            folder / snapshots.archived_name(state.seq),
+            snapshots.Snapshot(
+                store_id=state.store_id,
+                seq=state.seq,
+                at=state.at,
+                segment=position.segment,
+                offset=position.offset,
+                state=state,
+            ),
+        )
 
 
 class TimeView(Queries):

@@ -357,3 +357,21 @@ def test_remember_batch_takes_valid_from_per_item(make_store: Callable[..., Stor
     assert node.valid_from == datetime(1990, 5, 4, tzinfo=UTC)
     assert view(store, None, "1991-01-01").list_memories().total == 1
     assert view(store, None, "1989-01-01").list_memories().total == 0
+
+
+def test_a_long_tail_leaves_a_snapshot_for_the_next_past_read(tmp_path: Path) -> None:
+    clock = Clock()
+    store = open_at(tmp_path / "s", clock, 10**6)  # the writer never snapshots on the way
+    for i in range(20):
+        clock.now += timedelta(seconds=1)
+        store.remember(f"fact number {i}", ["facts"])
+    store.close()
+    assert [p.name for p in store.snapshot_files()] == ["keygraph.msgpack"]
+    reader = open_at(tmp_path / "s", clock, 5)
+    key_id = reader.state.key_for_label("facts").id  # type: ignore[union-attr]
+    first = view(reader, 12).read_key(key_id)
+    assert snapshots.archived_name(12) in [p.name for p in reader.snapshot_files()]
+    reader.past._cache.clear()
+    assert view(reader, 12).read_key(key_id) == first  # now loaded from the kept snapshot
+    assert view(reader, 14).read_key(key_id).total == first.total + 2
+    reader.close()
