@@ -145,10 +145,11 @@ class Queries:
 
     def _count(self, key: KeyNode, namespace: str | None, now: datetime) -> int:
         memories = self.state.memories
+        shown = self._visible
         return sum(
             1
             for mid in key.links
-            if self._visible(node := memories[mid], now)
+            if shown(node := memories[mid], now)
             and (namespace is None or node.namespace == namespace)
         )
 

@@ -85,6 +85,14 @@ class PastStates:
         self._headers: dict[Path, tuple[int, Header | None]] = {}
         self._cache: OrderedDict[int, GraphState] = OrderedDict()
         self._lock = threading.Lock()
+        self._first_at: datetime | None = None
+
+    def first_at(self) -> datetime:
+        """The time of the store's first event (the earliest moment one can ask about)."""
+        if self._first_at is None:
+            log = EventLog(self._store.home, segment_bytes=self._store.settings.segment_bytes)
+            self._first_at = next(iter(log.iter_new())).at
+        return self._first_at
 
     def _snapshot_headers(self) -> list[tuple[Path, Header]]:
         """Readable snapshot headers, oldest first (re-read only when a file changed)."""
@@ -125,6 +133,7 @@ class PastStates:
 
         log = EventLog(self._store.home, segment_bytes=self._store.settings.segment_bytes)
         state: GraphState | None = None
+        start = 0
         for path, header in reversed(self._snapshot_headers()):
             if not before(header):
                 continue
@@ -133,19 +142,41 @@ class PastStates:
                 continue
             snap = snapshots.load(path, lazy=True)
             if snap is not None and snap.seq == header.seq:
-                state = snap.state
+                state, start = snap.state, snap.seq
                 break
         if state is None:
             log.seek(LogPosition(None, 0, 0, GraphState().at))
             state = GraphState()
+        reached = log.position
 
         def tail() -> object:
+            nonlocal reached
             for event in log.iter_new():
                 if event.seq > limit if isinstance(limit, int) else event.at > limit:
                     return
                 yield event
+                reached = log.position  # right after this event's line
 
-        return fold(tail(), state)  # type: ignore[arg-type]
+        state = fold(tail(), state)  # type: ignore[arg-type]
+        if state.seq - start >= self._store.settings.snapshot_every and reached.seq == state.seq:
+            # A long tail means no kept snapshot near here (e.g. an imported log): keep this
+            # state, so the next read around this point starts from it.
+            self._keep(state, reached)
+        return state
+
+    def _keep(self, state: GraphState, position: LogPosition) -> None:
+        folder = self._store.snapshot_path.parent
+        snapshots.save(
+            folder / snapshots.archived_name(state.seq),
+            snapshots.Snapshot(
+                store_id=state.store_id,
+                seq=state.seq,
+                at=state.at,
+                segment=position.segment,
+                offset=position.offset,
+                state=state,
+            ),
+        )
 
 
 class TimeView(Queries):
@@ -195,18 +226,11 @@ class TimeView(Queries):
         Labels are only ever appended to `state.labels` (insertion-ordered), and the store's
         rows follow that order, so the past's labels are exactly the first rows.
         """
-        rows = self._store.key_vectors()
-        count = len(self.state.labels)
-        if count >= len(rows):
-            return rows
-        # Share the matrix (no copy): a VectorSet only reads the first len(ids) rows.
-        past = VectorSet(rows.dim)
-        past.ids = rows.ids[:count]
-        past._matrix = rows._matrix
-        return past
+        return _prefix(self._store.key_vectors(), len(self.state.labels))
 
     def memory_vectors(self) -> VectorSet:
-        return self._store.memory_vectors()
+        """Content rows of the memories that existed then (a prefix, as for key labels)."""
+        return _prefix(self._store.memory_vectors(), len(self.state.memories))
 
     def read_memory(
         self,
@@ -241,13 +265,10 @@ class TimeView(Queries):
             return self.memory_view(node)
 
 
-def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point | None:
-    """Check `as_of` against the store's log: a seq in 1..head, or a time from its creation on.
-
-    A time after the last event answers the present state read at that time; a time in the
-    future, before the store existed, or a seq outside the log is InvalidInput.
-    """
-    parsed = parse_as_of(as_of, field)
+def check_point(store: Store, value: object | None, field: str = "as_of") -> int | datetime | None:
+    """`value` parsed and checked against the log: a seq in 1..head, or a time from the store's
+    first event up to now. None stays None (the present). Builds no state."""
+    parsed = parse_as_of(value, field)
     if parsed is None:
         return None
     head = store.refresh()
@@ -256,21 +277,47 @@ def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point |
             raise InvalidInput(
                 field, f"seq {parsed} is outside the log", limit=f"1 to {head.seq}", value=parsed
             )
-        if parsed == head.seq:
-            return Point(seq=head.seq, now=head.at)
-        return Point(seq=parsed, now=store.past.state(parsed).at)
+        return parsed
     now = store.clock()
     if parsed > now:
         raise InvalidInput(
             field, f"{parsed.isoformat()} is in the future", limit=f"up to {now.isoformat()}"
         )
-    first = store.past.state(1)
-    if parsed < first.at:
+    first = store.past.first_at()
+    if parsed < first:
         raise InvalidInput(
             field,
             f"{parsed.isoformat()} is before the store existed",
-            limit=f"from {first.at.isoformat()}",
+            limit=f"from {first.isoformat()}",
         )
+    return parsed
+
+
+def _prefix(rows: VectorSet, count: int) -> VectorSet:
+    """The first `count` rows of `rows`, sharing its matrix (a VectorSet reads only the first
+    len(ids) rows, so nothing is copied)."""
+    if count >= len(rows):
+        return rows
+    past = VectorSet(rows.dim)
+    past.ids = rows.ids[:count]
+    past._matrix = rows._matrix
+    return past
+
+
+def resolve(store: Store, as_of: object | None, field: str = "as_of") -> Point | None:
+    """The moment `as_of` names (see `check_point`), with the seq it falls on.
+
+    A time after the last event answers the present state read at that time; a time in the
+    future, before the store existed, or a seq outside the log is InvalidInput.
+    """
+    parsed = check_point(store, as_of, field)
+    if parsed is None:
+        return None
+    head = store.state
+    if isinstance(parsed, int):
+        if parsed == head.seq:
+            return Point(seq=head.seq, now=head.at)
+        return Point(seq=parsed, now=store.past.state(parsed).at)
     if parsed >= head.at:
         return Point(seq=head.seq, now=parsed)
     return Point(seq=store.past.state(parsed).seq, now=parsed)

@@ -80,13 +80,15 @@ def cmd_changes(args: argparse.Namespace) -> int:
         f"changes{scope} after seq {result.since_seq} up to seq {result.until_seq} "
         f"({short_time(result.since_at)} .. {short_time(result.until_at)})"
     )
-    print(f"  added      {len(result.added)}: " + " ".join(result.added[:20]))
+    print(f"  added      {len(result.added)}  " + " ".join(result.added[:20]))
     print(f"  corrected  {len(result.corrected)}")
     for c in result.corrected:
         print(f"    seq {c.seq}  {c.old_id} -> {c.new_id}")
-    print("  read most  " + ", ".join(f"{r.memory_id} x{r.reads}" for r in result.read_most))
-    print(f"  expired    {len(result.expired)}: " + " ".join(result.expired[:20]))
-    print(f"  forgotten  {len(result.forgotten)}: " + " ".join(result.forgotten[:20]))
+    print(
+        "  read most  " + (", ".join(f"{r.memory_id} x{r.reads}" for r in result.read_most) or "-")
+    )
+    print(f"  expired    {len(result.expired)}  " + " ".join(result.expired[:20]))
+    print(f"  forgotten  {len(result.forgotten)}  " + " ".join(result.forgotten[:20]))
     print(f"  keys merged {len(result.keys_merged)}")
     for m in result.keys_merged:
         sim = f" ({m.similarity:.3f})" if m.similarity is not None else ""

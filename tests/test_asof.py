@@ -321,3 +321,57 @@ def test_damaged_or_missing_snapshots_cost_time_not_answers(tmp_path: Path) -> N
     key_id = again.state.key_for_label("facts").id  # type: ignore[union-attr]
     assert [view(again, p).read_key(key_id) for p in points] == want
     again.close()
+
+
+def test_past_vectors_are_the_rows_of_what_existed_then(make_store: Callable[..., Store]) -> None:
+    """Labels and contents embedded since are cut off; earlier rows are shared, not re-embedded."""
+    store = make_store()
+    store.remember("Newton saw an apple fall", ["Newton", "apple"], {"Newton": "name"})
+    seq = store.state.seq
+    store.remember("Tea is brewed with hot water", ["tea", "water"])
+    past = view(store, seq)
+    assert isinstance(past, TimeView)
+    assert past.memory_vectors().ids == list(past.state.memories)
+    assert len(past.memory_vectors()) == 1 and len(store.memory_vectors()) == 2
+    assert sorted(set(past.key_vectors().ids)) == sorted(past.state.keys)
+    assert past.key_vectors().matrix.base is store.key_vectors().matrix.base
+
+
+def test_remember_batch_takes_valid_from_per_item(make_store: Callable[..., Store]) -> None:
+    from keytrail.core import RememberItem
+
+    store = make_store()
+    seq = store.state.seq
+    with pytest.raises(InvalidInput) as err:
+        store.remember_batch(
+            [
+                RememberItem("a", ["x"], valid_from="2020-01-01"),
+                RememberItem("b", ["y"], valid_from="?"),
+            ]
+        )
+    assert err.value.field == "items[1].valid_from" and store.refresh().seq == seq
+    out = store.remember_batch(
+        [RememberItem("The user was born in Lyon", ["birth"], valid_from="1990-05-04T00:00:00Z")]
+    )
+    node = store.state.memories[out[0].memory_id]
+    assert node.valid_from == datetime(1990, 5, 4, tzinfo=UTC)
+    assert view(store, None, "1991-01-01").list_memories().total == 1
+    assert view(store, None, "1989-01-01").list_memories().total == 0
+
+
+def test_a_long_tail_leaves_a_snapshot_for_the_next_past_read(tmp_path: Path) -> None:
+    clock = Clock()
+    store = open_at(tmp_path / "s", clock, 10**6)  # the writer never snapshots on the way
+    for i in range(20):
+        clock.now += timedelta(seconds=1)
+        store.remember(f"fact number {i}", ["facts"])
+    store.close()
+    assert [p.name for p in store.snapshot_files()] == ["keygraph.msgpack"]
+    reader = open_at(tmp_path / "s", clock, 5)
+    key_id = reader.state.key_for_label("facts").id  # type: ignore[union-attr]
+    first = view(reader, 12).read_key(key_id)
+    assert snapshots.archived_name(12) in [p.name for p in reader.snapshot_files()]
+    reader.past._cache.clear()
+    assert view(reader, 12).read_key(key_id) == first  # now loaded from the kept snapshot
+    assert view(reader, 14).read_key(key_id).total == first.total + 2
+    reader.close()

@@ -27,6 +27,8 @@ VERBS = [
     "forget",
     "export",
     "import",
+    "history",
+    "changes",
 ]
 
 

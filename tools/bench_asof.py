@@ -33,6 +33,7 @@ from pathlib import Path
 import msgspec
 
 from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.history import changes, history
 from keytrail.core.timetravel import view
 from keytrail.events import (
     EventLog,
@@ -130,7 +131,7 @@ def write_log(home: Path, events: int, seed: int, labels: int, segment_bytes: in
     for seq in range(1, events + 1):
         event = created if seq == 1 else gen.event()
         at += timedelta(seconds=30)
-        line = encode_line(msgspec.structs.replace(event, seq=seq, at=at))  # type: ignore[type-var]
+        line = encode_line(msgspec.structs.replace(event, seq=seq, at=at))  # type: ignore[type-var,arg-type]
         if size and size + len(line) > segment_bytes:
             (log_dir / segment_name(first)).write_bytes(b"".join(lines))
             lines, size, first = [], 0, seq
@@ -147,38 +148,48 @@ def main() -> None:
     parser.add_argument("--snapshot-every", type=int, default=None)
     parser.add_argument("--points", type=int, default=10, help="random as_of points timed")
     parser.add_argument("--dir", default=None)
+    parser.add_argument(
+        "--reuse", action="store_true", help="reuse the log and snapshots already in --dir"
+    )
     args = parser.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="keytrail-asof-"))
     home = root / "store"
     settings = Settings(home=home, embedder="hash")
     every = args.snapshot_every or settings.snapshot_every
     settings = Settings(home=home, embedder="hash", snapshot_every=every)
+    load_start = os.getloadavg()[0]
+    reuse = args.reuse and (home / "log").exists()
     t = time.perf_counter()
-    labels = write_log(home, args.events, 11, args.labels, settings.segment_bytes)
+    labels = [f"topic {i}" for i in range(args.labels)]  # the generator's labels
+    if not reuse:
+        write_log(home, args.events, 11, args.labels, settings.segment_bytes)
     log_bytes = sum(p.stat().st_size for p in (home / "log").iterdir())
     write_s = time.perf_counter() - t
 
-    # The yardstick: decode and fold every event from nothing.
-    t = time.perf_counter()
-    state = fold(EventLog(home).iter_new())
-    replay_s = time.perf_counter() - t
-    assert state.seq == args.events
-    del state
+    def replay() -> float:
+        """The yardstick: decode and fold every event from nothing."""
+        t = time.perf_counter()
+        state = fold(EventLog(home).iter_new())
+        took = time.perf_counter() - t
+        assert state.seq == args.events
+        return took
+
+    replay_before_s = replay()
 
     # Snapshots as the write path leaves them: one every `every` events. Folding the log in
     # steps and saving at each step is what a store that wrote the log itself would have done.
     t = time.perf_counter()
     clock_at = T0 + timedelta(seconds=30 * (args.events + 10))
+    if not reuse:
+        store = Store(settings, embedder=HashEmbedder(), clock=lambda: clock_at)
+        # Opening folded everything into one snapshot at the head; add the kept ones the way
+        # the write path spaces them, from a replay that pauses every `every` events.
+        store.close()
+        _keep_interval_snapshots(store, every)
+    snapshots_build_s = time.perf_counter() - t
     store = Store(settings, embedder=HashEmbedder(), clock=lambda: clock_at)
-    snapshots_build_s = time.perf_counter() - t
-    # Opening folded everything into one snapshot at the head; rebuild the kept ones the way
-    # the write path spaces them, from a replay that pauses every `every` events.
-    store.close()
-    _keep_interval_snapshots(store, every)
-    snapshots_build_s = time.perf_counter() - t
     kept = store.snapshot_files()
     snapshot_bytes = sum(p.stat().st_size for p in kept)
-    store = Store(settings, embedder=HashEmbedder(), clock=lambda: clock_at)
 
     rng = random.Random(5)
     queries = [rng.choice(labels) for _ in range(args.points)]
@@ -206,11 +217,27 @@ def main() -> None:
         view(store, None).recall(query)
         through_view.append(time.perf_counter() - t)
 
+    # history scans the log once (byte search), changes decodes the span it covers.
+    memory_id = rng.choice(list(store.state.memories))
+    t = time.perf_counter()
+    touched = len(history(store, memory_id).events)
+    history_s = time.perf_counter() - t
+    since = rng.randrange(1, args.events - every)
+    t = time.perf_counter()
+    changes(store, since, since + every)
+    changes_s = time.perf_counter() - t
+
+    # Measured again after the points: the machine is shared, so the faster of the two replays
+    # is the yardstick (the conservative choice for the fraction).
+    replay_after_s = replay()
+    replay_s = min(replay_before_s, replay_after_s)
+
     result = {
         "events": args.events,
         "log_bytes": log_bytes,
         "log_write_s": round(write_s, 2),
         "full_replay_s": round(replay_s, 3),
+        "full_replay_runs_s": [round(replay_before_s, 3), round(replay_after_s, 3)],
         "replay_events_per_s": round(args.events / replay_s),
         "snapshot_every": every,
         "snapshots_kept": len(kept),
@@ -227,7 +254,12 @@ def main() -> None:
         "as_of_recall_warm_ms_p50": round(statistics.median(warm) * 1000, 3),
         "recall_ms_p50": round(statistics.median(present) * 1000, 3),
         "recall_via_view_none_ms_p50": round(statistics.median(through_view) * 1000, 3),
+        "history_s": round(history_s, 3),
+        "history_events_found": touched,
+        "changes_span_events": every,
+        "changes_s": round(changes_s, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load_average_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "python": sys.version.split()[0],
         "pid": os.getpid(),
     }
