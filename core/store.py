@@ -603,7 +603,7 @@ class Store(Queries):
             self._save_snapshot(self.state)
             fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
         purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
-        self._forgotten_digests.clear()
+        self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])
         return purged
 
