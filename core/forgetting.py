@@ -52,6 +52,22 @@ class PendingPurge(msgspec.Struct, frozen=True, kw_only=True):
 _pending_decoder = msgspec.json.Decoder(list[PendingPurge])
 
 
+class _SnapshotHead(msgspec.Struct):
+    seq: int = 0
+
+
+# Decoding only `seq` skips over the state without building it: a fraction of a full load.
+_head_decoder = msgspec.msgpack.Decoder(_SnapshotHead)
+
+
+def snapshot_seq(path: Path) -> int | None:
+    """The seq a snapshot file reflects, or None if it is missing or not a readable snapshot."""
+    try:
+        return _head_decoder.decode(path.read_bytes()).seq
+    except (FileNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def pending_path(home: Path) -> Path:
     return home / PENDING_FILE
 
@@ -127,7 +143,8 @@ def purge(
         touched += _scrub_torn(log.dir / "torn", plan.contents.values())
         if apply_redaction(plan):
             touched.append(f"log/{name}")
-    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot)
+    first = min(e.created_seq for e in entries)
+    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot, first)
     if fresh_snapshot is not None:
         touched.append(str(fresh_snapshot))
     touched += purge_vectors(
@@ -177,17 +194,21 @@ def _scrub_torn(torn_dir: Path, contents: Iterable[str]) -> list[str]:
 
 
 def purge_snapshots(
-    directory: Path, memory_ids: Collection[str], fresh: Path | None = None
+    directory: Path, memory_ids: Collection[str], fresh: Path | None = None, first_seq: int = 0
 ) -> list[str]:
     """Blank the content of `memory_ids` in every readable snapshot; delete any other file.
 
     A snapshot with the content blanked is exactly the fold of the redacted log up to its seq.
+    One older than `first_seq` (the earliest creation among them) cannot hold their content.
     """
     if not directory.is_dir():
         return []
     touched = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != fresh):
-        snap = None if path.name.startswith(".") else snapshots.load(path)
+        seq = None if path.name.startswith(".") else snapshot_seq(path)
+        if seq is not None and seq < first_seq:
+            continue
+        snap = None if seq is None else snapshots.load(path)
         if snap is None:
             path.unlink()  # a temp file, or a format this code cannot read: derived anyway
             touched.append(str(path))

@@ -663,11 +663,14 @@ class Store(Queries):
             and node.status == "forgotten"
         ]
         # Our state has folded the forgets and stands at the log's end: write the snapshot from
-        # it rather than decode and blank the old one.
-        self._save_snapshot(self.state)
-        fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
+        # it rather than decode and blank the old one (if that one can hold the content at all).
+        fresh = None
+        on_disk = forgetting.snapshot_seq(self.snapshot_path)
+        if done and on_disk is not None and on_disk >= min(e.created_seq for e in done):
+            self._save_snapshot(self.state)
+            fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
         purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
-        self._forgotten_digests.clear()
+        self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])
         return purged
 

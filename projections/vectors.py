@@ -144,13 +144,23 @@ class VectorCache:
         self.flush()  # our unsaved rows get row numbers first, then are erased like the rest
         hashes_path, vectors_path = self.dir / "hashes.txt", self.dir / "vectors.f32"
         try:
-            hashes = hashes_path.read_bytes().split(b"\n")
+            hashes = hashes_path.read_bytes()
             vf = open(vectors_path, "r+b")  # noqa: SIM115
         except FileNotFoundError:
             return 0
         erased = b"-" * (_HASH_LINE - 1)
+        complete = len(hashes) // _HASH_LINE  # a torn last line is not a row
+
+        def rows_of(line: bytes) -> set[int]:
+            found, at = set(), hashes.find(line)
+            while at >= 0:
+                if at % _HASH_LINE == 0 and at // _HASH_LINE < complete:
+                    found.add(at // _HASH_LINE)
+                at = hashes.find(line, at + 1)
+            return found
+
         with vf, open(hashes_path, "r+b") as hf:
-            rows = {i for i, h in enumerate(hashes[:-1]) if h.decode() in digests}
+            rows = set().union(*(rows_of(d.encode() + b"\n") for d in digests))
             for row in sorted(rows):
                 hf.seek(row * _HASH_LINE)
                 hf.write(erased)
@@ -159,8 +169,8 @@ class VectorCache:
             row_bytes = 4 * self.dim
             rows_on_disk = os.fstat(vf.fileno()).st_size // row_bytes
             zeros = bytes(row_bytes)
-            for row, h in enumerate(hashes[: min(len(hashes) - 1, rows_on_disk)]):
-                if h == erased or row in rows:
+            for row in sorted(rows | rows_of(erased + b"\n")):
+                if row < rows_on_disk:
                     vf.seek(row * row_bytes)
                     if vf.read(row_bytes) != zeros:
                         vf.seek(row * row_bytes)
