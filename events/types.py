@@ -140,6 +140,8 @@ class KeyAliased(Event, frozen=True, kw_only=True, tag="key.aliased"):
     evidence: str = ""
     similarity: float | None = None
     fingerprint: str | None = None
+    # True when read_memory learned it from a query that kept leading to this key's memories.
+    learned: bool = False
 
 
 class KeyRetyped(Event, frozen=True, kw_only=True, tag="key.retyped"):
@@ -165,6 +167,14 @@ class TurnRecorded(Event, frozen=True, kw_only=True, tag="turn.recorded"):
     content: str
 
 
+class KeyUnaliased(Event, frozen=True, kw_only=True, tag="key.unaliased"):
+    """A learned alias dropped because reads through its key stopped using it."""
+
+    key_id: str
+    alias: str
+    evidence: str = ""
+
+
 AnyEvent = (
     StoreCreated
     | RulesChanged
@@ -177,6 +187,7 @@ AnyEvent = (
     | MemoryForgotten
     | MemoriesExpired
     | TurnRecorded
+    | KeyUnaliased
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -191,6 +202,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MemoryForgotten,
     MemoriesExpired,
     TurnRecorded,
+    KeyUnaliased,
 )
 
 #: tag -> class, e.g. "memory.remembered" -> MemoryRemembered

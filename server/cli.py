@@ -14,11 +14,12 @@ from typing import NoReturn
 
 import keytrail
 from keytrail.core import InvalidInput, KeytrailError
+from keytrail.core.embedders import EMBEDDERS
 
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
+from .embed_cli import add_verbs as add_embed_verbs
 from .shell import emit_json, open_store, settings_from, short_time
 
-EMBEDDERS = ("fastembed", "hash")
 DEFAULT_PORT = 8765
 
 
@@ -192,7 +193,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
 
 def cmd_read(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        view = store.read_memory(args.memory_id, args.via, None, args.namespace)
+        view = store.read_memory(args.memory_id, args.via, args.query, args.namespace)
     if args.json:
         emit_json(view)
         return 0
@@ -300,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
         json_flag=False,
     )
 
+    add_embed_verbs(verb)
+
     p = verb("remember", "remember a fact", cmd_remember)
     p.add_argument("content")
     p.add_argument(
@@ -336,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read", "read a memory in full (recorded: deepens it)", cmd_read)
     p.add_argument("memory_id")
     p.add_argument("--via", metavar="KEY_ID", help="the key you came through")
+    p.add_argument("--query", help="the recall query that led here (teaches aliases)")
 
     p = verb(
         "correct", "replace a memory with a new version (old one kept as history)", cmd_correct

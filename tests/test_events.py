@@ -27,6 +27,7 @@ from keytrail.events import (
     KeyAliased,
     KeyLink,
     KeyRetyped,
+    KeyUnaliased,
     LinkDelta,
     LinksAdjusted,
     MemoriesExpired,
@@ -184,6 +185,21 @@ EXPECTED_V1: list[Any] = [
         turn=3,
         role="user",
         content="Remember that I am allergic to kiwis.\nThanks!",
+    ),
+    KeyAliased(
+        seq=12,
+        at=_t("2026-03-02T08:00:00+00:00"),
+        key_id="k_3d4e5f6071",
+        alias="where do I buy groceries",
+        evidence="3 reads through the key after this query",
+        learned=True,
+    ),
+    KeyUnaliased(
+        seq=13,
+        at=_t("2026-03-09T08:00:00+00:00"),
+        key_id="k_3d4e5f6071",
+        alias="where do I buy groceries",
+        evidence="unused in the last 50 reads through the key",
     ),
 ]
 
