@@ -23,8 +23,8 @@ from keytrail.projections.keygraph import alias_form
 from .config import Settings
 
 
-def decide(state: GraphState, settings: Settings, key: KeyNode, query: str) -> list[Event]:
-    """Events to append after a read through `key` with `query` was folded (often none)."""
+def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | None) -> list[Event]:
+    """Events to append after a read through `key` (with `query`, if any) was folded."""
     events: list[Event] = []
     kept = len(key.learned)
     for alias in key.aliases:
@@ -38,6 +38,8 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str) -> l
                 )
             )
             kept -= 1
+    if query is None:
+        return events
     alias = " ".join(query.split())
     form = alias_form(alias)
     reads = key.query_reads.get(form, 0)

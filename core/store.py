@@ -525,7 +525,7 @@ class Store(Queries):
             event = self._append(
                 app, MemoryRead(memory_id=node.id, via_key_id=via_key_id, query=query)
             )
-            if via_key_id is not None and query is not None:
+            if via_key_id is not None:
                 key = self.state.keys[via_key_id]
                 for learned in aliases.decide(self.state, self.settings, key, query):
                     self._append(app, learned)
