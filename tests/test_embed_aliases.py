@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+
+from test_server import call, run, stdio_session
 
 from keytrail.core import Store
 from keytrail.events import AnyEvent, EventLog, KeyAliased, KeyUnaliased
@@ -83,3 +86,29 @@ def test_an_unused_learned_alias_is_pruned(make_store: Callable[..., Store]) -> 
     other = make_store(home=store.home)
     assert other.state.keys[key_id] == store.state.keys[key_id]
     assert "supermarket" not in labels(other, QUERY)
+
+
+def test_an_agent_teaches_an_alias_over_mcp(tmp_path: Path) -> None:
+    """The whole loop through a real MCP client against `keytrail serve` over stdio."""
+    home = tmp_path / "store"
+
+    async def test() -> None:
+        async with stdio_session(home, tmp_path / "stderr.txt") as session:
+            made = await call(
+                session, "remember", content="The user buys groceries at the Lidl", keys=["shop"]
+            )
+            key_id = made["keys"][0]["key_id"]
+            miss = await call(session, "recall", query=QUERY)
+            assert key_id not in [k["key_id"] for k in miss["keys"]]
+            for _ in range(3):
+                await call(
+                    session,
+                    "read_memory",
+                    memory_id=made["memory_id"],
+                    via_key_id=key_id,
+                    query=QUERY,
+                )
+            hit = await call(session, "recall", query=QUERY)
+            assert hit["keys"][0]["key_id"] == key_id and QUERY in hit["keys"][0]["aliases"]
+
+    run(test)
