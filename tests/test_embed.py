@@ -102,6 +102,7 @@ def test_hash_store_switched_to_minilm_keeps_graph_and_recalls_with_it(
     assert minilm.thresholds == PROFILES[real_embedder.model_id]
     found = minilm.recall(query)
     assert found.keys[0].label == "home city" and found.keys[0].match == "similar"
+    matrices = minilm.memory_vectors().matrix.tobytes(), minilm.key_vectors().matrix.tobytes()
     minilm.close()
 
     back = Counting(HashEmbedder())
@@ -115,6 +116,17 @@ def test_hash_store_switched_to_minilm_keeps_graph_and_recalls_with_it(
         HashEmbedder().fingerprint,
         real_embedder.fingerprint,
     }
+    hashed_again.close()
+
+    # The real model rebuilds a deleted cache to the same vectors and the same answers.
+    shutil.rmtree(hashed.home / "cache")
+    again = make_store(home=hashed.home, embedder=real_embedder)
+    projection.build(again)
+    assert to_dict(again.recall(query)) == to_dict(found)
+    assert (again.memory_vectors().matrix.tobytes(), again.key_vectors().matrix.tobytes()) == (
+        matrices
+    )
+    again.close()
 
 
 def test_an_interrupted_build_resumes_where_it_stopped(
