@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store, StoreError
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store, StoreError
+from keytrail.core import reembed as projection
 from keytrail.core.embedders import OpenAIEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -154,3 +155,35 @@ def test_a_store_on_the_openai_backend_from_the_environment(
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["fingerprint"] == f"openai:{MODEL}:{DIM}" and result["texts"] == 3
+
+
+def test_opening_with_a_new_model_builds_its_projection_with_progress(
+    server: EmbeddingsServer, tmp_path: Path
+) -> None:
+    home = tmp_path / "store"
+    with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as store:
+        store.remember_batch(
+            [RememberItem(f"fact {i} about the garden", [f"plot {i}"]) for i in range(40)]
+        )
+    env = {
+        "KEYTRAIL_HOME": str(home),
+        "KEYTRAIL_EMBEDDER": "openai",
+        "OPENAI_BASE_URL": server.url,
+        "PATH": "/bin",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "stats", "--json"],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fingerprint = f"openai:{MODEL}:{DIM}"
+    # 40 contents and 40 labels, embedded before the verb ran, with a progress bar on stderr
+    assert f"embedding 80 texts with {fingerprint}: 100%" in proc.stderr
+    assert sum(len(r["input"]) for r in server.requests) == 80
+    assert json.loads(proc.stdout)["embedder"] == fingerprint
+    with Store(Settings(home=home), embedder=OpenAIEmbedder(MODEL, base_url=server.url)) as again:
+        assert projection.status(again).current
