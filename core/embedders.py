@@ -226,20 +226,20 @@ class OpenAIEmbedder:
         return _normalise(np.array([row.embedding for row in rows], dtype=np.float32))
 
     def embed(self, texts: Sequence[str]) -> Matrix:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        batches = [
-            self._request(list(texts[i : i + self.batch_size]))
-            for i in range(0, len(texts), self.batch_size)
-        ]
-        result = np.concatenate(batches)
-        if self._dim is not None and result.shape[1] != self._dim:
-            raise StoreError(
-                f"embeddings endpoint {self.url} returned {result.shape[1]}-dimensional vectors "
-                f"for model {self.model_id!r}, expected {self._dim}",
-                url=self.url,
-                model=self.model_id,
-            )
+        # The API refuses empty input; an empty text (a forgotten memory's) gets a zero vector.
+        sent = [i for i, text in enumerate(texts) if text.strip()]
+        result = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(sent), self.batch_size):
+            rows = sent[start : start + self.batch_size]
+            vectors = self._request([texts[i] for i in rows])
+            if vectors.shape[1] != self.dim:
+                raise StoreError(
+                    f"embeddings endpoint {self.url} returned {vectors.shape[1]}-dimensional "
+                    f"vectors for model {self.model_id!r}, expected {self.dim}",
+                    url=self.url,
+                    model=self.model_id,
+                )
+            result[rows] = vectors
         return result
 
 

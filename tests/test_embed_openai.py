@@ -98,6 +98,12 @@ def test_batches_keep_order_and_match_the_server_vectors(server: EmbeddingsServe
     assert server.auth[0] == "Bearer sk-test"
     assert np.allclose(vectors, HashEmbedder(dim=DIM).embed(texts), atol=1e-6)
     assert embedder.fingerprint == f"openai:{MODEL}:{DIM}"
+    # An empty text (what a forgotten memory leaves) is never sent: it gets a zero vector.
+    sent = len(server.requests)
+    mixed = embedder.embed(["", "bees", " "])
+    assert [r["input"] for r in server.requests[sent:]] == [["bees"]]
+    assert not mixed[0].any() and not mixed[2].any()
+    assert np.allclose(mixed[1], HashEmbedder(dim=DIM).embed(["bees"])[0], atol=1e-6)
 
 
 def test_rate_limits_and_server_errors_are_retried(server: EmbeddingsServer) -> None:
