@@ -43,6 +43,8 @@ class Settings:
     embedder: str = "fastembed"
     model: str | None = None
     model_path: str | None = None
+    #: dimension of an OpenAI-compatible model keytrail does not know (else asked once)
+    embed_dim: int | None = None
     default_namespace: str = "default"
     limits: Limits = field(default_factory=Limits)
     rules: FoldRules = field(default_factory=FoldRules)
@@ -58,6 +60,13 @@ class Settings:
     toolsets: tuple[str, ...] = ("keygraph",)
     #: namespace of knowledge-graph observations; None: the default namespace
     kg_namespace: str | None = None
+
+    #: reads through a key carrying the same query after which the query becomes its alias
+    alias_after_reads: int = 3
+    #: learned aliases a key may hold at once
+    learned_aliases_per_key: int = 5
+    #: a learned alias is dropped after this many reads through its key that did not use it
+    alias_unused_reads: int = 50
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -80,6 +89,10 @@ class Settings:
             ("hub_min", "KEYTRAIL_HUB_MIN", int),
             ("snapshot_every", "KEYTRAIL_SNAPSHOT_EVERY", int),
             ("segment_bytes", "KEYTRAIL_SEGMENT_BYTES", int),
+            ("embed_dim", "KEYTRAIL_EMBED_DIM", int),
+            ("alias_after_reads", "KEYTRAIL_ALIAS_AFTER_READS", int),
+            ("learned_aliases_per_key", "KEYTRAIL_LEARNED_ALIASES_PER_KEY", int),
+            ("alias_unused_reads", "KEYTRAIL_ALIAS_UNUSED_READS", int),
         ):
             if env.get(var):
                 values[name] = _parse(var, env[var], kind)

@@ -1,4 +1,5 @@
-"""Embedding backends: local ONNX through fastembed (default) and deterministic feature hashing.
+"""Embedding backends: local ONNX through fastembed (default), any OpenAI-compatible
+`/v1/embeddings` endpoint, and deterministic feature hashing.
 
 An embedder turns texts into unit float32 vectors and names itself with a fingerprint
 (backend, model id, dimension). Every decision that used a similarity records that fingerprint.
@@ -6,6 +7,7 @@ An embedder turns texts into unit float32 vectors and names itself with a finger
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from collections.abc import Sequence
@@ -17,12 +19,22 @@ from keytrail.events import StoreError
 from keytrail.projections.vectors import Matrix
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
+EMBEDDERS = ("fastembed", "openai", "hash")
+#: Dimensions of OpenAI's models, so opening a store needs no request to learn them.
+OPENAI_DIMS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
 
 
 class Embedder(Protocol):
     backend: str
     model_id: str
-    dim: int
+
+    @property
+    def dim(self) -> int: ...
 
     @property
     def fingerprint(self) -> str: ...
@@ -132,11 +144,117 @@ class FastEmbedder:
         return _normalise(vectors)
 
 
+class OpenAIEmbedder:
+    """Any OpenAI-compatible `/v1/embeddings` endpoint, through the `openai` client.
+
+    `api_key` and `base_url` default to OPENAI_API_KEY and OPENAI_BASE_URL as the client reads
+    them. Texts go in batches of `batch_size` per request. Rate limits (429), server errors (5xx),
+    timeouts and dropped connections are retried by the client (`max_retries` times, exponential
+    backoff honouring Retry-After); what still fails raises a StoreError naming the URL.
+    A model whose dimension is not known is asked once, on first use of `dim`.
+    """
+
+    backend = "openai"
+
+    def __init__(
+        self,
+        model_id: str = DEFAULT_OPENAI_MODEL,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        dim: int | None = None,
+        batch_size: int = 256,
+        max_retries: int = 4,
+        timeout: float = 60.0,
+    ) -> None:
+        import openai
+
+        self.model_id = model_id
+        self.batch_size = batch_size
+        try:
+            self._client = openai.OpenAI(
+                # Local servers often need no key; the client refuses to start without one.
+                api_key=api_key or os.environ.get("OPENAI_API_KEY") or "unused",
+                base_url=base_url,
+                max_retries=max_retries,
+                timeout=timeout,
+            )
+        except openai.OpenAIError as exc:
+            raise StoreError(f"cannot set up the OpenAI client: {exc}") from exc
+        self.url = str(self._client.base_url)
+        self._dim = dim if dim is not None else OPENAI_DIMS.get(model_id)
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self._request(["dimension probe"]).shape[1])
+        return self._dim
+
+    @property
+    def fingerprint(self) -> str:
+        return f"openai:{self.model_id}:{self.dim}"
+
+    def _request(self, texts: list[str]) -> Matrix:
+        import openai
+
+        try:
+            response = self._client.embeddings.create(
+                model=self.model_id, input=texts, encoding_format="float"
+            )
+        except openai.APIStatusError as exc:
+            raise StoreError(
+                f"embeddings request to {self.url} failed with HTTP {exc.status_code}: "
+                f"{exc.message}",
+                url=self.url,
+                status=exc.status_code,
+                model=self.model_id,
+            ) from exc
+        except openai.APIError as exc:  # connection refused, DNS, timeouts after retries
+            raise StoreError(
+                f"cannot reach the embeddings endpoint {self.url}: {exc}",
+                url=self.url,
+                model=self.model_id,
+            ) from exc
+        rows = sorted(response.data, key=lambda item: item.index)
+        if len(rows) != len(texts):
+            raise StoreError(
+                f"embeddings endpoint {self.url} returned {len(rows)} vectors for "
+                f"{len(texts)} texts",
+                url=self.url,
+                model=self.model_id,
+            )
+        return _normalise(np.array([row.embedding for row in rows], dtype=np.float32))
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        # The API refuses empty input; an empty text (a forgotten memory's) gets a zero vector.
+        sent = [i for i, text in enumerate(texts) if text.strip()]
+        result = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(sent), self.batch_size):
+            rows = sent[start : start + self.batch_size]
+            vectors = self._request([texts[i] for i in rows])
+            if vectors.shape[1] != self.dim:
+                raise StoreError(
+                    f"embeddings endpoint {self.url} returned {vectors.shape[1]}-dimensional "
+                    f"vectors for model {self.model_id!r}, expected {self.dim}",
+                    url=self.url,
+                    model=self.model_id,
+                )
+            result[rows] = vectors
+        return result
+
+
 def make_embedder(
-    backend: str, model_id: str | None = None, model_path: str | None = None
+    backend: str,
+    model_id: str | None = None,
+    model_path: str | None = None,
+    dim: int | None = None,
 ) -> Embedder:
     if backend == "hash":
         return HashEmbedder()
     if backend == "fastembed":
-        return FastEmbedder(model_id or DEFAULT_MODEL, model_path)
-    raise StoreError(f"unknown embedder {backend!r} (choose fastembed or hash)", embedder=backend)
+        return FastEmbedder(model_id or DEFAULT_MODEL, model_path, dim)
+    if backend == "openai":
+        return OpenAIEmbedder(model_id or DEFAULT_OPENAI_MODEL, dim=dim)
+    raise StoreError(
+        f"unknown embedder {backend!r} (choose {', '.join(EMBEDDERS)})", embedder=backend
+    )

@@ -9,6 +9,7 @@ uses a profile for the model in use. Each threshold can be overridden by a KEYTR
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import warnings
 from dataclasses import dataclass
 
@@ -52,6 +53,48 @@ PROFILES: dict[str, Thresholds] = {
         content_recall=0.30,
         auto_link=0.60,
     ),
+    # The profiles below were not measured here: they place MiniLM's calibrated thresholds at the
+    # same points of each model's published similarity range (model cards and maintainers'
+    # notes), and should be re-checked with tests/test_scenarios.py when the model is at hand.
+    # - bge-small-en-v1.5: BGE's FAQ puts v1 cosines in [0.6, 1] and recommends thresholds of
+    #   0.8-0.9 for "similar"; v1.5 widens the range but unrelated pairs still sit near 0.5.
+    "BAAI/bge-small-en-v1.5": Thresholds(
+        merge=0.86,
+        dedup=0.94,
+        contradiction=0.80,
+        key_recall=0.60,
+        content_recall=0.55,
+        auto_link=0.78,
+    ),
+    # - bge-m3 (dense): related pairs 0.55-0.75, paraphrases above 0.85, unrelated 0.3-0.45.
+    "BAAI/bge-m3": Thresholds(
+        merge=0.82,
+        dedup=0.93,
+        contradiction=0.72,
+        key_recall=0.50,
+        content_recall=0.42,
+        auto_link=0.70,
+    ),
+    # - multilingual-e5-large: its card says scores cluster in [0.7, 1.0] (InfoNCE with
+    #   temperature 0.01), so only the relative order is meaningful and every threshold sits high.
+    "intfloat/multilingual-e5-large": Thresholds(
+        merge=0.90,
+        dedup=0.96,
+        contradiction=0.87,
+        key_recall=0.80,
+        content_recall=0.78,
+        auto_link=0.86,
+    ),
+    # - text-embedding-3-small: OpenAI's cosines are low overall: unrelated texts 0.0-0.2,
+    #   related 0.3-0.6, paraphrases from 0.8.
+    "text-embedding-3-small": Thresholds(
+        merge=0.70,
+        dedup=0.88,
+        contradiction=0.55,
+        key_recall=0.30,
+        content_recall=0.22,
+        auto_link=0.50,
+    ),
     # Feature hashing: cosine is token overlap, so thresholds sit higher.
     "hash": Thresholds(
         merge=0.80,
@@ -66,14 +109,29 @@ PROFILES: dict[str, Thresholds] = {
 FALLBACK = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+def closest_profile(model_id: str) -> str:
+    """The profile name nearest to `model_id` (same family by name), else the fallback's."""
+    if model_id in PROFILES:
+        return model_id
+
+    def bare(name: str) -> str:
+        return name.rsplit("/", 1)[-1].casefold()
+
+    names = {bare(name): name for name in PROFILES if name != "hash"}
+    match = difflib.get_close_matches(bare(model_id), list(names), n=1, cutoff=0.6)
+    return names[match[0]] if match else FALLBACK
+
+
 def profile_for(model_id: str, overrides: dict[str, float] | None = None) -> Thresholds:
-    """The thresholds for `model_id`, with overrides applied. Unknown models warn and fall back."""
+    """The thresholds for `model_id`, with overrides applied. Unknown models warn and get the
+    closest profile by name (e.g. text-embedding-3-large gets text-embedding-3-small's)."""
     base = PROFILES.get(model_id)
     if base is None:
+        closest = closest_profile(model_id)
         warnings.warn(
-            f"no similarity profile for model {model_id!r}; using {FALLBACK}'s. "
+            f"no similarity profile for model {model_id!r}; using {closest}'s. "
             "Set KEYTRAIL_THRESHOLD_* to calibrate.",
             stacklevel=2,
         )
-        base = PROFILES[FALLBACK]
+        base = PROFILES[closest]
     return dataclasses.replace(base, **(overrides or {}))

@@ -44,7 +44,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet,
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import Matrix
 
-from . import forgetting
+from . import aliases, forgetting
 from . import validation as check
 from .config import Settings
 from .decide import Batch
@@ -120,7 +120,10 @@ class Store(Queries):
         self.clock = clock
         self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
         self.embedder = embedder or make_embedder(
-            self.settings.embedder, self.settings.model, self.settings.model_path
+            self.settings.embedder,
+            self.settings.model,
+            self.settings.model_path,
+            self.settings.embed_dim,
         )
         self.thresholds: Thresholds = profile_for(
             self.embedder.model_id, self.settings.threshold_overrides
@@ -130,6 +133,7 @@ class Store(Queries):
         )
         self._key_vectors = VectorSet(self.embedder.dim)
         self._labels_embedded = 0
+        self._labels_dropped = 0
         self._memory_vectors = VectorSet(self.embedder.dim)
         self._memories_embedded = 0
         self._mutex = threading.RLock()
@@ -341,6 +345,11 @@ class Store(Queries):
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""
         labels = self.state.labels
+        if self._labels_dropped != self.state.labels_dropped:
+            # A learned alias was dropped: rebuild from the cache (no model call) without it.
+            self._key_vectors = VectorSet(self.embedder.dim)
+            self._labels_embedded = 0
+            self._labels_dropped = self.state.labels_dropped
         if self._labels_embedded < len(labels):
             # Labels are only ever added, so the new ones are the dict's tail: read it backwards.
             tail = itertools.islice(reversed(labels.items()), len(labels) - self._labels_embedded)
@@ -368,6 +377,19 @@ class Store(Queries):
             )
             self._memories_embedded = len(memories)
         return self._memory_vectors
+
+    def save_vectors(self, covered: tuple[str, int] | None = None) -> None:
+        """Append unsaved cache rows to disk under the log lock.
+
+        With `covered` (store id, seq): also record that every label and content up to that seq
+        has a row (see core/reembed.py).
+        """
+        with self._mutex, self.log.lock() as app:
+            self._fold(app.pending)
+            if covered is None:
+                self.vectors.flush()
+            else:
+                self.vectors.record(*covered)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -600,6 +622,10 @@ class Store(Queries):
             event = self._append(
                 app, MemoryRead(memory_id=node.id, via_key_id=via_key_id, query=query)
             )
+            if via_key_id is not None:
+                key = self.state.keys[via_key_id]
+                for learned in aliases.decide(self.state, self.settings, key, query):
+                    self._append(app, learned)
             return self.memory_view(node, seq=event.seq)
 
         return self._write(decide)

@@ -142,6 +142,8 @@ class KeyAliased(Event, frozen=True, kw_only=True, tag="key.aliased"):
     evidence: str = ""
     similarity: float | None = None
     fingerprint: str | None = None
+    # True when read_memory learned it from a query that kept leading to this key's memories.
+    learned: bool = False
 
 
 class KeyRetyped(Event, frozen=True, kw_only=True, tag="key.retyped"):
@@ -261,6 +263,14 @@ class GraphImported(Event, frozen=True, kw_only=True, tag="graph.imported"):
     relations: list[RelationSpec] = []
 
 
+class KeyUnaliased(Event, frozen=True, kw_only=True, tag="key.unaliased"):
+    """A learned alias dropped because reads through its key stopped using it."""
+
+    key_id: str
+    alias: str
+    evidence: str = ""
+
+
 AnyEvent = (
     StoreCreated
     | RulesChanged
@@ -279,6 +289,7 @@ AnyEvent = (
     | ObservationsDeleted
     | EntitiesDeleted
     | GraphImported
+    | KeyUnaliased
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -299,6 +310,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ObservationsDeleted,
     EntitiesDeleted,
     GraphImported,
+    KeyUnaliased,
 )
 
 #: tag -> class, e.g. "memory.remembered" -> MemoryRemembered

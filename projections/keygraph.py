@@ -23,6 +23,7 @@ from keytrail.events import (
     GraphImported,
     KeyAliased,
     KeyRetyped,
+    KeyUnaliased,
     LinksAdjusted,
     MemoriesExpired,
     MemoryCorrected,
@@ -59,6 +60,13 @@ class KeyNode(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     extracted: bool = False
     #: set while the key is a knowledge-graph entity (create_entities), its entityType
     entity_type: str | None = None
+
+    #: reads of a memory through this key (the clock learned aliases age by)
+    reads: int = 0
+    #: alias form of a read's query -> reads through this key that carried it
+    query_reads: dict[str, int] = {}
+    #: alias form of a learned alias -> `reads` when it was learned or last used
+    learned: dict[str, int] = {}
 
 
 class MemoryNode(msgspec.Struct, kw_only=True, gc=False, array_like=True):
@@ -128,9 +136,17 @@ class GraphState(msgspec.Struct, kw_only=True):
     #: relation_id(...) -> relation, in creation order
     relations: dict[str, Relation] = {}
 
+    #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow
+    labels_dropped: int = 0
+
     def key_for_label(self, label: str) -> KeyNode | None:
         key_id = self.labels.get(label.casefold())
         return self.keys[key_id] if key_id is not None else None
+
+
+def alias_form(text: str) -> str:
+    """How a query and a learned alias are compared: case-folded, whitespace collapsed."""
+    return " ".join(text.split()).casefold()
 
 
 def _clamp(rules: FoldRules, weight: float) -> float:
@@ -210,8 +226,14 @@ def _read(state: GraphState, event: MemoryRead) -> None:
     node.last_read_at = event.at
     node.updated_seq = event.seq
     if event.via_key_id is not None:
-        links = state.keys[event.via_key_id].links
-        links[node.id] = _clamp(rules, links[node.id] + rules.hebbian_step)
+        key = state.keys[event.via_key_id]
+        key.links[node.id] = _clamp(rules, key.links[node.id] + rules.hebbian_step)
+        key.reads += 1
+        if event.query is not None:
+            form = alias_form(event.query)
+            key.query_reads[form] = key.query_reads.get(form, 0) + 1
+            if form in key.learned:
+                key.learned[form] = key.reads
 
 
 def _links_adjusted(state: GraphState, event: LinksAdjusted) -> None:
@@ -221,8 +243,22 @@ def _links_adjusted(state: GraphState, event: LinksAdjusted) -> None:
 
 
 def _aliased(state: GraphState, event: KeyAliased) -> None:
-    state.keys[event.key_id].aliases.append(event.alias)
+    key = state.keys[event.key_id]
+    key.aliases.append(event.alias)
     state.labels.setdefault(event.alias.casefold(), event.key_id)
+    if event.learned:
+        key.learned[alias_form(event.alias)] = key.reads
+
+
+def _unaliased(state: GraphState, event: KeyUnaliased) -> None:
+    key = state.keys[event.key_id]
+    form = alias_form(event.alias)
+    key.aliases = [a for a in key.aliases if alias_form(a) != form]
+    key.learned.pop(form, None)
+    label = event.alias.casefold()
+    if state.labels.get(label) == key.id:
+        del state.labels[label]
+        state.labels_dropped += 1
 
 
 def _retyped(state: GraphState, event: KeyRetyped) -> None:
@@ -364,6 +400,7 @@ _FOLD: dict[type[Any], Callable[[GraphState, Any], None]] = {
     ObservationsDeleted: _observations_deleted,
     EntitiesDeleted: _entities_deleted,
     GraphImported: _graph_imported,
+    KeyUnaliased: _unaliased,
 }
 
 

@@ -6,6 +6,8 @@ to an earlier model costs nothing. On disk, per fingerprint::
 
     cache/vectors/<fingerprint>/vectors.f32   rows of float32, appended
     cache/vectors/<fingerprint>/hashes.txt    one text hash per row, appended
+    cache/vectors/<fingerprint>/manifest.json the seq up to which every key label and memory
+                                              content of the log has a row (written atomically)
 
 Only the holder of the store lock appends, so processes never interleave rows. A crash can leave
 the two files at different lengths; the shorter one decides how many rows are valid.
@@ -14,8 +16,10 @@ the two files at different lengths; the shorter one decides how many rows are va
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +29,8 @@ Matrix = npt.NDArray[np.float32]
 
 
 _HASH_LINE = 33  # 32 hex digits and a newline
+#: Where the caches live, relative to a store's directory.
+VECTORS_DIR = Path("cache") / "vectors"
 
 
 def text_hash(text: str) -> str:
@@ -33,6 +39,16 @@ def text_hash(text: str) -> str:
 
 def _safe(fingerprint: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", fingerprint)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a fingerprint's cache covers: every label and content of events up to `seq`."""
+
+    fingerprint: str
+    dim: int
+    store_id: str
+    seq: int
 
 
 class VectorCache:
@@ -110,6 +126,38 @@ class VectorCache:
         index = np.fromiter((self._rows[d] for d in digests), dtype=np.int64, count=len(digests))
         return self._matrix[index]
 
+    @property
+    def manifest_path(self) -> Path | None:
+        return None if self.dir is None else self.dir / "manifest.json"
+
+    def manifest(self) -> Manifest | None:
+        """The coverage last recorded, or None (never built, from another store, or damaged)."""
+        path = self.manifest_path
+        if path is None:
+            return None
+        try:
+            found = Manifest(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+        if found.fingerprint != self.fingerprint or found.dim != self.dim:
+            return None
+        return found
+
+    def record(self, store_id: str, seq: int) -> None:
+        """Record that every label and content up to `seq` has a row (rows flushed first)."""
+        path = self.manifest_path
+        if path is None:
+            return
+        self.flush()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        manifest = Manifest(fingerprint=self.fingerprint, dim=self.dim, store_id=store_id, seq=seq)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(asdict(manifest), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
     def flush(self) -> None:
         """Append unsaved rows to disk. Call only holding the store lock."""
         if self.dir is None or not self._pending:
@@ -181,6 +229,28 @@ class VectorCache:
             if digest in self._rows:
                 self._matrix[self._rows.pop(digest)] = 0.0
         return len(rows)
+
+
+def cached_fingerprints(directory: Path) -> list[tuple[str, int, int | None]]:
+    """(fingerprint, rows, recorded seq) of every cache under `directory`, by name.
+
+    A cache that was never recorded (or whose manifest is damaged) shows its folder name and no
+    seq.
+    """
+    found: list[tuple[str, int, int | None]] = []
+    if not directory.is_dir():
+        return found
+    for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
+        try:
+            rows = (sub / "hashes.txt").stat().st_size // _HASH_LINE
+        except OSError:
+            rows = 0
+        try:
+            raw = json.loads((sub / "manifest.json").read_text(encoding="utf-8"))
+            found.append((str(raw["fingerprint"]), rows, int(raw["seq"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            found.append((sub.name, rows, None))
+    return found
 
 
 class VectorSet:

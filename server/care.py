@@ -84,7 +84,10 @@ def summary(event: AnyEvent) -> str:
     if tag == "links.adjusted":
         return f"{len(data['adjustments'])} link adjustments"
     if tag == "key.aliased":
-        return f"{data['key_id']} + alias {data['alias']!r}"
+        learned = " (learned)" if data.get("learned") else ""
+        return f"{data['key_id']} + alias {data['alias']!r}{learned}"
+    if tag == "key.unaliased":
+        return f"{data['key_id']} - alias {data['alias']!r}"
     if tag == "key.retyped":
         return f"{data['key_id']} -> {data['key_type']}"
     return kg_summary(tag, data)

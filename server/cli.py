@@ -15,13 +15,14 @@ from typing import NoReturn
 import keytrail
 from keytrail.core import InvalidInput, KeytrailError
 from keytrail.core.config import tunable_variables
+from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.timetravel import read_memory_at, view
 
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
+from .embed_cli import add_verbs as add_embed_verbs
 from .shell import emit_json, open_store, settings_from, short_time
 from .time_cli import add_time_options, add_time_verbs
 
-EMBEDDERS = ("fastembed", "hash")
 DEFAULT_PORT = 8765
 
 
@@ -224,7 +225,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
 def cmd_read(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         memory = read_memory_at(
-            store, args.memory_id, args.via, None, args.namespace, args.as_of, args.valid_at
+            store, args.memory_id, args.via, args.query, args.namespace, args.as_of, args.valid_at
         )
     if args.json:
         emit_json(memory)
@@ -359,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         json_flag=False,
     )
 
+    add_embed_verbs(verb)
+
     p = verb("remember", "remember a fact", cmd_remember)
     p.add_argument("content")
     p.add_argument(
@@ -398,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read", "read a memory in full (recorded: deepens it)", cmd_read)
     p.add_argument("memory_id")
     p.add_argument("--via", metavar="KEY_ID", help="the key you came through")
+    p.add_argument("--query", help="the recall query that led here (teaches aliases)")
     add_time_options(p)
 
     p = verb(

@@ -23,12 +23,22 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-def open_store(args: argparse.Namespace, **kwargs: Any) -> Store:
+def open_store(args: argparse.Namespace, *, build_projection: bool = True, **kwargs: Any) -> Store:
+    """Open the store; unless told not to, bring its embedding projection up to the log."""
     settings = settings_from(args)
     try:
-        return Store(settings, **kwargs)
+        store = Store(settings, **kwargs)
     except OSError as exc:
         raise StoreError(f"cannot open store at {settings.home}: {exc}") from exc
+    if build_projection:
+        from .embed_cli import ensure_projection  # it builds on this module
+
+        try:
+            ensure_projection(store)
+        except BaseException:
+            store.close()
+            raise
+    return store
 
 
 def emit_json(value: Any, out: TextIO | None = None) -> None:

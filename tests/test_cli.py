@@ -19,6 +19,7 @@ VERBS = [
     "log",
     "verify",
     "rebuild",
+    "reembed",
     "remember",
     "recall",
     "read-key",

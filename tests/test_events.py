@@ -27,6 +27,7 @@ from keytrail.events import (
     KeyAliased,
     KeyLink,
     KeyRetyped,
+    KeyUnaliased,
     LinkDelta,
     LinksAdjusted,
     MemoriesExpired,
@@ -213,6 +214,21 @@ EXPECTED_V1: list[Any] = [
             valid_from=_t("2026-03-15T00:00:00+00:00"),
         ),
         weaken_factor=0.3,
+    ),
+    KeyAliased(
+        seq=14,
+        at=_t("2026-04-12T08:00:00+00:00"),
+        key_id="k_3d4e5f6071",
+        alias="where do I buy groceries",
+        evidence="3 reads through the key after this query",
+        learned=True,
+    ),
+    KeyUnaliased(
+        seq=15,
+        at=_t("2026-04-19T08:00:00+00:00"),
+        key_id="k_3d4e5f6071",
+        alias="where do I buy groceries",
+        evidence="unused in the last 50 reads through the key",
     ),
 ]
 

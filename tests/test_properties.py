@@ -34,6 +34,7 @@ from keytrail.events import (
     KeyLink,
     KeyMemory,
     KeyRetyped,
+    KeyUnaliased,
     LinkDelta,
     LinksAdjusted,
     MemoriesExpired,
@@ -380,8 +381,10 @@ EVENTS = {
         evidence=texts,
         similarity=opt(st.none(), floats),
         fingerprint=opt(st.none(), texts),
+        learned=st.booleans(),
         **envelope,
     ),
+    KeyUnaliased: st.builds(KeyUnaliased, key_id=ids, alias=texts, evidence=texts, **envelope),
     KeyRetyped: st.builds(KeyRetyped, key_id=ids, key_type=key_types, evidence=texts, **envelope),
     MemoryForgotten: st.builds(
         MemoryForgotten, memory_id=ids, content_hash=texts, reason=texts, **envelope

@@ -1,0 +1,60 @@
+"""Learned aliases: a query that keeps leading to a key's memories becomes a name of that key.
+
+The rule (decided by `read_memory`, under the log lock, right after the read is recorded):
+
+- A read through key K carrying query Q counts for (K, Q), with Q compared case-folded and with
+  whitespace collapsed. When (K, Q) reaches `Settings.alias_after_reads` reads, Q becomes an alias
+  of K (a `key.aliased` event with `learned=true`), so the next `recall` of Q finds K directly:
+  literally, and by the alias's own vector.
+- Not learned: a Q longer than a key label may be, a Q that already names a key (any key), or
+  when K already holds `Settings.learned_aliases_per_key` learned aliases.
+- A learned alias is used whenever a read through K carries it again. One that went unused for
+  `Settings.alias_unused_reads` reads through K is dropped (a `key.unaliased` event).
+
+The fold only applies these events and counts reads; it never decides.
+"""
+
+from __future__ import annotations
+
+from keytrail.events import Event, KeyAliased, KeyUnaliased
+from keytrail.projections import GraphState, KeyNode
+from keytrail.projections.keygraph import alias_form
+
+from .config import Settings
+
+
+def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | None) -> list[Event]:
+    """Events to append after a read through `key` (with `query`, if any) was folded."""
+    events: list[Event] = []
+    kept = len(key.learned)
+    for alias in key.aliases:
+        last = key.learned.get(alias_form(alias))
+        if last is not None and key.reads - last >= settings.alias_unused_reads:
+            events.append(
+                KeyUnaliased(
+                    key_id=key.id,
+                    alias=alias,
+                    evidence=f"unused in the last {key.reads - last} reads through the key",
+                )
+            )
+            kept -= 1
+    if query is None:
+        return events
+    alias = " ".join(query.split())
+    form = alias_form(alias)
+    reads = key.query_reads.get(form, 0)
+    if (
+        reads >= settings.alias_after_reads
+        and 0 < len(alias) <= settings.limits.key_chars
+        and alias.casefold() not in state.labels
+        and kept < settings.learned_aliases_per_key
+    ):
+        events.append(
+            KeyAliased(
+                key_id=key.id,
+                alias=alias,
+                evidence=f"{reads} reads through the key after this query",
+                learned=True,
+            )
+        )
+    return events

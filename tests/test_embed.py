@@ -1,0 +1,241 @@
+"""Embedding projections: switching model by replaying history, switching back for free,
+resuming an interrupted build, rebuilding a deleted cache to the same answers, profiles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+
+from keytrail.core import HashEmbedder, Store, profile_for, to_dict
+from keytrail.core import reembed as projection
+from keytrail.core.embedders import Embedder, FastEmbedder
+from keytrail.core.profiles import PROFILES
+from keytrail.projections import VectorCache
+from keytrail.projections.vectors import Matrix
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Counting:
+    """Wraps an embedder and records every text it is asked to embed."""
+
+    def __init__(self, inner: Embedder, fail_after_calls: int | None = None) -> None:
+        self.inner = inner
+        self.backend, self.model_id = inner.backend, inner.model_id
+        self.texts: list[str] = []
+        self.calls = 0
+        self.fail_after_calls = fail_after_calls
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        if self.fail_after_calls is not None and self.calls >= self.fail_after_calls:
+            raise KeyboardInterrupt  # what Ctrl-C in the middle of a long build looks like
+        self.calls += 1
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+
+def fill(store: Store) -> dict[str, str]:
+    """A small store with depth, Hebbian weights, a correction and a merged alias."""
+    lisbon = store.remember("The user lives in Lisbon near the river", ["home city"])
+    newton = store.remember(
+        "Newton saw an apple fall and thought about gravity",
+        ["gravity", "Newton"],
+        key_types={"Newton": "name"},
+    )
+    tea = store.remember("The user drinks green tea every morning", ["tea", "morning routine"])
+    store.remember("The user drinks green tea every morning!", ["tea"])  # a dedup by hash
+    home_key = lisbon.keys[0].key_id
+    for _ in range(3):
+        store.read_memory(lisbon.memory_id, via_key_id=home_key)
+    fixed = store.correct(newton.memory_id, "Newton saw an apple fall and described gravity")
+    return {"lisbon": lisbon.memory_id, "tea": tea.memory_id, "newton": fixed.memory_id}
+
+
+def graph(store: Store) -> Any:
+    return msgspec.to_builtins(store.state)
+
+
+def log_bytes(store: Store) -> bytes:
+    return b"".join((store.log.dir / name).read_bytes() for name in store.log.segments())
+
+
+@pytest.mark.slow
+def test_hash_store_switched_to_minilm_keeps_graph_and_recalls_with_it(
+    make_store: Callable[..., Store], real_embedder: FastEmbedder
+) -> None:
+    hashed = make_store()
+    ids = fill(hashed)
+    query = "Where does the user live?"
+    # Hashing knows words, not meaning: no word of the query is in "home city".
+    assert "home city" not in [k.label for k in hashed.recall(query).keys]
+    projection.build(hashed)  # as every command-line open does
+    before, log_before = graph(hashed), log_bytes(hashed)
+    depth_before = hashed.state.memories[ids["lisbon"]].depth
+    hashed.close()
+
+    minilm = make_store(home=hashed.home, embedder=Counting(real_embedder))
+    assert not projection.status(minilm).current  # the switch is detected by fingerprint
+    built = projection.build(minilm)
+    assert built.fingerprint == real_embedder.fingerprint and built.embedded == built.texts
+    # Nothing was re-decided: graph (depth, weights, dedup, merges) and log are as they were.
+    assert graph(minilm) == before and log_bytes(minilm) == log_before
+    assert depth_before > 0 and minilm.state.memories[ids["lisbon"]].depth == depth_before
+    assert minilm.state.memories[ids["tea"]].superseded_by is not None  # hash's dedup stands
+    assert minilm.thresholds == PROFILES[real_embedder.model_id]
+    found = minilm.recall(query)
+    assert found.keys[0].label == "home city" and found.keys[0].match == "similar"
+    matrices = minilm.memory_vectors().matrix.tobytes(), minilm.key_vectors().matrix.tobytes()
+    minilm.close()
+
+    back = Counting(HashEmbedder())
+    hashed_again = make_store(home=hashed.home, embedder=back)
+    rebuilt = projection.build(hashed_again)
+    assert rebuilt.embedded == 0 and back.calls == 0  # switching back embeds nothing
+    assert len(hashed_again.memory_vectors()) == len(hashed_again.state.memories)
+    hashed_again.recall("green tea")
+    assert back.texts == ["green tea"]  # only the query itself
+    assert {fp for fp, _, _ in projection.list_projections(hashed.home)} == {
+        HashEmbedder().fingerprint,
+        real_embedder.fingerprint,
+    }
+    hashed_again.close()
+
+    # The real model rebuilds a deleted cache to the same vectors and the same answers.
+    shutil.rmtree(hashed.home / "cache")
+    again = make_store(home=hashed.home, embedder=real_embedder)
+    projection.build(again)
+    assert to_dict(again.recall(query)) == to_dict(found)
+    assert (again.memory_vectors().matrix.tobytes(), again.key_vectors().matrix.tobytes()) == (
+        matrices
+    )
+    again.close()
+
+
+def test_an_interrupted_build_resumes_where_it_stopped(
+    make_store: Callable[..., Store],
+) -> None:
+    writer = make_store()
+    fill(writer)
+    for i in range(20):
+        writer.remember(f"Filler fact number {i} about topic {i}", [f"topic {i}"])
+    writer.close()
+    other = HashEmbedder(dim=128)  # another "model": nothing of it is cached yet
+    failing = Counting(other, fail_after_calls=3)
+    store = make_store(home=writer.home, embedder=failing)
+    needed = len(projection.needed_texts(store))
+    with pytest.raises(KeyboardInterrupt):
+        projection.build(store, batch=5)
+    # The three batches embedded before the interrupt are on disk; the seq is not recorded.
+    on_disk = VectorCache(store.home / "cache" / "vectors", other.fingerprint, other.dim)
+    assert len(on_disk) == 15 and on_disk.manifest() is None
+    assert not projection.status(store).current
+    store.close()
+
+    resumed = Counting(HashEmbedder(dim=128))
+    store = make_store(home=writer.home, embedder=resumed)
+    seen: list[tuple[int, int]] = []
+    result = projection.build(store, lambda done, total: seen.append((done, total)), batch=5)
+    assert result.embedded == needed - 15 and len(resumed.texts) == needed - 15
+    assert not set(resumed.texts) & set(failing.texts)  # nothing embedded twice
+    assert seen[0] == (0, needed - 15) and seen[-1] == (needed - 15, needed - 15)
+    assert projection.status(store).current
+    assert np.allclose(
+        store.memory_vectors().matrix,
+        other.embed([m.content for m in store.state.memories.values()]),
+    )
+
+
+def test_deleting_the_cache_and_reopening_gives_identical_results(
+    make_store: Callable[..., Store],
+) -> None:
+    first = make_store()
+    ids = fill(first)
+    projection.build(first)
+
+    def answers(store: Store) -> Any:
+        key = store.recall("tea").keys[0].key_id
+        return (
+            to_dict(store.recall("green tea in the morning")),
+            to_dict(store.recall("where the user lives", top_k=3)),
+            to_dict(store.read_key(key, query="morning tea")),
+            store.memory_vectors().matrix.tobytes(),
+            store.key_vectors().matrix.tobytes(),
+            to_dict(store.memory_view(store.state.memories[ids["tea"]])),
+        )
+
+    before = answers(first)
+    first.close()
+    shutil.rmtree(first.home / "cache")
+    again = make_store(home=first.home)
+    assert not projection.status(again).current
+    projection.build(again)
+    assert answers(again) == before
+    assert projection.status(again).current
+
+
+def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    env = {"KEYTRAIL_HOME": str(home), "KEYTRAIL_EMBEDDER": "hash", "PATH": "/usr/bin:/bin"}
+
+    def kt(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "keytrail.server.cli", *args],
+            env=env,
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    kt("remember", "Ada keeps bees on the roof", "-k", "bees", "-n", "Ada")
+    built = json.loads(kt("reembed", "--json"))
+    # contents, then labels: one memory, two keys
+    assert built["texts"] == 3 and built["seq"] == 2
+    assert built["fingerprint"] == HashEmbedder().fingerprint
+    again = json.loads(kt("reembed", "--json"))
+    assert again["embedded"] == 0
+    listed = json.loads(kt("reembed", "--list", "--json"))
+    assert listed == [
+        {"fingerprint": HashEmbedder().fingerprint, "rows": 3, "seq": 2, "current": True}
+    ]
+    assert "from the cache" in kt("reembed")
+
+
+def test_profiles_for_known_models_and_closest_for_unknown() -> None:
+    for model in (
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "BAAI/bge-small-en-v1.5",
+        "BAAI/bge-m3",
+        "intfloat/multilingual-e5-large",
+        "text-embedding-3-small",
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            t = profile_for(model)
+        # the bands are ordered the same way for every model
+        assert t.key_recall < t.merge < t.dedup and t.contradiction < t.dedup
+    with pytest.warns(UserWarning, match="text-embedding-3-small"):
+        assert profile_for("text-embedding-3-large") == PROFILES["text-embedding-3-small"]
+    with pytest.warns(UserWarning, match="bge-small-en-v1.5"):
+        assert profile_for("BAAI/bge-base-en-v1.5") == PROFILES["BAAI/bge-small-en-v1.5"]
+    assert profile_for("BAAI/bge-m3", {"merge": 0.5}).merge == 0.5

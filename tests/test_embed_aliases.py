@@ -1,0 +1,114 @@
+"""Learned aliases: a query that keeps leading to a key's memories becomes that key's alias."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from test_server import call, run, stdio_session
+
+from keytrail.core import Store
+from keytrail.events import AnyEvent, EventLog, KeyAliased, KeyUnaliased
+from keytrail.projections import fold
+
+QUERY = "where do I get food"
+
+
+def events_of(store: Store, kind: type[AnyEvent]) -> list[AnyEvent]:
+    return [e for e in EventLog(store.home).iter_new() if isinstance(e, kind)]
+
+
+def shop(store: Store) -> tuple[str, str]:
+    made = store.remember("The user buys groceries at the Lidl on Main Street", ["supermarket"])
+    return made.memory_id, made.keys[0].key_id
+
+
+def labels(store: Store, query: str) -> list[str]:
+    return [k.label for k in store.recall(query).keys]
+
+
+def test_a_repeated_query_becomes_an_alias_and_recall_finds_the_key_by_it(
+    make_store: Callable[..., Store],
+) -> None:
+    store = make_store()
+    memory_id, key_id = shop(store)
+    assert "supermarket" not in labels(store, QUERY)  # no shared word: hashing cannot link them
+    for _ in range(2):
+        store.read_memory(memory_id, via_key_id=key_id, query=QUERY)
+    store.read_memory(memory_id, via_key_id=key_id, query="Where do I get FOOD?")  # a variant
+    assert events_of(store, KeyAliased) == []  # two reads of the query are not a habit yet
+    store.read_memory(memory_id, via_key_id=key_id, query="  Where do I  get food ")
+    (learned,) = events_of(store, KeyAliased)
+    assert learned.learned and learned.key_id == key_id and learned.alias == "Where do I get food"
+    assert "3 reads" in learned.evidence
+    found = store.recall(QUERY).keys[0]
+    assert found.label == "supermarket" and "Where do I get food" in found.aliases
+    # Reads without a key or without a query teach nothing, and one alias is learned once.
+    store.read_memory(memory_id, via_key_id=key_id, query=QUERY)
+    store.read_memory(memory_id, query=QUERY)
+    assert len(events_of(store, KeyAliased)) == 1
+    # A replay of the log gives the same key, aliases and counts.
+    replayed = fold(EventLog(store.home).iter_new())
+    assert replayed.keys[key_id] == store.state.keys[key_id]
+    assert replayed.labels == store.state.labels
+
+
+def test_learned_aliases_are_capped_per_key_and_never_steal_a_label(
+    make_store: Callable[..., Store],
+) -> None:
+    store = make_store(learned_aliases_per_key=1, alias_after_reads=2)
+    memory_id, key_id = shop(store)
+    store.remember("Bananas are on sale this week", ["groceries"])
+    for query in (QUERY, "food shopping place", "groceries"):
+        for _ in range(2):
+            store.read_memory(memory_id, via_key_id=key_id, query=query)
+    # the first was learned; the second hit the cap; the third is another key's label
+    assert [e.alias for e in events_of(store, KeyAliased)] == [QUERY]
+    assert store.state.keys[key_id].aliases == [QUERY]
+
+
+def test_an_unused_learned_alias_is_pruned(make_store: Callable[..., Store]) -> None:
+    store = make_store(alias_after_reads=2, alias_unused_reads=3)
+    memory_id, key_id = shop(store)
+    for _ in range(2):
+        store.read_memory(memory_id, via_key_id=key_id, query=QUERY)
+    assert labels(store, QUERY)[0] == "supermarket"
+    # Using it keeps it: a read with the alias resets its clock.
+    for query in ("milk", "bread", QUERY, "eggs", "rice"):
+        store.read_memory(memory_id, via_key_id=key_id, query=query)
+    assert events_of(store, KeyUnaliased) == []
+    store.read_memory(memory_id, via_key_id=key_id)  # third read since its last use
+    (pruned,) = events_of(store, KeyUnaliased)
+    assert pruned.key_id == key_id and pruned.alias == QUERY and "unused" in pruned.evidence
+    assert store.state.keys[key_id].aliases == []
+    assert "supermarket" not in labels(store, QUERY)  # its vector row is gone too
+    # another process replaying the log agrees
+    other = make_store(home=store.home)
+    assert other.state.keys[key_id] == store.state.keys[key_id]
+    assert "supermarket" not in labels(other, QUERY)
+
+
+def test_an_agent_teaches_an_alias_over_mcp(tmp_path: Path) -> None:
+    """The whole loop through a real MCP client against `keytrail serve` over stdio."""
+    home = tmp_path / "store"
+
+    async def test() -> None:
+        async with stdio_session(home, tmp_path / "stderr.txt") as session:
+            made = await call(
+                session, "remember", content="The user buys groceries at the Lidl", keys=["shop"]
+            )
+            key_id = made["keys"][0]["key_id"]
+            miss = await call(session, "recall", query=QUERY)
+            assert key_id not in [k["key_id"] for k in miss["keys"]]
+            for _ in range(3):
+                await call(
+                    session,
+                    "read_memory",
+                    memory_id=made["memory_id"],
+                    via_key_id=key_id,
+                    query=QUERY,
+                )
+            hit = await call(session, "recall", query=QUERY)
+            assert hit["keys"][0]["key_id"] == key_id and QUERY in hit["keys"][0]["aliases"]
+
+    run(test)
