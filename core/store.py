@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 import keytrail
@@ -41,12 +42,15 @@ from keytrail.events import (
 from keytrail.events.log import Clock, LogPosition
 from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet, fold, text_hash
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import Matrix
 
 from . import validation as check
 from .config import Settings
 from .decide import Batch
 from .embedders import Embedder, make_embedder
+from .extract import extract_keys
+from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
 from .queries import Queries
 from .results import (
@@ -90,13 +94,15 @@ class _Checked:
     related_to: list[str]
     session_id: str | None
     source: str | None
+    #: the keys were extracted from the content (none were given)
+    extracted: bool = False
 
 
 def _content_hash(content: str) -> str:
     return "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
-class Store(Queries):
+class Store(Queries, HybridQueries):
     """One store directory, opened by one process (several processes may open the same one)."""
 
     def __init__(
@@ -128,9 +134,13 @@ class Store(Queries):
         self._memories_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
+        self._forgotten_unindexed: list[str] = []
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
+        # The text index catches up lazily, when a query needs it (see HybridQueries).
+        self.text = TextIndex(self.home / "index" / "text")
+        self._text_observed_from = self.state.seq
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -216,7 +226,12 @@ class Store(Queries):
     # -- staying current -------------------------------------------------------------------
 
     def _fold(self, events: Iterable[AnyEvent]) -> None:
+        events = list(events)
         fold(events, self.state)
+        # Forgotten memories leave the text index on its next catch-up.
+        self._forgotten_unindexed.extend(
+            e.memory_id for e in events if isinstance(e, MemoryForgotten)
+        )
 
     def refresh(self) -> GraphState:
         """Fold every event other processes appended since the last look; return the state."""
@@ -292,9 +307,12 @@ class Store(Queries):
 
     def _check_item(self, item: RememberItem, prefix: str = "") -> _Checked:
         limits = self.settings.limits
+        content = check.text(prefix + "content", item.content, limits.content_chars)
+        keys = check.keys(item.keys, item.key_types, limits, field=prefix + "keys", required=False)
         return _Checked(
-            content=check.text(prefix + "content", item.content, limits.content_chars),
-            keys=check.keys(item.keys, item.key_types, limits, field=prefix + "keys"),
+            content=content,
+            keys=keys or extract_keys(content),
+            extracted=not keys,
             namespace=check.namespace(
                 item.namespace, self.settings.default_namespace, prefix + "namespace"
             ),
@@ -363,6 +381,8 @@ class Store(Queries):
                 if not batch.memory_exists(target):
                     raise NotFound(f"{prefix}related_to[{j}]", "memory", target)
             links, key_outcomes = batch.resolve_keys(item.keys)
+            if item.extracted:
+                links = [msgspec.structs.replace(lk, extracted=True) for lk in links]
             memory_id = batch.new_memory_id()
             vector = self.embed([item.content])[0]
             duplicate, contradictions = batch.compare(

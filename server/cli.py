@@ -16,6 +16,7 @@ import keytrail
 from keytrail.core import InvalidInput, KeytrailError
 
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
+from .hybrid_cli import add_hybrid_verbs
 from .shell import emit_json, open_store, settings_from, short_time
 
 EMBEDDERS = ("fastembed", "hash")
@@ -366,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("import", "replay an export into an empty store", cmd_import, json_flag=False)
     p.add_argument("input", nargs="?", help="export file (default stdin)")
+    add_hybrid_verbs(sub, verb)
     return parser
 
 

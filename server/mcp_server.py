@@ -115,11 +115,11 @@ Content = Annotated[
 ]
 KeyLabel = Annotated[str, Field(min_length=1, max_length=LIMITS.key_chars)]
 Keys = Annotated[
-    list[KeyLabel],
+    list[KeyLabel] | None,
     Field(
-        min_length=1,
         max_length=LIMITS.keys_per_memory,
-        description="Several diverse keys: names, topics and broader concepts.",
+        description="Several diverse keys: names, topics and broader concepts. "
+        "Omit to have names and salient terms extracted from the content.",
     ),
 ]
 KeyTypes = Annotated[
@@ -149,7 +149,7 @@ class MemoryItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     content: Content
-    keys: Keys
+    keys: Keys = None
     key_types: KeyTypes = None
     namespace: Annotated[
         NamespaceStr | None, Field(description="Namespace to store in; omit for the default.")
@@ -299,7 +299,7 @@ def build_server(store: Store) -> MCPServer[Any]:
     @server.tool(annotations=_hints(title="Remember a fact"))
     def remember(
         content: Content,
-        keys: Keys,
+        keys: Keys = None,
         key_types: KeyTypes = None,
         namespace: Annotated[
             NamespaceStr | None, Field(description="Namespace to store in; omit for the default.")
@@ -469,6 +469,9 @@ def build_server(store: Store) -> MCPServer[Any]:
         """How an agent should use keytrail: recall first, walk keys, remember and correct."""
         return MEMORY_SYSTEM_PROMPT
 
+    from .hybrid_tools import register_hybrid_tools  # it imports this module's schema types
+
+    register_hybrid_tools(server, store)
     return server
 
 
