@@ -140,6 +140,12 @@ class TextIndex:
             if node.created_seq <= self.seq:
                 break
             fresh.append(node)
+        forgotten = list(forgotten)
+        if not fresh and not forgotten:
+            # Nothing the index holds changed (reads, link weights): no commit. The seq on disk
+            # lags, so the next open walks back over these events again, finding nothing.
+            self.seq = state.seq
+            return 0
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
             for node in reversed(fresh):
                 writer.delete_documents_by_term("memory_id", node.id)
