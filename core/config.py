@@ -38,6 +38,32 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class HybridParams:
+    """Query-time knobs of direct hybrid recall (`recall_memories`), each a KEYTRAIL_HYBRID_*."""
+
+    #: reciprocal rank fusion: a list's item at rank r adds weight/(rrf_k + r)
+    rrf_k: float = 60.0
+    weight_bm25: float = 1.0
+    weight_dense: float = 1.0
+    weight_keys: float = 1.0
+    #: candidates each signal contributes before fusion
+    candidates: int = 100
+    #: default breadth-first hops over shared keys and related_to (callers may ask 0-5)
+    hops: int = 1
+    #: a memory reached at hop h scores its parent's score x hop_decay^h (x edge specificity)
+    hop_decay: float = 0.3
+    #: memories expanded from per hop, and neighbours taken through one key
+    fanout: int = 10
+    #: results under this fused score (1.0 = first in every signal) are dropped
+    min_score: float = 0.005
+    #: how much of the time factor applies: score x (1 - w + w x time factor)
+    time_weight: float = 1.0
+    #: Hebbian step on the links that led to returned memories (explored-but-unreturned links
+    #: lose the store's hebbian_decay)
+    reinforce: float = 0.01
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path = field(default_factory=lambda: Path.home() / ".keytrail")
     embedder: str = "fastembed"
@@ -47,6 +73,7 @@ class Settings:
     embed_dim: int | None = None
     default_namespace: str = "default"
     limits: Limits = field(default_factory=Limits)
+    hybrid: HybridParams = field(default_factory=HybridParams)
     rules: FoldRules = field(default_factory=FoldRules)
     threshold_overrides: dict[str, float] = field(default_factory=dict)
     #: days in the time factor 0.5 + 0.5·exp(−age·(1−0.7·depth)/decay_days)
@@ -98,6 +125,7 @@ class Settings:
                 values[name] = _parse(var, env[var], kind)
         values["rules"] = _override(FoldRules(), "KEYTRAIL_", env)
         values["limits"] = _override(Limits(), "KEYTRAIL_MAX_", env)
+        values["hybrid"] = _override(HybridParams(), "KEYTRAIL_HYBRID_", env)
         values["threshold_overrides"] = {
             f.name: _parse(
                 f"KEYTRAIL_THRESHOLD_{f.name.upper()}",

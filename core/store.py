@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 import keytrail
@@ -42,6 +43,7 @@ from keytrail.events import (
 from keytrail.events.log import Clock, LogPosition
 from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet, fold, text_hash
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import Matrix
 
 from . import aliases, forgetting
@@ -49,6 +51,8 @@ from . import validation as check
 from .config import Settings
 from .decide import Batch
 from .embedders import Embedder, make_embedder
+from .extract import extract_keys
+from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
 from .queries import Queries
 from .results import (
@@ -96,13 +100,15 @@ class _Checked:
     session_id: str | None
     source: str | None
     valid_from: datetime | None = None
+    #: the keys were extracted from the content (none were given)
+    extracted: bool = False
 
 
 def _content_hash(content: str) -> str:
     return "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
-class Store(Queries):
+class Store(Queries, HybridQueries):
     """One store directory, opened by one process (several processes may open the same one)."""
 
     def __init__(
@@ -142,11 +148,15 @@ class Store(Queries):
         #: embedded (from the log, before its redaction) but had not saved would otherwise be
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
+        self._forgotten_unindexed: list[str] = []
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
         self.past = PastStates(self)
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             self._create()
+        # The text index catches up lazily, when a query needs it (see HybridQueries).
+        self.text = TextIndex(self.home / "index" / "text")
+        self._text_observed_from = self.state.seq
         if (
             self.state.seq - self._snapshot_seq >= self.settings.snapshot_every
             or forgetting.pending_path(self.home).exists()
@@ -289,7 +299,12 @@ class Store(Queries):
     # -- staying current -------------------------------------------------------------------
 
     def _fold(self, events: Iterable[AnyEvent]) -> None:
+        events = list(events)
         fold(self._noting_forgets(events), self.state)
+        # Forgotten memories leave the text index on its next catch-up.
+        self._forgotten_unindexed.extend(
+            e.memory_id for e in events if isinstance(e, MemoryForgotten)
+        )
 
     def _noting_forgets(self, events: Iterable[AnyEvent]) -> Iterator[AnyEvent]:
         for event in events:
@@ -395,9 +410,12 @@ class Store(Queries):
 
     def _check_item(self, item: RememberItem, prefix: str = "") -> _Checked:
         limits = self.settings.limits
+        content = check.text(prefix + "content", item.content, limits.content_chars)
+        keys = check.keys(item.keys, item.key_types, limits, field=prefix + "keys", required=False)
         return _Checked(
-            content=check.text(prefix + "content", item.content, limits.content_chars),
-            keys=check.keys(item.keys, item.key_types, limits, field=prefix + "keys"),
+            content=content,
+            keys=keys or extract_keys(content),
+            extracted=not keys,
             namespace=check.namespace(
                 item.namespace, self.settings.default_namespace, prefix + "namespace"
             ),
@@ -476,6 +494,8 @@ class Store(Queries):
                 if not batch.memory_exists(target):
                     raise NotFound(f"{prefix}related_to[{j}]", "memory", target)
             links, key_outcomes = batch.resolve_keys(item.keys)
+            if item.extracted:
+                links = [msgspec.structs.replace(lk, extracted=True) for lk in links]
             memory_id = batch.new_memory_id()
             vector = self.embed([item.content])[0]
             duplicate, contradictions = batch.compare(
@@ -695,6 +715,9 @@ class Store(Queries):
         if done and on_disk is not None and on_disk >= min(e.created_seq for e in done):
             self._save_snapshot(self.state)
             fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
+        # The purge deletes the text index directory; drop our handle so the next query
+        # rebuilds it from the (now redacted) log instead of reading deleted files.
+        self.text.close()
         purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
         self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])

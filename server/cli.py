@@ -20,6 +20,7 @@ from keytrail.core.timetravel import read_memory_at, view
 
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
+from .hybrid_cli import add_hybrid_verbs
 from .shell import emit_json, open_store, settings_from, short_time
 from .time_cli import add_time_options, add_time_verbs
 
@@ -455,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the file's format (default: detected from its content)",
     )
     add_time_verbs(verb)
+    add_hybrid_verbs(sub, verb)
     return parser
 
 

@@ -118,11 +118,11 @@ Content = Annotated[
 ]
 KeyLabel = Annotated[str, Field(min_length=1, max_length=LIMITS.key_chars)]
 Keys = Annotated[
-    list[KeyLabel],
+    list[KeyLabel] | None,
     Field(
-        min_length=1,
         max_length=LIMITS.keys_per_memory,
-        description="Several diverse keys: names, topics and broader concepts.",
+        description="Several diverse keys: names, topics and broader concepts. "
+        "Omit to have names and salient terms extracted from the content.",
     ),
 ]
 KeyTypes = Annotated[
@@ -152,7 +152,7 @@ class MemoryItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     content: Content
-    keys: Keys
+    keys: Keys = None
     key_types: KeyTypes = None
     namespace: Annotated[
         NamespaceStr | None, Field(description="Namespace to store in; omit for the default.")
@@ -316,7 +316,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="Remember a fact"))
     def remember(
         content: Content,
-        keys: Keys,
+        keys: Keys = None,
         key_types: KeyTypes = None,
         namespace: Annotated[
             NamespaceStr | None, Field(description="Namespace to store in; omit for the default.")
@@ -512,6 +512,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         return MEMORY_SYSTEM_PROMPT
 
     register_time_tools(server, store)
+    from .hybrid_tools import register_hybrid_tools  # it imports this module's schema types
+
+    register_hybrid_tools(server, store)
     from .kg_tools import apply_toolsets
 
     # Everything registered above is the keygraph set; this adds or drops whole sets.

@@ -200,7 +200,7 @@ def test_every_tool_valid_and_invalid(home: Path, errlog: Path) -> None:
             )
             m1 = r1["memory_id"]
             assert [k["label"] for k in r1["keys"]] == ["Alice", "strawberry", "dessert"]
-            await refused(s, home, "remember", {"content": "x", "keys": []}, "keys")
+            await refused(s, home, "remember", {"content": "x", "keys": [""]}, "keys")
             await refused(
                 s, home, "remember", {"content": "x" * 20_001, "keys": ["a"]}, "content", "20000"
             )

@@ -54,14 +54,8 @@ CASES: list[Case] = [
         "content",
         str(L.content_chars),
     ),
-    (
-        "no keys",
-        lambda s: s["store"].remember("fact", []),
-        InvalidInput,
-        "keys",
-        str(L.keys_per_memory),
-    ),
-    ("keys None", lambda s: s["store"].remember("fact", None), InvalidInput, "keys", None),
+    # No keys at all is valid: they are extracted from the content (tests/test_extract.py).
+    ("key blank", lambda s: s["store"].remember("fact", ["  "]), InvalidInput, "keys[0]", None),
     ("keys a string", lambda s: s["store"].remember("fact", "apple"), InvalidInput, "keys", None),
     (
         "too many keys",

@@ -1,0 +1,129 @@
+"""Key extraction for memories remembered without keys (plain transcripts, imports).
+
+A small, deterministic method with no model and no new dependency:
+
+- **names**: runs of capitalised words ("Caroline", "New York", "LGBTQ") become `name` keys. A
+  capitalised word that opens a sentence counts only when it is not a common word ("The",
+  "Yesterday"), so sentence starts do not become names.
+- **concepts**: the salient content words (not stopwords or filler, at least 4 letters, not part
+  of a name), longest and most repeated first, become `concept` keys.
+
+At most `MAX_NAMES` names and `MAX_CONCEPTS` concepts. The event marks every such key
+`extracted=True`, so extracted keys can be told from keys an agent chose.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .validation import KeySpec
+
+MAX_NAMES = 4
+MAX_CONCEPTS = 4
+MIN_CONCEPT_CHARS = 4
+
+_TOKEN = re.compile(r"[A-Za-z][\w'’-]*[\w]|[A-Za-z]|[.!?;:]")
+_POSSESSIVE = re.compile(r"['’]s$")
+
+#: Common English words: never a concept, and never a name when they open a sentence.
+_COMMON_WORDS = """
+    a about above after again against ago all almost also although always am among an and
+    another any anyone anything anyway are around as ask asked at away back be became because
+    become been before being below best better between both but by came can cannot could
+    did do does doing done down during each either else even ever every everyone everything
+    few for found from get gets getting give given go goes going gone good got great had has
+    have having he hello her here hers herself hey hi him himself his how however i if im in
+    into is it its itself just keep kind know last later least less let like likely little lot
+    lots made make makes making many may maybe me might mine more most much must my myself
+    need never new next no nor not nothing now of off oh ok okay on once one only or other
+    others our ours out over own pretty quite rather really right said same saw say says see
+    seem seems she should since so some someone something sometimes soon still such sure take
+    tell than thank thanks that the their theirs them themselves then there these they thing
+    things think this those though thought through time times to today together told too took
+    totally toward tried try trying under until up upon us use used very want wanted was way
+    we well went were what whatever when where whether which while who whole whom whose why
+    will wish with without wow would yeah year years yes yesterday yet you your yours yourself
+    tomorrow tonight definitely actually absolutely awesome amazing glad happy nice cool
+    lately recently especially anything everybody somebody nobody thats dont didnt cant
+    isnt wasnt youre ive ill id hes shes theyre weve been going gonna wanna
+    monday tuesday wednesday thursday friday saturday sunday january february march april
+    june july august september october november december"""
+COMMON = frozenset(_COMMON_WORDS.split())
+#: Capitalised but never a name: the dates are in the content, where BM25 finds them.
+_CALENDAR = frozenset(
+    [
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ]
+)
+
+
+def extract_keys(content: str) -> list[KeySpec]:
+    """Name and concept keys for `content` (possibly none, for a text of only common words)."""
+    tokens = _TOKEN.findall(content)
+    names: list[str] = []
+    in_name: set[str] = set()
+    run: list[str] = []
+    sentence_start = True
+
+    def close_run() -> None:
+        if run:
+            label = _POSSESSIVE.sub("", " ".join(run))
+            if label.casefold() not in {n.casefold() for n in names}:
+                names.append(label)
+            in_name.update(w.casefold() for w in run)
+            run.clear()
+
+    for token in tokens:
+        if token in ".!?;:":
+            close_run()
+            sentence_start = True
+            continue
+        bare = _POSSESSIVE.sub("", token)
+        capitalised = bare[:1].isupper() and bare.casefold() not in ("i", "i'm", "i’m")
+        if (
+            capitalised
+            and bare.casefold() not in _CALENDAR
+            and not (sentence_start and bare.casefold() in COMMON)
+        ):
+            run.append(bare)
+            if _POSSESSIVE.search(token):  # "Mel's" ends a name
+                close_run()
+        else:
+            close_run()
+        sentence_start = False
+    close_run()
+
+    counts: dict[str, int] = {}
+    for token in tokens:
+        word = _POSSESSIVE.sub("", token).casefold()
+        if (
+            len(word) >= MIN_CONCEPT_CHARS
+            and word.isascii()
+            and word.replace("-", "").isalpha()
+            and word not in COMMON
+            and word not in in_name
+        ):
+            counts[word] = counts.get(word, 0) + 1
+    concepts = sorted(counts, key=lambda w: (-counts[w], -len(w)))[:MAX_CONCEPTS]
+    specs = [KeySpec(n, "name") for n in names[:MAX_NAMES]]
+    seen = {s.label.casefold() for s in specs}
+    specs += [KeySpec(c, "concept") for c in concepts if c not in seen]
+    return specs

@@ -1,0 +1,497 @@
+"""Direct hybrid recall (`recall_memories`): memories, with content, in one call.
+
+Three signals each rank candidate memories:
+
+- **bm25**: the Tantivy text index over content and key labels;
+- **dense**: cosine of the query with each memory's content vector (at or above the model's
+  content-recall threshold);
+- **keys**: keys the query matches (names literally, concepts at or above the key-recall
+  threshold) lead to their memories, scored key similarity x IDF x link weight.
+
+They are fused by reciprocal rank fusion (each list adds weight/(k + rank)), normalised so 1.0
+means first in every signal, then modulated by depth (x (0.9 + 0.1·depth)) and time (the time
+factor of DESIGN §5). From the best memories a breadth-first walk follows shared keys and
+related_to edges for up to `hops` hops: a memory reached at hop h scores its parent's score x
+hop_decay x the edge's specificity (1 when only the two memories share the key, else 1/count),
+so hubs add little. Results under the minimum score are dropped; the namespace filter applies
+before every top-k cut.
+
+`hybrid_recall` is a pure function of a graph state plus the indexes (text index, vector sets)
+and the query's vector, so a read as of the past can pass a past state. The Hebbian update it
+proposes (links that led to returned memories strengthen, explored links to memories not
+returned weaken) is recorded by the store as one `links.adjusted` event.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from keytrail.events import InvalidInput, LinkDelta, LinksAdjusted
+from keytrail.projections import GraphState, MemoryNode, VectorSet
+
+from . import validation as check
+from .queries import literal_candidates, visible
+from .results import KeyRef
+
+if TYPE_CHECKING:
+    from keytrail.events import Appender, EventLog
+    from keytrail.events.log import Clock
+    from keytrail.projections.text import TextIndex
+    from keytrail.projections.vectors import Matrix
+
+    from .config import HybridParams, Settings
+    from .embedders import Embedder
+    from .profiles import Thresholds
+
+MAX_HOPS = 5
+SIGNALS = ("bm25", "dense", "keys")
+
+
+@dataclass(frozen=True)
+class SignalScore:
+    """One signal's view of a memory: its rank in that signal's list, raw score, RRF share."""
+
+    rank: int
+    score: float
+    rrf: float
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """How a result's score was made: score = max(fused, hop_score) x depth x time."""
+
+    signals: dict[str, SignalScore]
+    fused: float
+    hop: int
+    hop_from: str | None
+    hop_via: str | None
+    hop_score: float
+    depth_factor: float
+    time_factor: float
+    score: float
+
+
+@dataclass(frozen=True)
+class RecalledMemory:
+    memory_id: str
+    namespace: str
+    content: str
+    score: float
+    #: 0 for a direct match, h for a memory reached h hops from one
+    hop: int
+    #: the signals that found it directly (bm25, dense, keys), or "hop"
+    found_by: list[str]
+    keys: list[KeyRef]
+    depth: float
+    created_at: datetime
+    session_id: str | None = None
+    explain: Explanation | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRecall:
+    query: str
+    memories: list[RecalledMemory]
+    #: seq of the links.adjusted event recording the Hebbian update (None: nothing recorded)
+    seq: int | None = None
+
+
+@dataclass
+class _Candidate:
+    node: MemoryNode
+    signals: dict[str, SignalScore] = field(default_factory=dict)
+    fused: float = 0.0
+    hop: int = 0
+    hop_from: str | None = None
+    hop_via: str | None = None
+    hop_score: float = 0.0
+    depth_factor: float = 1.0
+    time_factor: float = 1.0
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class HybridOutcome:
+    """What `hybrid_recall` found and the link adjustments it proposes (key, memory, delta)."""
+
+    results: list[_Candidate]
+    adjustments: list[tuple[str, str, float]]
+
+
+def time_factor(node: MemoryNode, now: datetime, decay_days: float) -> float:
+    """0.5 + 0.5·exp(−age·(1−0.7·depth)/decay_days), age since the last read or creation."""
+    last = node.last_read_at or node.created_at
+    age_days = max(0.0, (now - last).total_seconds() / 86400.0)
+    return 0.5 + 0.5 * math.exp(-age_days * (1 - 0.7 * node.depth) / decay_days)
+
+
+def hybrid_recall(
+    state: GraphState,
+    *,
+    query: str,
+    query_vector: Matrix,
+    text: TextIndex | None,
+    memory_vectors: VectorSet,
+    key_vectors: VectorSet,
+    thresholds: Thresholds,
+    params: HybridParams,
+    now: datetime,
+    decay_days: float,
+    top_k: int,
+    hops: int,
+    namespace: str | None = None,
+    max_seq: int | None = None,
+) -> HybridOutcome:
+    """Rank memories for `query` from the state and indexes given (see the module docstring)."""
+    memories = state.memories
+
+    def eligible(memory_id: str) -> MemoryNode | None:
+        node = memories.get(memory_id)
+        if node is None or not visible(node, now):
+            return None
+        if namespace is not None and node.namespace != namespace:
+            return None
+        return node
+
+    limit = params.candidates
+    lists: dict[str, list[tuple[str, float]]] = {}
+    if text is not None:
+        lists["bm25"] = _bm25(text, query, limit, namespace, max_seq, eligible)
+    lists["dense"] = _dense(
+        memory_vectors, query_vector, thresholds.content_recall, limit, eligible
+    )
+    key_list, key_edges = _keys(
+        state, query, query_vector, key_vectors, thresholds.key_recall, limit, eligible
+    )
+    lists["keys"] = key_list
+
+    weights = {"bm25": params.weight_bm25, "dense": params.weight_dense, "keys": params.weight_keys}
+    best_possible = sum(weights[name] / (params.rrf_k + 1) for name in lists) or 1.0
+    found: dict[str, _Candidate] = {}
+    for name, ranked in lists.items():
+        for rank, (memory_id, raw) in enumerate(ranked, 1):
+            cand = found.get(memory_id)
+            if cand is None:
+                cand = found[memory_id] = _Candidate(memories[memory_id])
+            share = weights[name] / (params.rrf_k + rank) / best_possible
+            cand.signals[name] = SignalScore(rank, round(raw, 6), round(share, 6))
+            cand.fused += share
+
+    def modulate(cand: _Candidate) -> None:
+        node = cand.node
+        cand.depth_factor = 0.9 + 0.1 * node.depth
+        cand.time_factor = (
+            1 - params.time_weight + params.time_weight * time_factor(node, now, decay_days)
+        )
+        cand.score = max(cand.fused, cand.hop_score) * cand.depth_factor * cand.time_factor
+
+    for cand in found.values():
+        modulate(cand)
+
+    explored = set(key_edges)
+    _expand(state, found, hops, params, eligible, modulate, explored)
+
+    results = sorted(
+        (c for c in found.values() if c.score >= params.min_score),
+        key=lambda c: (-c.score, c.node.created_seq),
+    )[:top_k]
+    returned = {c.node.id for c in results}
+    adjustments = [
+        (
+            key_id,
+            memory_id,
+            params.reinforce if memory_id in returned else -state.rules.hebbian_decay,
+        )
+        for key_id, memory_id in sorted(explored)
+    ]
+    return HybridOutcome(results, [a for a in adjustments if a[2] != 0.0])
+
+
+def _bm25(
+    text: TextIndex,
+    query: str,
+    limit: int,
+    namespace: str | None,
+    max_seq: int | None,
+    eligible: Any,
+) -> list[tuple[str, float]]:
+    # Superseded and expired versions stay in the index (time travel reads them): ask for more
+    # until `limit` current ones are found or the index has no more.
+    want = limit
+    while True:
+        hits = text.search(query, want, namespace=namespace, max_seq=max_seq)
+        kept = [(h.memory_id, h.score) for h in hits if eligible(h.memory_id) is not None]
+        if len(kept) >= limit or len(hits) < want:
+            return kept[:limit]
+        want *= 4
+
+
+def _dense(
+    vectors: VectorSet, query_vector: Matrix, threshold: float, limit: int, eligible: Any
+) -> list[tuple[str, float]]:
+    if not len(vectors):
+        return []
+    scores = vectors.matrix @ query_vector
+    above = np.flatnonzero(scores >= threshold)
+    if not len(above):
+        return []
+    order = above[np.argsort(-scores[above], kind="stable")]
+    kept: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    ids = vectors.ids
+    for row in order:  # stops after `limit` eligible rows: the filter comes before the cut
+        memory_id = ids[row]
+        if memory_id in seen or eligible(memory_id) is None:
+            continue
+        seen.add(memory_id)
+        kept.append((memory_id, float(scores[row])))
+        if len(kept) == limit:
+            break
+    return kept
+
+
+def _keys(
+    state: GraphState,
+    query: str,
+    query_vector: Matrix,
+    vectors: VectorSet,
+    threshold: float,
+    limit: int,
+    eligible: Any,
+) -> tuple[list[tuple[str, float]], list[tuple[str, str]]]:
+    """Memories through the keys the query matches: key similarity x IDF x link weight."""
+    matched: dict[str, float] = {}
+    for gram in literal_candidates(query):
+        key_id = state.labels.get(gram)
+        if key_id is not None:
+            matched[key_id] = 1.0
+    if len(vectors):
+        scores = vectors.matrix @ query_vector
+        above = np.flatnonzero(scores >= threshold)
+        for row in above[np.argsort(-scores[above])][:200]:
+            key_id = vectors.ids[row]
+            if state.keys[key_id].type == "concept" and key_id not in matched:
+                matched[key_id] = float(scores[row])
+    totals: dict[str, float] = {}
+    edges: list[tuple[str, str]] = []
+    for key_id, similarity in matched.items():
+        key = state.keys[key_id]
+        linked = [(mid, w) for mid, w in key.links.items() if eligible(mid) is not None]
+        if not linked:
+            continue
+        idf = 1.0 if len(linked) <= 1 else 1.0 / len(linked)
+        if key.type != "concept":
+            idf *= 0.5
+        for memory_id, weight in linked:
+            totals[memory_id] = totals.get(memory_id, 0.0) + similarity * idf * weight
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:limit]
+    kept = {mid for mid, _ in ranked}
+    for key_id in matched:
+        edges.extend((key_id, mid) for mid in state.keys[key_id].links if mid in kept)
+    return ranked, edges
+
+
+def _expand(
+    state: GraphState,
+    found: dict[str, _Candidate],
+    hops: int,
+    params: HybridParams,
+    eligible: Any,
+    modulate: Any,
+    explored: set[tuple[str, str]],
+) -> None:
+    """Breadth-first over shared keys and related_to edges, from the best memories."""
+    counts: dict[str, list[str]] = {}
+
+    def members(key_id: str) -> list[str]:
+        if key_id not in counts:
+            counts[key_id] = [m for m in state.keys[key_id].links if eligible(m) is not None]
+        return counts[key_id]
+
+    frontier = sorted(found.values(), key=lambda c: -c.score)[: params.fanout]
+    for hop in range(1, hops + 1):
+        reached: dict[str, _Candidate] = {}  # first reached at this hop
+        touched: dict[str, _Candidate] = {}  # whose hop score rose
+        for parent in frontier:
+            node = parent.node
+            base = max(parent.fused, parent.hop_score) * params.hop_decay
+            steps: list[tuple[str, str | None, float]] = []
+            for key_id in node.keys:
+                if key_id not in state.keys:
+                    continue
+                group = members(key_id)
+                specificity = 1.0 if len(group) <= 2 else 1.0 / len(group)
+                links = state.keys[key_id].links
+                others = [m for m in group if m != node.id]
+                nearest = sorted(others, key=links.__getitem__, reverse=True)[: params.fanout]
+                for memory_id in nearest:
+                    explored.add((key_id, memory_id))
+                    steps.append((memory_id, key_id, specificity * min(1.0, links[memory_id])))
+            for memory_id in (*node.related_to, *node.related_from):
+                if eligible(memory_id) is not None:
+                    steps.append((memory_id, None, 1.0))
+            for memory_id, via, strength in steps:
+                value = base * strength
+                cand = found.get(memory_id) or reached.get(memory_id)
+                if cand is None:
+                    cand = reached[memory_id] = _Candidate(state.memories[memory_id], hop=hop)
+                if value > cand.hop_score:
+                    cand.hop_score, cand.hop_from, cand.hop_via = value, node.id, via
+                    touched[memory_id] = cand
+        found.update(reached)
+        for cand in touched.values():
+            modulate(cand)
+        frontier = sorted(reached.values(), key=lambda c: -c.score)[: params.fanout]
+        if not frontier:
+            break
+
+
+class HybridQueries:
+    """`recall_memories` on the Store (a mixin, like `Queries`)."""
+
+    state: GraphState
+    settings: Settings
+    clock: Clock
+    log: EventLog
+    embedder: Embedder
+    thresholds: Thresholds
+    text: TextIndex
+    _mutex: threading.RLock
+    _text_observed_from: int
+    _forgotten_unindexed: list[str]
+
+    def refresh(self) -> GraphState:
+        raise NotImplementedError
+
+    def key_vectors(self) -> VectorSet:
+        raise NotImplementedError
+
+    def memory_vectors(self) -> VectorSet:
+        raise NotImplementedError
+
+    def _write(self, decide: Any) -> Any:
+        raise NotImplementedError
+
+    def _fold(self, events: Iterable[Any]) -> None:
+        raise NotImplementedError
+
+    def text_index(self) -> TextIndex:
+        """The text index, caught up with the state (call holding the mutex)."""
+        index = self.text
+        index._open()
+        if index.seq < self._text_observed_from:
+            # Forgotten before this process started watching: find them in the state.
+            forgotten: list[str] = [
+                m.id for m in self.state.memories.values() if m.status == "forgotten"
+            ]
+        else:
+            forgotten = self._forgotten_unindexed
+        try:
+            index.sync(self.state, forgotten)
+        except ValueError:
+            pass  # another process holds the index writer: search what is committed
+        else:
+            self._forgotten_unindexed = []
+        return index
+
+    def recall_memories(
+        self,
+        query: str,
+        top_k: int = 10,
+        namespace: str | None = None,
+        hops: int | None = None,
+        explain: bool = False,
+        learn: bool = True,
+    ) -> MemoryRecall:
+        """Memories (with content) for a query, by BM25 + keys + content fused and expanded.
+
+        `hops` (0-5, default from settings) bounds the walk over shared keys and related_to.
+        With `learn`, the links that led to returned memories are strengthened and explored
+        links to memories not returned weakened, as one `links.adjusted` event.
+        """
+        limits = self.settings.limits
+        params = self.settings.hybrid
+        query = check.text("query", query, limits.query_chars)
+        top_k = check.count("top_k", top_k, 1, limits.top_k)
+        namespace = check.optional_namespace(namespace)
+        hops = check.count("hops", params.hops if hops is None else hops, 0, MAX_HOPS)
+        if not isinstance(explain, bool):
+            raise InvalidInput("explain", "must be true or false")
+        query_vector = self.embedder.embed([query])[0]
+        with self._mutex:
+            self.refresh()
+            outcome = hybrid_recall(
+                self.state,
+                query=query,
+                query_vector=query_vector,
+                text=self.text_index(),
+                memory_vectors=self.memory_vectors(),
+                key_vectors=self.key_vectors(),
+                thresholds=self.thresholds,
+                params=params,
+                now=self.clock(),
+                decay_days=self.settings.time_decay_days,
+                top_k=top_k,
+                hops=hops,
+                namespace=namespace,
+            )
+            results = [self._recalled(c, explain) for c in outcome.results]
+        seq = None
+        if learn and outcome.adjustments:
+            seq = self._record_adjustments(outcome.adjustments, query)
+        return MemoryRecall(query=query, memories=results, seq=seq)
+
+    def _record_adjustments(self, adjustments: list[tuple[str, str, float]], query: str) -> int:
+        def decide(app: Appender) -> int:
+            keys = self.state.keys
+            deltas = [
+                LinkDelta(key_id=k, memory_id=m, delta=round(d, 6))
+                for k, m, d in adjustments
+                if k in keys and m in keys[k].links
+            ]
+            stamped = app.append(LinksAdjusted(adjustments=deltas, query=query))
+            self._fold((stamped,))
+            return stamped.seq
+
+        result: int = self._write(decide)
+        return result
+
+    def _recalled(self, cand: _Candidate, explain: bool) -> RecalledMemory:
+        node = cand.node
+        keys = self.state.keys
+        return RecalledMemory(
+            memory_id=node.id,
+            namespace=node.namespace,
+            content=node.content,
+            score=round(cand.score, 6),
+            hop=cand.hop,
+            found_by=[s for s in SIGNALS if s in cand.signals] or ["hop"],
+            keys=[
+                KeyRef(k, keys[k].label, keys[k].type, round(keys[k].links[node.id], 6))
+                for k in node.keys
+                if k in keys
+            ],
+            depth=round(node.depth, 6),
+            created_at=node.created_at,
+            session_id=node.session_id,
+            explain=Explanation(
+                signals=cand.signals,
+                fused=round(cand.fused, 6),
+                hop=cand.hop,
+                hop_from=cand.hop_from,
+                hop_via=cand.hop_via,
+                hop_score=round(cand.hop_score, 6),
+                depth_factor=round(cand.depth_factor, 6),
+                time_factor=round(cand.time_factor, 6),
+                score=round(cand.score, 6),
+            )
+            if explain
+            else None,
+        )

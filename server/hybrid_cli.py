@@ -1,0 +1,70 @@
+"""`keytrail recall-memories`: direct hybrid recall from the command line."""
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .hybrid_tools import ENABLE_VARIABLE
+from .shell import emit_json, open_store, preview
+
+
+def cmd_recall_memories(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.recall_memories(
+            args.query, args.top_k, args.namespace, args.hops, args.explain, not args.no_learn
+        )
+    if args.json:
+        emit_json(result)
+        return 0
+    if not result.memories:
+        print("no memories")
+    for m in result.memories:
+        via = "+".join(m.found_by)
+        print(f"{m.memory_id}  {m.score:.4f}  hop {m.hop}  {via:<14} {preview(m.content, 70)}")
+        if m.explain is not None:
+            e = m.explain
+            parts = [
+                f"{name} #{s.rank} ({s.score:g}) rrf {s.rrf:.4f}" for name, s in e.signals.items()
+            ]
+            if e.hop:
+                parts.append(f"hop {e.hop} from {e.hop_from} via {e.hop_via} {e.hop_score:.4f}")
+            parts.append(f"depth x{e.depth_factor:.3f}  time x{e.time_factor:.3f}")
+            print("    " + "; ".join(parts))
+    return 0
+
+
+class _EnableDirectRecall(argparse.Action):
+    """`serve --direct-recall`: the same as KEYTRAIL_DIRECT_RECALL=1 for this process."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        os.environ[ENABLE_VARIABLE] = "1"
+        setattr(namespace, self.dest, True)
+
+
+def add_hybrid_verbs(
+    sub: Any, verb: Callable[[str, str, Callable[[argparse.Namespace], int]], Any]
+) -> None:
+    """The recall-memories verb, and serve's --direct-recall flag."""
+    sub.choices["serve"].add_argument(
+        "--direct-recall",
+        nargs=0,
+        action=_EnableDirectRecall,
+        default=False,
+        help=f"offer the recall_memories tool ({ENABLE_VARIABLE}=1)",
+    )
+    p = verb(
+        "recall-memories",
+        "memories with content for a query: BM25 + keys + meaning, fused, hop-expanded",
+        cmd_recall_memories,
+    )
+    p.add_argument("query")
+    p.add_argument("--top-k", dest="top_k", type=int, default=10)
+    p.add_argument("--hops", type=int, help="hops over shared keys and related_to (0-5)")
+    p.add_argument("--explain", action="store_true", help="break each score down by signal")
+    p.add_argument(
+        "--no-learn",
+        dest="no_learn",
+        action="store_true",
+        help="do not record the Hebbian link update",
+    )

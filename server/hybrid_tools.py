@@ -1,0 +1,61 @@
+"""The `recall_memories` MCP tool: direct hybrid recall, off unless asked for.
+
+Registered only when `KEYTRAIL_DIRECT_RECALL` is set to a true value (`keytrail serve
+--direct-recall` sets it), because it returns content in one call and so bypasses the
+Key -> Memory walk the usage prompt teaches.
+"""
+
+import os
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from keytrail.core import Store
+from keytrail.core.hybrid import MAX_HOPS, MemoryRecall
+
+from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _reply
+
+ENABLE_VARIABLE = "KEYTRAIL_DIRECT_RECALL"
+
+
+def direct_recall_enabled() -> bool:
+    return os.environ.get(ENABLE_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
+    """Add `recall_memories` to `server` when direct recall is enabled."""
+    if not direct_recall_enabled():
+        return
+
+    @server.tool(annotations=_hints(title="Recall memories directly"))
+    def recall_memories(
+        query: Annotated[
+            Query, Field(description="What you want to remember: the user's words, names.")
+        ],
+        top_k: Annotated[
+            int, Field(ge=1, le=LIMITS.top_k, description="Most memories to return.")
+        ] = 10,
+        namespace: NamespaceFilter = None,
+        hops: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                le=MAX_HOPS,
+                description="Hops over shared keys and related_to to follow (default 1).",
+            ),
+        ] = None,
+        explain: Annotated[
+            bool, Field(description="Break each score down by signal (bm25, dense, keys, hop).")
+        ] = False,
+    ) -> Annotated[CallToolResult, MemoryRecall]:
+        """Memories with their content for a query, in one call (no key walk needed).
+
+        Combines text search (BM25), the query's keys and meaning, then follows shared keys
+        and related_to edges for `hops` hops. Each result has its score, hop (0 = direct)
+        and found_by. Links that led to returned memories are strengthened.
+        Example: recall_memories(query="When does Mia start school?", top_k=5) ->
+        {"memories": [{"memory_id": "m_..", "content": "Mia starts school in ...", "score": 0.9}]}
+        """
+        return _reply(lambda: store.recall_memories(query, top_k, namespace, hops, explain))

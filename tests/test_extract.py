@@ -1,0 +1,61 @@
+"""Keys are optional: without them, names and salient terms are extracted and marked so."""
+
+from __future__ import annotations
+
+import json
+
+from keytrail.core import RememberItem, Store
+from keytrail.core.extract import extract_keys
+
+
+def labels(content: str) -> dict[str, str]:
+    return {k.label: k.type for k in extract_keys(content)}
+
+
+def test_names_and_salient_terms() -> None:
+    got = labels(
+        "Yesterday Caroline went to the LGBTQ support group in New York. "
+        "The group meets on Tuesday; Mel's painting sold at the gallery."
+    )
+    assert got["Caroline"] == "name" and got["LGBTQ"] == "name" and got["New York"] == "name"
+    assert got["Mel"] == "name"  # a possessive ends a name and is dropped
+    assert got["group"] == "concept"  # said twice: the most salient term
+    # Sentence-opening common words and calendar words are not names; filler is not a concept.
+    assert "Yesterday" not in got and "The" not in got and "Tuesday" not in got
+    assert not {"went", "meets", "the"} & set(got)
+    assert len([t for t in got.values() if t == "concept"]) <= 4
+
+
+def test_nothing_to_extract_gives_no_keys() -> None:
+    assert extract_keys("ok, thanks!") == []
+
+
+def test_remember_without_keys_extracts_and_marks_them(store: Store) -> None:
+    given = store.remember("Priya adopted a greyhound", ["Priya", "dog"], {"Priya": "name"})
+    result = store.remember("Priya adopted a greyhound named Biscuit from the shelter")
+    got = {k.label: k for k in result.keys}
+    assert {"Priya", "Biscuit", "greyhound", "shelter"} <= set(got)
+    assert got["Priya"].resolution == "existing"  # extracted keys join existing ones
+    event = json.loads(
+        sorted((store.home / "log").glob("*.jsonl"))[-1].read_text().splitlines()[-1]
+    )
+    links = {lk["label"]: lk for lk in event["memories"][0]["keys"]}
+    assert all(lk["extracted"] for lk in links.values())
+    assert links["Biscuit"]["type"] == "name" and links["shelter"]["type"] == "concept"
+    assert store.state.key_for_label("Biscuit").extracted  # type: ignore[union-attr]
+    assert not store.state.key_for_label("dog").extracted  # type: ignore[union-attr]
+    assert not store.state.key_for_label("Priya").extracted  # type: ignore[union-attr]
+    assert [k.label for k in given.keys] == ["Priya", "dog"]
+
+
+def test_remember_batch_extracts_per_item(store: Store) -> None:
+    out = store.remember_batch(
+        [
+            RememberItem("Lagos traffic was terrible this morning"),
+            RememberItem("Joined the chess club", ["chess"]),
+        ]
+    )
+    assert "Lagos" in {k.label for k in out[0].keys}
+    assert [k.label for k in out[1].keys] == ["chess"]
+    nodes = store.state.memories
+    assert nodes[out[0].memory_id].keys and nodes[out[1].memory_id].keys

@@ -1,0 +1,161 @@
+"""The text projection: incremental, persisted with its seq, rebuilt, crash-safe, purgeable."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.projections.text import TextIndex
+
+
+def index_bytes(directory: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file())
+
+
+def test_incremental_and_the_seq_it_reflects_survives_reopening(store: Store) -> None:
+    a = store.remember("The lighthouse keeper logs every passing ship", ["lighthouse"])
+    index = store.text_index()
+    assert index.seq == store.state.seq
+    assert [h.memory_id for h in index.search("lighthouse keeper", 5)] == [a.memory_id]
+    b = store.remember("Marmalade is made from bitter Seville oranges", ["marmalade"])
+    # Only the new memory is indexed on the next catch-up.
+    assert index.sync(store.state) == 1 and index.seq == store.state.seq
+    again = TextIndex(store.home / "index" / "text")
+    assert again.sync(store.state) == 0
+    assert again.seq == store.state.seq
+    assert [h.memory_id for h in again.search("oranges", 5)] == [b.memory_id]
+
+
+def test_rebuilt_when_missing_or_corrupt(make_store: Callable[..., Store], tmp_path: Path) -> None:
+    store = make_store()
+    m = store.remember("Quokkas live on Rottnest Island", ["quokka"])
+    store.text_index()
+    store.close()
+    directory = store.home / "index" / "text"
+    for damage in ("delete", "corrupt"):
+        if damage == "delete":
+            shutil.rmtree(directory)
+        else:
+            for meta in directory.glob("meta.json"):
+                meta.write_text("{ not json")
+        fresh = make_store(home=store.home)
+        index = fresh.text_index()
+        assert index.seq == fresh.state.seq
+        assert [h.memory_id for h in index.search("quokkas island", 5)] == [m.memory_id]
+
+
+def test_filters_apply_before_the_top_k_cut(store: Store) -> None:
+    store.remember_batch(
+        [RememberItem(f"Harbour crane number {i} lifts containers", ["crane"]) for i in range(30)]
+    )
+    other = store.remember("A crane lifts containers in Rotterdam", ["crane"], namespace="nl")
+    after_first = store.state.seq
+    late = store.remember("The crane operator lifts containers at night", ["crane"], namespace="nl")
+    index = store.text_index()
+    assert [h.memory_id for h in index.search("crane lifts containers", 1, namespace="nl")] in (
+        [other.memory_id],
+        [late.memory_id],
+    )
+    assert {h.memory_id for h in index.search("crane containers", 10, namespace="nl")} == {
+        other.memory_id,
+        late.memory_id,
+    }
+    # As of an earlier seq, the later memory did not exist yet.
+    as_of = index.search("crane containers", 10, namespace="nl", max_seq=after_first)
+    assert [h.memory_id for h in as_of] == [other.memory_id]
+
+
+def test_forgotten_memories_leave_the_index(store: Store) -> None:
+    m = store.remember("The safe combination is 31-07-19", ["safe"])
+    store.text_index()
+    store.forget(m.memory_id)
+    assert store.text_index().search("safe combination", 5) == []
+    # Also when the forget happened before this process looked at the index.
+    reopened = Store(store.settings, embedder=HashEmbedder())
+    assert reopened.text_index().search("combination", 5) == []
+
+
+def test_purge_removes_the_bytes(store: Store) -> None:
+    secret = "Xylocarpaquintessence"
+    kept = store.remember("Mangroves line the estuary", ["mangrove"])
+    gone = store.remember(f"The password hint is {secret} and it is private", ["password"])
+    index = store.text_index()
+    directory = index.dir
+    # The test can see the token in the files before: otherwise its absence would prove nothing.
+    assert secret.lower().encode() in index_bytes(directory).lower()
+    assert index.purge([gone.memory_id]) == 1
+    assert secret.lower().encode() not in index_bytes(directory).lower()
+    assert [h.memory_id for h in index.search("mangroves estuary", 5)] == [kept.memory_id]
+    assert index.search(secret, 5) == []
+    assert TextIndex(directory).search("mangroves", 5)[0].memory_id == kept.memory_id
+
+
+WRITER = """
+import sys
+import pytest
+
+from keytrail.core import HashEmbedder, Settings, Store
+store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
+print("indexing", flush=True)
+store.text_index()
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_commit_leaves_an_index_that_reopens(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    words = [
+        "amber",
+        "basil",
+        "cedar",
+        "dune",
+        "ember",
+        "fjord",
+        "grove",
+        "heron",
+        "iris",
+        "juniper",
+        "kelp",
+        "lichen",
+    ]
+    for batch in range(4):
+        store.remember_batch(
+            [
+                RememberItem(
+                    f"note {batch}-{i} " + " ".join(words[(i + j) % 12] for j in range(30)),
+                    [words[i % 12]],
+                )
+                for i in range(500)
+            ]
+        )
+    store.close()
+    killed = 0
+    for delay in (0.02, 0.1, 0.3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(home)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "indexing"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        killed += proc.returncode == -signal.SIGKILL
+        reopened = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+        index = TextIndex(home / "index" / "text")
+        index.sync(reopened.state)
+        assert index.seq == reopened.state.seq
+        assert len(index.search("note amber", 5000)) == 2000
+        index.close()
+        reopened.close()
+        shutil.rmtree(home / "index" / "text")  # the next writer starts from scratch
+    assert killed >= 2, "the writer finished before it could be killed"
