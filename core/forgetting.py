@@ -52,20 +52,10 @@ class PendingPurge(msgspec.Struct, frozen=True, kw_only=True):
 _pending_decoder = msgspec.json.Decoder(list[PendingPurge])
 
 
-class _SnapshotHead(msgspec.Struct):
-    seq: int = 0
-
-
-# Decoding only `seq` skips over the state without building it: a fraction of a full load.
-_head_decoder = msgspec.msgpack.Decoder(_SnapshotHead)
-
-
 def snapshot_seq(path: Path) -> int | None:
     """The seq a snapshot file reflects, or None if it is missing or not a readable snapshot."""
-    try:
-        return _head_decoder.decode(path.read_bytes()).seq
-    except (FileNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    header = snapshots.read_header(path)
+    return None if header is None else header.seq
 
 
 def pending_path(home: Path) -> Path:

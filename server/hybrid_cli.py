@@ -5,8 +5,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .hybrid_tools import ENABLE_VARIABLE
 from .shell import emit_json, open_store, preview
+
+# Here rather than in hybrid_tools: importing that module imports mcp_server, whose tool
+# schemas read the limits from the environment before `serve` has applied its flags.
+ENABLE_VARIABLE = "KEYTRAIL_DIRECT_RECALL"
 
 
 def cmd_recall_memories(args: argparse.Namespace) -> int:

@@ -15,9 +15,8 @@ from pydantic import Field
 from keytrail.core import Store
 from keytrail.core.hybrid import MAX_HOPS, MemoryRecall
 
+from .hybrid_cli import ENABLE_VARIABLE
 from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _reply
-
-ENABLE_VARIABLE = "KEYTRAIL_DIRECT_RECALL"
 
 
 def direct_recall_enabled() -> bool:

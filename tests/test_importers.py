@@ -227,7 +227,8 @@ def encoded(state: GraphState) -> bytes:
 
 
 def unsequenced(node: Any) -> dict[str, Any]:
-    data: dict[str, Any] = msgspec.to_builtins(node)
+    # Nodes encode as arrays (array_like), so compare them field by field.
+    data = {f: getattr(node, f) for f in node.__struct_fields__}
     return {k: v for k, v in data.items() if k not in ("created_seq", "updated_seq")}
 
 
