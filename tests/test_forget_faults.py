@@ -22,7 +22,7 @@ from keytrail.events import EventLog, MemoryForgotten
 from keytrail.projections import fold
 
 FORGETTER = r"""
-import sys
+import sys, time
 from keytrail.core import HashEmbedder, Settings, Store
 
 home, ids = sys.argv[1], sys.argv[2:]
@@ -32,6 +32,7 @@ print("ready", flush=True)
 for memory_id in ids:
     store.forget(memory_id, reason="kill test")
     print("forgot " + memory_id, flush=True)
+time.sleep(60)  # done early: wait for the kill like the others
 """
 
 
