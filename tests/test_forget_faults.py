@@ -22,7 +22,7 @@ from keytrail.events import EventLog, MemoryForgotten
 from keytrail.projections import fold
 
 FORGETTER = r"""
-import sys
+import sys, time
 from keytrail.core import HashEmbedder, Settings, Store
 
 home, ids = sys.argv[1], sys.argv[2:]
@@ -32,6 +32,7 @@ print("ready", flush=True)
 for memory_id in ids:
     store.forget(memory_id, reason="kill test")
     print("forgot " + memory_id, flush=True)
+time.sleep(60)  # done early: wait for the kill like the others
 """
 
 
@@ -68,24 +69,31 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
     home = tmp_path / "store"
     rng = random.Random(20261121)
     contents: dict[str, str] = {}
-    with Store(settings(home), embedder=HashEmbedder()) as store:
-        for i in range(20):
-            batch = store.remember_batch(
-                [
-                    RememberItem(f'secret {i}.{j} {secrets.token_hex(6)} ü"q"', [f"t{j}", "s"])
-                    for j in range(3)
-                ]
-            )
-            for out in batch:
-                contents[out.memory_id] = store.state.memories[out.memory_id].content
-            store.remember(f"unrelated filler {i} " + "z" * 50, ["filler"])
+
+    def add_secrets(batches: int) -> None:
+        with Store(settings(home), embedder=HashEmbedder()) as store:
+            for i in range(batches):
+                batch = store.remember_batch(
+                    [
+                        RememberItem(f'secret {i}.{j} {secrets.token_hex(6)} ü"q"', [f"t{j}"])
+                        for j in range(3)
+                    ]
+                )
+                for out in batch:
+                    contents[out.memory_id] = store.state.memories[out.memory_id].content
+                store.remember(f"unrelated filler {i} " + "z" * 50, ["filler"])
+
+    add_secrets(20)
     acked: set[str] = set()
     kills = interrupted = 0
     deadline = time.monotonic() + 25
     for it in range(16):
         remaining = [m for m in contents if m not in forgotten_in_log(home)]
-        if len(remaining) < 4 or (time.monotonic() > deadline and kills >= 10):
+        if time.monotonic() > deadline and kills >= 10:
             break
+        if len(remaining) < 6:  # forgets got through them all: give the next one work
+            add_secrets(5)
+            remaining = [m for m in contents if m not in forgotten_in_log(home)]
         rng.shuffle(remaining)
         proc = subprocess.Popen(
             [sys.executable, "-c", FORGETTER, str(home), *remaining],
@@ -95,7 +103,7 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert first == b"ready\n", first + proc.stderr.read()  # type: ignore[union-attr]
-        time.sleep(rng.uniform(0.0, 0.12))
+        time.sleep(rng.uniform(0.0, 0.08))
         os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         assert proc.returncode == -signal.SIGKILL, err.decode()
