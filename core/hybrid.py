@@ -409,13 +409,19 @@ class HybridQueries:
         hops: int | None = None,
         explain: bool = False,
         learn: bool = True,
+        as_of: object | None = None,
     ) -> MemoryRecall:
         """Memories (with content) for a query, by BM25 + keys + content fused and expanded.
 
         `hops` (0-5, default from settings) bounds the walk over shared keys and related_to.
         With `learn`, the links that led to returned memories are strengthened and explored
         links to memories not returned weakened, as one `links.adjusted` event.
+        `as_of` (a log seq or ISO-8601 time) answers from the store as it stood then: the past
+        state, the key and content rows that existed, text hits created by then; it records
+        nothing.
         """
+        from .timetravel import TimeView, view
+
         limits = self.settings.limits
         params = self.settings.hybrid
         query = check.text("query", query, limits.query_chars)
@@ -425,23 +431,28 @@ class HybridQueries:
         if not isinstance(explain, bool):
             raise InvalidInput("explain", "must be true or false")
         query_vector = self.embedder.embed([query])[0]
+        past = view(self, as_of) if as_of is not None else None  # type: ignore[arg-type]
         with self._mutex:
             self.refresh()
+            source = past if isinstance(past, TimeView) else self
             outcome = hybrid_recall(
-                self.state,
+                source.state,
                 query=query,
                 query_vector=query_vector,
                 text=self.text_index(),
-                memory_vectors=self.memory_vectors(),
-                key_vectors=self.key_vectors(),
+                memory_vectors=source.memory_vectors(),
+                key_vectors=source.key_vectors(),
                 thresholds=self.thresholds,
                 params=params,
-                now=self.clock(),
+                now=source.clock(),
                 decay_days=self.settings.time_decay_days,
                 top_k=top_k,
                 hops=hops,
                 namespace=namespace,
+                max_seq=source.state.seq if source is not self else None,
             )
+            if source is not self:
+                learn = False  # a read of the past reinforces nothing
             results = [self._recalled(c, explain) for c in outcome.results]
         seq = None
         if learn and outcome.adjustments:

@@ -15,7 +15,13 @@ ENABLE_VARIABLE = "KEYTRAIL_DIRECT_RECALL"
 def cmd_recall_memories(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         result = store.recall_memories(
-            args.query, args.top_k, args.namespace, args.hops, args.explain, not args.no_learn
+            args.query,
+            args.top_k,
+            args.namespace,
+            args.hops,
+            args.explain,
+            not args.no_learn,
+            as_of=args.as_of,
         )
     if args.json:
         emit_json(result)
@@ -70,4 +76,11 @@ def add_hybrid_verbs(
         dest="no_learn",
         action="store_true",
         help="do not record the Hebbian link update",
+    )
+    p.add_argument(
+        "--as-of",
+        dest="as_of",
+        metavar="SEQ|TIME",
+        help="answer as the store stood right after this log seq or ISO-8601 time "
+        "(records nothing)",
     )

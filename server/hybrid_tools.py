@@ -17,6 +17,7 @@ from keytrail.core.hybrid import MAX_HOPS, MemoryRecall
 
 from .hybrid_cli import ENABLE_VARIABLE
 from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _reply
+from .time_tools import AsOf
 
 
 def direct_recall_enabled() -> bool:
@@ -48,6 +49,7 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         explain: Annotated[
             bool, Field(description="Break each score down by signal (bm25, dense, keys, hop).")
         ] = False,
+        as_of: AsOf = None,
     ) -> Annotated[CallToolResult, MemoryRecall]:
         """Memories with their content for a query, in one call (no key walk needed).
 
@@ -57,4 +59,6 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         Example: recall_memories(query="When does Mia start school?", top_k=5) ->
         {"memories": [{"memory_id": "m_..", "content": "Mia starts school in ...", "score": 0.9}]}
         """
-        return _reply(lambda: store.recall_memories(query, top_k, namespace, hops, explain))
+        return _reply(
+            lambda: store.recall_memories(query, top_k, namespace, hops, explain, as_of=as_of)
+        )
