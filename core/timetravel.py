@@ -226,7 +226,15 @@ class TimeView(Queries):
         Labels are only ever appended to `state.labels` (insertion-ordered), and the store's
         rows follow that order, so the past's labels are exactly the first rows.
         """
-        return _prefix(self._store.key_vectors(), len(self.state.labels))
+        present = self._store.key_vectors()
+        if self._store.state.labels_dropped == 0:
+            return _prefix(present, len(self.state.labels))
+        # A learned alias was dropped since (key.unaliased): labels no longer only grow, so
+        # build the past's rows from its own labels (cached vectors: nothing re-embeds).
+        past = VectorSet(present.dim)
+        labels = list(self.state.labels.items())
+        past.add([key_id for _, key_id in labels], self._store.embed([lb for lb, _ in labels]))
+        return past
 
     def memory_vectors(self) -> VectorSet:
         """Content rows of the memories that existed then (a prefix, as for key labels)."""

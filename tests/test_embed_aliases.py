@@ -112,3 +112,19 @@ def test_an_agent_teaches_an_alias_over_mcp(tmp_path: Path) -> None:
             assert hit["keys"][0]["key_id"] == key_id and QUERY in hit["keys"][0]["aliases"]
 
     run(test)
+
+
+def test_a_past_read_sees_a_learned_alias_dropped_since(make_store: Callable[..., Store]) -> None:
+    store = make_store(alias_after_reads=2, alias_unused_reads=1)
+    memory_id, key_id = shop(store)
+    for _ in range(2):
+        store.read_memory(memory_id, via_key_id=key_id, query=QUERY)
+    learned_at = store.state.seq
+    store.read_memory(memory_id, via_key_id=key_id)  # unused once: dropped
+    assert events_of(store, KeyUnaliased)
+    assert "supermarket" not in labels(store, QUERY)
+    # As of the moment it was learned, recall finds the key by the alias, with that key's rows.
+    from keytrail.core.timetravel import view
+
+    past = view(store, learned_at).recall(QUERY).keys
+    assert past and past[0].key_id == key_id
