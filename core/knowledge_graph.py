@@ -628,25 +628,36 @@ class KnowledgeGraph:
 
     # -- queries ---------------------------------------------------------------------------
 
-    def read_graph(self, limit: int = 50, offset: int = 0) -> GraphPage:
+    def _state_at(self, as_of: object | None) -> tuple[GraphState, datetime]:
+        """The graph now, or as it stood right after `as_of` (a log seq or ISO-8601 time)."""
+        if as_of is None:
+            return self.store.refresh(), self.store.clock()
+        from .timetravel import view
+
+        past = view(self.store, as_of)
+        return past.state, past.clock()
+
+    def read_graph(self, limit: int = 50, offset: int = 0, as_of: object = None) -> GraphPage:
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
-            state = self.store.refresh()
-            return read_graph(state, self.namespace, self.store.clock(), limit, offset)
+            state, now = self._state_at(as_of)
+            return read_graph(state, self.namespace, now, limit, offset)
 
-    def search_nodes(self, query: str, limit: int = 50, offset: int = 0) -> GraphPage:
+    def search_nodes(
+        self, query: str, limit: int = 50, offset: int = 0, as_of: object = None
+    ) -> GraphPage:
         query = check.text("query", query, self.store.settings.limits.query_chars)
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
-            state = self.store.refresh()
-            return search_nodes(state, query, self.namespace, self.store.clock(), limit, offset)
+            state, now = self._state_at(as_of)
+            return search_nodes(state, query, self.namespace, now, limit, offset)
 
-    def open_nodes(self, names: Sequence[str]) -> GraphPage:
+    def open_nodes(self, names: Sequence[str], as_of: object = None) -> GraphPage:
         items = self._list("names", names, "names")
         page = self.store.settings.limits.page
         if len(items) > page:
             raise InvalidInput("names", f"has {len(items)} names", limit=f"{page} names")
         checked = [self._name(f"names[{i}]", n) for i, n in enumerate(items)]
         with self.store._mutex:
-            state = self.store.refresh()
-            return open_nodes(state, checked, self.namespace, self.store.clock())
+            state, now = self._state_at(as_of)
+            return open_nodes(state, checked, self.namespace, now)

@@ -27,6 +27,7 @@ from keytrail.core.knowledge_graph import (
 )
 
 from .mcp_server import LIMITS, Limit, Offset, _hints, _reply
+from .time_tools import AsOf
 
 KG_TOOLS = (
     "create_entities",
@@ -239,7 +240,9 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         return _reply(lambda: kg.delete_relations(_relations(relations)))
 
     @server.tool(annotations=_hints(title="Read the graph", **read_only))
-    def read_graph(limit: Limit = 50, offset: Offset = 0) -> Annotated[CallToolResult, GraphOut]:
+    def read_graph(
+        limit: Limit = 50, offset: Offset = 0, as_of: AsOf = None
+    ) -> Annotated[CallToolResult, GraphOut]:
         """Read the knowledge graph a page of entities at a time, oldest first.
 
         Each page holds the relations going out of its entities. `total` counts entities;
@@ -247,7 +250,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         open_nodes when you know what you are looking for. Example: read_graph(limit=50)
         -> {"entities": [...], "relations": [...], "total": 120, "next_offset": 50}
         """
-        return _reply(lambda: kg.read_graph(limit, offset))
+        return _reply(lambda: kg.read_graph(limit, offset, as_of))
 
     @server.tool(annotations=_hints(title="Search nodes", **read_only))
     def search_nodes(
@@ -262,6 +265,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         ],
         limit: Limit = 50,
         offset: Offset = 0,
+        as_of: AsOf = None,
     ) -> Annotated[CallToolResult, GraphOut]:
         """Find entities whose name, type or observations contain any word of the query.
 
@@ -269,11 +273,12 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         read_graph. Example: search_nodes(query="spanish") ->
         {"entities": [{"name": "David Barnett", ...}], "relations": [...], "total": 1}
         """
-        return _reply(lambda: kg.search_nodes(query, limit, offset))
+        return _reply(lambda: kg.search_nodes(query, limit, offset, as_of))
 
     @server.tool(annotations=_hints(title="Open nodes", **read_only))
     def open_nodes(
         names: Annotated[list[EntityName], Field(min_length=1, max_length=LIMITS.page)],
+        as_of: AsOf = None,
     ) -> Annotated[CallToolResult, GraphOut]:
         """Get entities by name (any case) and the relations between them.
 
@@ -281,7 +286,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         "QuintoAndar"]) -> {"entities": [...2...], "relations": [{"from": "David Barnett",
         "to": "QuintoAndar", "relationType": "works_at"}]}
         """
-        return _reply(lambda: kg.open_nodes(names))
+        return _reply(lambda: kg.open_nodes(names, as_of))
 
 
 def apply_toolsets(server: MCPServer[Any], store: Store, toolsets: tuple[str, ...]) -> None:

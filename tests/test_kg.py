@@ -229,3 +229,28 @@ def test_kg_namespace_and_toolsets_are_configurable(make_store: Callable[..., St
         Settings.from_env({"KEYTRAIL_TOOLSETS": "keygraph,graphql"})
     with pytest.raises(InvalidInput, match="toolsets"):
         parse_toolsets(" , ")
+
+
+def test_reads_as_of_a_past_point_see_the_graph_then_and_write_nothing(
+    kg: KnowledgeGraph, store: Store
+) -> None:
+    kg.create_entities(
+        [EntityInput("Alice", "person", ["likes tea"]), EntityInput("Bob", "person")]
+    )
+    kg.create_relations([RelationInput("Alice", "Bob", "knows")])
+    then = store.state.seq
+    kg.delete_entities(["Bob"])
+    kg.add_observations([ObservationInput("Alice", ["moved to Oslo"])])
+
+    assert names(kg.read_graph()) == ["Alice"]
+    written = log_bytes(store.home)
+    past = msgspec.to_builtins(kg.read_graph(as_of=then))
+    assert [e["name"] for e in past["entities"]] == ["Alice", "Bob"]
+    assert past["relations"] == [{"from": "Alice", "to": "Bob", "relationType": "knows"}]
+    assert names(kg.search_nodes("oslo", as_of=then)) == []
+    assert names(kg.search_nodes("oslo")) == ["Alice"]
+    opened = msgspec.to_builtins(kg.open_nodes(["Alice", "Bob"], as_of=then))
+    assert len(opened["relations"]) == 1
+    assert log_bytes(store.home) == written
+    with pytest.raises(InvalidInput):
+        kg.read_graph(as_of=10_000)
