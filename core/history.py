@@ -19,7 +19,10 @@ import msgspec
 
 from keytrail.events import (
     AnyEvent,
+    EntitiesCreated,
+    EntitiesDeleted,
     EventLog,
+    GraphImported,
     InvalidInput,
     KeyAliased,
     LinksAdjusted,
@@ -29,6 +32,7 @@ from keytrail.events import (
     MemoryRead,
     MemoryRemembered,
     NotFound,
+    ObservationsDeleted,
     RulesChanged,
     StoreCreated,
     decode_line,
@@ -199,6 +203,31 @@ def _only(event: AnyEvent, chain: set[str]) -> AnyEvent | None:
     if isinstance(event, MemoriesExpired):
         ids = [i for i in event.memory_ids if i in chain]
         return msgspec.structs.replace(event, memory_ids=ids) if ids else None
+    if isinstance(event, EntitiesCreated):
+        mine = [m for m in event.observations if m.memory_id in chain]
+        if not mine:
+            return None
+        return msgspec.structs.replace(event, observations=mine)
+    if isinstance(event, GraphImported):
+        items = [i for i in event.memories if i.memory.memory_id in chain]
+        if not items:
+            return None
+        kept = [
+            msgspec.structs.replace(i, memory=msgspec.structs.replace(i.memory, related_to=[]))
+            for i in items
+        ]
+        return msgspec.structs.replace(event, memories=kept, relations=[])
+    if isinstance(event, ObservationsDeleted):
+        ids = [i for i in event.memory_ids if i in chain]
+        return msgspec.structs.replace(event, memory_ids=ids) if ids else None
+    if isinstance(event, EntitiesDeleted):
+        gone = [i for i in event.forgotten if i in chain]
+        cut = [u for u in event.unlinked if u.memory_id in chain]
+        if not gone and not cut:
+            return None
+        return msgspec.structs.replace(
+            event, key_ids=[], forgotten=gone, unlinked=cut, relations=[]
+        )
     if isinstance(event, StoreCreated | RulesChanged):
         return event
     return None
@@ -216,6 +245,14 @@ def _affected(event: AnyEvent) -> list[str]:
         return list(dict.fromkeys(a.memory_id for a in event.adjustments))
     if isinstance(event, MemoriesExpired):
         return list(event.memory_ids)
+    if isinstance(event, EntitiesCreated):
+        return [m.memory_id for m in event.observations]
+    if isinstance(event, GraphImported):
+        return [i.memory.memory_id for i in event.memories]
+    if isinstance(event, ObservationsDeleted):
+        return list(event.memory_ids)
+    if isinstance(event, EntitiesDeleted):
+        return [*event.forgotten, *(u.memory_id for u in event.unlinked)]
     return []
 
 
@@ -303,6 +340,36 @@ def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]
         for memory_id in event.memory_ids:
             if memory_id in chain:
                 out.append(Touch(**base, memory_id=memory_id, what="expired"))
+    elif isinstance(event, EntitiesCreated):
+        for new in event.observations:
+            if new.memory_id in chain:
+                names = ", ".join(filter(None, (label(k.key_id) for k in new.keys)))
+                what = "created as an observation" + (f" of {names}" if names else "")
+                out.append(Touch(**base, memory_id=new.memory_id, what=what))
+    elif isinstance(event, GraphImported):
+        for item in event.memories:
+            if item.memory.memory_id in chain:
+                what = f"imported from {event.format}" + (
+                    f" {event.source}" if event.source else ""
+                )
+                out.append(Touch(**base, memory_id=item.memory.memory_id, what=what))
+    elif isinstance(event, ObservationsDeleted):
+        for memory_id in event.memory_ids:
+            if memory_id in chain:
+                out.append(Touch(**base, memory_id=memory_id, what="deleted as an observation"))
+    elif isinstance(event, EntitiesDeleted):
+        for memory_id in event.forgotten:
+            if memory_id in chain:
+                out.append(Touch(**base, memory_id=memory_id, what="deleted with its entity"))
+        for cut in event.unlinked:
+            if cut.memory_id in chain:
+                out.append(
+                    Touch(
+                        **base,
+                        memory_id=cut.memory_id,
+                        what=f"unlinked from deleted entity {label(cut.key_id) or cut.key_id}",
+                    )
+                )
     return out
 
 

@@ -265,3 +265,30 @@ def test_mcp_as_of_history_and_changes(tmp_path: Path) -> None:
                 assert bad.is_error and "outside the log" in bad.content[0].text  # type: ignore[union-attr]
 
     anyio.run(scenario)
+
+
+def test_history_of_knowledge_graph_observations(make_store: Callable[..., Store]) -> None:
+    from keytrail.core.importers import import_text
+    from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+
+    store = make_store()
+    kg = KnowledgeGraph(store)
+    kg.create_entities(
+        [EntityInput("Alice", "person", ["likes tea"]), EntityInput("Bob", "person", ["is tall"])]
+    )
+    kg.delete_observations([ObservationInput("Alice", ["likes tea"])])
+    kg.delete_entities(["Bob"])
+    cat = '{"type":"entity","name":"Cy","entityType":"cat","observations":["naps"]}'
+    import_text(store, cat, "cats.jsonl")
+
+    def story(content: str) -> list[tuple[str, str]]:
+        memory = next(m for m in store.state.memories.values() if m.content == content)
+        return [(t.type, t.what) for t in history(store, memory.id).events]
+
+    forgotten = [m.id for m in store.state.memories.values() if m.status == "forgotten"]
+    for memory_id in forgotten:
+        first = history(store, memory_id).events[0]
+        assert first.what.startswith("created as an observation of ")
+    assert story("naps") == [("graph.imported", "imported from memory-jsonl cats.jsonl")]
+    whats = {t.what for mid in forgotten for t in history(store, mid).events}
+    assert {"deleted as an observation", "deleted with its entity"} <= whats
