@@ -111,21 +111,12 @@ class Settings:
         ):
             if env.get(var):
                 values[name] = env[var]
-        for name, var, kind in (
-            ("time_decay_days", "KEYTRAIL_TIME_DECAY_DAYS", float),
-            ("hub_min", "KEYTRAIL_HUB_MIN", int),
-            ("snapshot_every", "KEYTRAIL_SNAPSHOT_EVERY", int),
-            ("segment_bytes", "KEYTRAIL_SEGMENT_BYTES", int),
-            ("embed_dim", "KEYTRAIL_EMBED_DIM", int),
-            ("alias_after_reads", "KEYTRAIL_ALIAS_AFTER_READS", int),
-            ("learned_aliases_per_key", "KEYTRAIL_LEARNED_ALIASES_PER_KEY", int),
-            ("alias_unused_reads", "KEYTRAIL_ALIAS_UNUSED_READS", int),
-        ):
+        for name, (kind, _help) in _SCALARS.items():
+            var = f"KEYTRAIL_{name.upper()}"
             if env.get(var):
                 values[name] = _parse(var, env[var], kind)
-        values["rules"] = _override(FoldRules(), "KEYTRAIL_", env)
-        values["limits"] = _override(Limits(), "KEYTRAIL_MAX_", env)
-        values["hybrid"] = _override(HybridParams(), "KEYTRAIL_HYBRID_", env)
+        for attr, prefix, _template in _GROUPS:
+            values[attr] = _override(getattr(_DEFAULTS, attr), prefix, env)
         values["threshold_overrides"] = {
             f.name: _parse(
                 f"KEYTRAIL_THRESHOLD_{f.name.upper()}",
@@ -158,47 +149,58 @@ class Variable:
         return "--" + self.env.removeprefix("KEYTRAIL_").lower().replace("_", "-")
 
 
-_SCALAR_HELP = {
-    "time_decay_days": "days in the time factor 0.5 + 0.5*exp(-age*(1-0.7*depth)/days)",
-    "hub_min": "a key with at least this many active memories in a namespace is a hub",
-    "snapshot_every": "write a key-graph snapshot after this many new events",
-    "segment_bytes": "start a new log segment past this size",
+#: Scalar settings, each set by KEYTRAIL_<NAME>: name -> (type, help).
+_SCALARS: dict[str, tuple[type[Any], str]] = {
+    "time_decay_days": (float, "days in the time factor 0.5 + 0.5*exp(-age*(1-0.7*depth)/days)"),
+    "hub_min": (int, "a key with at least this many active memories in a namespace is a hub"),
+    "snapshot_every": (int, "write a key-graph snapshot after this many new events"),
+    "segment_bytes": (int, "start a new log segment past this size"),
+    "embed_dim": (int, "dimension of an OpenAI-compatible model keytrail does not know"),
+    "alias_after_reads": (int, "reads through a key with the same query that make it an alias"),
+    "learned_aliases_per_key": (int, "learned aliases a key may hold at once"),
+    "alias_unused_reads": (int, "reads through a key without its learned alias that drop it"),
 }
+
+#: Groups of settings, each field set by <prefix><FIELD>: (Settings attribute, prefix, help).
+_GROUPS = (
+    ("limits", "KEYTRAIL_MAX_", "input limit: {}"),
+    ("rules", "KEYTRAIL_", "fold rule, fixed in a new store's log: {}"),
+    ("hybrid", "KEYTRAIL_HYBRID_", "direct recall: {}"),
+)
+
+_DEFAULTS = Settings()
+
+
+def _field_names(obj: Any) -> list[str]:
+    import msgspec
+
+    if isinstance(obj, msgspec.Struct):
+        return [f.name for f in msgspec.structs.fields(obj)]
+    return [f.name for f in dataclasses.fields(obj)]
 
 
 def tunable_variables() -> list[Variable]:
     """Every KEYTRAIL_* setting beyond the store options, in the order `serve --help` shows them.
 
-    Store options (KEYTRAIL_HOME, _EMBEDDER, _EMBED_MODEL, _EMBED_MODEL_PATH, _NAMESPACE) have
-    flags of their own on every verb.
+    Store options (KEYTRAIL_HOME, _EMBEDDER, _EMBED_MODEL, _EMBED_MODEL_PATH, _NAMESPACE,
+    _KG_NAMESPACE, _TOOLSETS) have flags of their own. `Settings.from_env` reads the same
+    tables, so a setting cannot have a variable without a flag.
     """
-    defaults = Settings()
     found = [
-        Variable(
-            f"KEYTRAIL_{name.upper()}", type(getattr(defaults, name)), getattr(defaults, name), h
-        )
-        for name, h in _SCALAR_HELP.items()
+        Variable(f"KEYTRAIL_{name.upper()}", kind, getattr(_DEFAULTS, name), help_)
+        for name, (kind, help_) in _SCALARS.items()
     ]
-    found += [
-        Variable(
-            f"KEYTRAIL_MAX_{f.name.upper()}",
-            type(getattr(defaults.limits, f.name)),
-            getattr(defaults.limits, f.name),
-            f"input limit: {f.name.replace('_', ' ')}",
-        )
-        for f in dataclasses.fields(Limits)
-    ]
-    import msgspec
-
-    found += [
-        Variable(
-            f"KEYTRAIL_{f.name.upper()}",
-            float,
-            f.default,
-            f"fold rule, fixed in a new store's log: {f.name.replace('_', ' ')}",
-        )
-        for f in msgspec.structs.fields(FoldRules)
-    ]
+    for attr, prefix, template in _GROUPS:
+        group = getattr(_DEFAULTS, attr)
+        found += [
+            Variable(
+                prefix + name.upper(),
+                type(getattr(group, name)),
+                getattr(group, name),
+                template.format(name.replace("_", " ")),
+            )
+            for name in _field_names(group)
+        ]
     found += [
         Variable(
             f"KEYTRAIL_THRESHOLD_{f.name.upper()}",
@@ -233,16 +235,11 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
 
 
 def _override(obj: Any, prefix: str, env: Mapping[str, str]) -> Any:
-    """A copy of a FoldRules or Limits with fields replaced by `<prefix><FIELD>` variables."""
+    """A copy of a settings group with fields replaced by `<prefix><FIELD>` variables."""
     import msgspec
 
-    names = (
-        [f.name for f in msgspec.structs.fields(obj)]
-        if isinstance(obj, msgspec.Struct)
-        else [f.name for f in dataclasses.fields(obj)]
-    )
     changes: dict[str, Any] = {}
-    for name in names:
+    for name in _field_names(obj):
         var = prefix + name.upper()
         if env.get(var):
             changes[name] = _parse(var, env[var], type(getattr(obj, name)))

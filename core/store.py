@@ -299,20 +299,19 @@ class Store(Queries, HybridQueries):
     # -- staying current -------------------------------------------------------------------
 
     def _fold(self, events: Iterable[AnyEvent]) -> None:
-        events = list(events)
         fold(self._noting_forgets(events), self.state)
-        # Forgotten memories leave the text index on its next catch-up.
-        self._forgotten_unindexed.extend(
-            e.memory_id for e in events if isinstance(e, MemoryForgotten)
-        )
 
     def _noting_forgets(self, events: Iterable[AnyEvent]) -> Iterator[AnyEvent]:
+        """Pass events through to the fold, noting each forget on the way (one pass)."""
         for event in events:
             if type(event) is MemoryForgotten:
-                # The fold is lazy: the state holds every earlier event, content included.
+                # Folded lazily: the state holds every earlier event, content included. The
+                # content's vector rows are erased at our next write; the text index drops
+                # the memory on its next catch-up.
                 node = self.state.memories.get(event.memory_id)
                 if node is not None and node.content:
                     self._forgotten_digests.add(text_hash(node.content))
+                self._forgotten_unindexed.append(event.memory_id)
             yield event
 
     def refresh(self) -> GraphState:

@@ -15,6 +15,8 @@ def _value_of(settings: Settings, env: str) -> object:
     name = env.removeprefix("KEYTRAIL_").lower()
     if name.startswith("threshold_"):
         return settings.threshold_overrides.get(name.removeprefix("threshold_"))
+    if name.startswith("hybrid_"):
+        return getattr(settings.hybrid, name.removeprefix("hybrid_"))
     if name.startswith("max_"):
         return getattr(settings.limits, name.removeprefix("max_"))
     if name in {f.name for f in msgspec.structs.fields(settings.rules)}:
@@ -36,6 +38,8 @@ def test_the_registry_covers_every_limit_rule_and_threshold() -> None:
     defaults = Settings()
     expected = {f"KEYTRAIL_MAX_{f.name.upper()}" for f in dataclasses.fields(defaults.limits)}
     expected |= {f"KEYTRAIL_{f.name.upper()}" for f in msgspec.structs.fields(defaults.rules)}
+    expected |= {f"KEYTRAIL_HYBRID_{f.name.upper()}" for f in dataclasses.fields(defaults.hybrid)}
+    expected |= {"KEYTRAIL_EMBED_DIM", "KEYTRAIL_ALIAS_AFTER_READS", "KEYTRAIL_ALIAS_UNUSED_READS"}
     assert expected <= listed
     assert len([v for v in listed if v.startswith("KEYTRAIL_THRESHOLD_")]) == 6
 
