@@ -132,6 +132,7 @@ def purge(
         # back, and a resumed purge could not find them.
         touched += _scrub_torn(log.dir / "torn", plan.contents.values())
         if apply_redaction(plan):
+            log.segment_replaced(name)
             touched.append(f"log/{name}")
     first = min(e.created_seq for e in entries)
     touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot, first)

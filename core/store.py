@@ -251,6 +251,7 @@ class Store(Queries, HybridQueries):
                 with self.log.lock() as app:
                     self._fold(app.pending)
                     self._save_snapshot(self.state)
+            self.log.close()
 
     def __enter__(self) -> Store:
         return self

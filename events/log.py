@@ -10,6 +10,11 @@ Writers serialise on an exclusive flock of `lock`. Under the lock a writer first
 other processes appended (so its decision sees them), then appends, then fsyncs before anyone is
 told the command happened. Readers never lock: they read complete lines past their cursor, and a
 partial last line (a write in progress, or a crashed writer's torn tail) is simply not there yet.
+
+A writer keeps the lock file and the segment it appends to open between commands. Whether anyone
+else touched the log since is two `stat`s under the lock: the cursor's segment still has the
+inode and the size this process last saw, and no segment starts at the next seq. Anything else
+(another writer, a torn tail, a forget that rewrote the segment by rename) takes the full path.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,6 +92,17 @@ class EventLog:
         self._at = EPOCH
         self._dir_mtime = -1
         self._segments: list[str] = []
+        self._dir_str = str(self.dir)
+        self._lock_str = str(self.lock_path)
+        #: serialises lock() between threads: the flock is per open file, which they would share
+        self._threads = threading.Lock()
+        #: (fd, inode, pid) of the lock file, kept open across commands
+        self._lock_file: tuple[int, int, int] | None = None
+        #: (segment, inode) the cursor stands at the end of, as of this process's last look
+        #: under the lock: if both still hold, no other writer has appended since
+        self._tail: tuple[str, int] | None = None
+        #: (segment, inode, fd) this process appends to, kept open across commands
+        self._writer: tuple[str, int, int] | None = None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -227,14 +244,104 @@ class EventLog:
     @contextmanager
     def lock(self) -> Iterator[Appender]:
         """Hold the appenders' lock: cut a torn tail, catch up, then append as often as needed."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
+        with self._threads:
+            fd = self._acquire()
+            try:
+                if self._untouched():
+                    pending: list[AnyEvent] = []
+                else:
+                    self._cut_torn_tail()
+                    pending = self.read_new()
+                    self._note_tail()
+                yield Appender(self, pending)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _acquire(self) -> int:
+        """flock the lock file (opened once per process, again if replaced); return its fd."""
+        while True:
+            held = self._lock_file
+            if held is None or held[2] != os.getpid():
+                # A forked child must not share its parent's open file: the flock would be shared.
+                fd = os.open(self._lock_str, os.O_RDWR | os.O_CREAT, 0o644)
+                held = self._lock_file = (fd, os.fstat(fd).st_ino, os.getpid())
+            fd, inode, _ = held
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self._cut_torn_tail()
-            pending = self.read_new()
-            yield Appender(self, pending)
-        finally:
-            os.close(fd)  # closing releases the flock
+            try:
+                if os.stat(self._lock_str).st_ino == inode:
+                    return fd
+            except FileNotFoundError:
+                pass
+            # Someone replaced the lock file: a lock on the old one excludes nobody.
+            self._lock_file = None
+            os.close(fd)
+
+    def _untouched(self) -> bool:
+        """Under the lock: nobody appended, cut or rewrote the log since this process looked."""
+        tail = self._tail
+        if tail is None or tail[0] != self._segment:
+            return False
+        try:
+            st = os.stat(f"{self._dir_str}/{tail[0]}")
+        except FileNotFoundError:
+            return False
+        return (
+            st.st_ino == tail[1]
+            and st.st_size == self._offset
+            and not os.path.exists(f"{self._dir_str}/{segment_name(self._seq + 1)}")
+        )
+
+    def _note_tail(self) -> None:
+        """Under the lock, caught up: remember which file the cursor stands at the end of."""
+        self._tail = None
+        if self._segment is not None:
+            with suppress(FileNotFoundError):
+                self._tail = (self._segment, os.stat(self.dir / self._segment).st_ino)
+
+    def _writer_fd(self, name: str, create: bool) -> int:
+        """An fd for appending to segment `name` (the cursor's, checked under the lock)."""
+        writer = self._writer
+        if (
+            writer is not None
+            and not create
+            and writer[0] == name
+            and self._tail is not None
+            and self._tail == writer[:2]
+        ):
+            return writer[2]
+        self._close_writer()
+        fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT, 0o644)
+        inode = os.fstat(fd).st_ino
+        self._writer = (name, inode, fd)
+        self._tail = (name, inode)
+        return fd
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            fd = self._writer[2]
+            self._writer = None
+            os.close(fd)
+
+    def segment_replaced(self, name: str) -> None:
+        """Segment `name` was rewritten (by rename): forget its open file and its inode."""
+        if self._tail is not None and self._tail[0] == name:
+            self._tail = None
+        if self._writer is not None and self._writer[0] == name:
+            self._close_writer()
+
+    def close(self) -> None:
+        """Close the files kept open for appending (they reopen on the next lock)."""
+        with self._threads:
+            self._close_writer()
+            if self._lock_file is not None:
+                fd, _, pid = self._lock_file
+                self._lock_file = None
+                if pid == os.getpid():
+                    os.close(fd)
+
+    def __del__(self) -> None:
+        with suppress(Exception):  # at interpreter shutdown, or half-built
+            self.close()
 
     def _cut_torn_tail(self) -> None:
         segments = self.segments(fresh=True)
@@ -302,20 +409,16 @@ class Appender:
             name = segment_name(stamped.seq)
         offset = 0 if new_segment else log._offset
         assert name is not None
-        path = log.dir / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = log._writer_fd(name, new_segment)
+        written = 0
         try:
-            written = 0
-            try:
-                while written < len(line):
-                    written += os.pwrite(fd, line[written:], offset + written)
-                os.fsync(fd)
-            except BaseException:
-                # Never leave half a line behind a failed write: the command did not happen.
-                os.ftruncate(fd, offset)
-                raise
-        finally:
-            os.close(fd)
+            while written < len(line):
+                written += os.pwrite(fd, line[written:], offset + written)
+            os.fsync(fd)
+        except BaseException:
+            # Never leave half a line behind a failed write: the command did not happen.
+            os.ftruncate(fd, offset)
+            raise
         if new_segment:
             _fsync_dir(log.dir)
         log._segment, log._offset = name, offset + len(line)
