@@ -262,7 +262,7 @@ class Batch:
         if not candidates:
             return None, []
         ids = list(candidates)
-        sims = store.embed(list(candidates.values())) @ vector
+        sims = store.embed_contents(candidates) @ vector
         order = np.argsort(-sims)
         fingerprint = store.embedder.fingerprint
         top = float(sims[order[0]])

@@ -63,27 +63,44 @@ class HashEmbedder:
 
     def __init__(self, dim: int = 256) -> None:
         self.dim = dim
+        self._cache: dict[str, tuple[list[int], list[float]]] = {}
 
     @property
     def fingerprint(self) -> str:
         return f"hash:v1:{self.dim}"
 
     _word = re.compile(r"\w+")
+    #: Words whose hashed features are kept (cleared when full): text repeats its words.
+    _WORD_CACHE = 65536
 
-    def _features(self, text: str) -> list[str]:
-        feats: list[str] = []
-        for word in self._word.findall(text.casefold()):
-            feats.append(word)
-            padded = f"<{word}>"
-            feats.extend(padded[i : i + 3] for i in range(len(padded) - 2))
-        return feats
+    def _word_features(self, word: str) -> tuple[list[int], list[float]]:
+        """Columns and signs of a word and its character trigrams."""
+        padded = f"<{word}>"
+        feats = [word, *(padded[i : i + 3] for i in range(len(padded) - 2))]
+        columns, signs = [], []
+        for feat in feats:
+            h = zlib.crc32(feat.encode())
+            columns.append(h % self.dim)
+            signs.append(1.0 if (h >> 31) & 1 else -1.0)
+        return columns, signs
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        cache = self._cache
         for row, text in enumerate(texts):
-            for feat in self._features(text):
-                h = zlib.crc32(feat.encode())
-                out[row, h % self.dim] += 1.0 if (h >> 31) & 1 else -1.0
+            columns: list[int] = []
+            signs: list[float] = []
+            for word in self._word.findall(text.casefold()):
+                got = cache.get(word)
+                if got is None:
+                    if len(cache) >= self._WORD_CACHE:
+                        cache.clear()
+                    got = cache[word] = self._word_features(word)
+                columns += got[0]
+                signs += got[1]
+            if columns:
+                # Sums of +-1 are exact in any order, so this equals adding feature by feature.
+                out[row] = np.bincount(columns, weights=signs, minlength=self.dim)
         return _normalise(out)
 
 

@@ -13,7 +13,7 @@ import itertools
 import os
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -149,6 +149,8 @@ class Store(Queries, HybridQueries):
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
         self._forgotten_unindexed: list[str] = []
+        #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
+        self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
         self.past = PastStates(self)
         self.state = self._open_state(progress)
@@ -312,6 +314,7 @@ class Store(Queries, HybridQueries):
                 node = self.state.memories.get(event.memory_id)
                 if node is not None and node.content:
                     self._forgotten_digests.add(text_hash(node.content))
+                self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
             yield event
 
@@ -342,9 +345,13 @@ class Store(Queries, HybridQueries):
 
     # -- embeddings ------------------------------------------------------------------------
 
-    def embed(self, texts: Sequence[str]) -> Matrix:
-        """Unit vectors for `texts`, from the cache where possible (each text embedded once)."""
-        digests = [text_hash(t) for t in texts]
+    def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
+        """Unit vectors for `texts`, from the cache where possible (each text embedded once).
+
+        `digests`, when the caller knows them, are the texts' `text_hash`es.
+        """
+        if digests is None:
+            digests = [text_hash(t) for t in texts]
         missing = {d: t for d, t in zip(digests, texts, strict=True) if d not in self.vectors}
         if missing:
             self.vectors.refresh()
@@ -356,6 +363,23 @@ class Store(Queries, HybridQueries):
             if digests
             else np.zeros((0, self.embedder.dim), dtype=np.float32)
         )
+
+    def embed_contents(self, contents: Mapping[str, str]) -> Matrix:
+        """Unit vectors of memory contents, given by memory id (each one hashed only once).
+
+        Only memories of the log are remembered: an id decided in a command that then failed
+        was never written, and could come again with another content.
+        """
+        memo, known = self._content_digests, self.state.memories
+        digests = []
+        for memory_id, content in contents.items():
+            digest = memo.get(memory_id)
+            if digest is None:
+                digest = text_hash(content)
+                if memory_id in known:
+                    memo[memory_id] = digest
+            digests.append(digest)
+        return self.embed(list(contents.values()), digests)
 
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""
@@ -476,15 +500,16 @@ class Store(Queries, HybridQueries):
         ]
         # Embed before taking the lock: a model call must not block other writers.
         with self._mutex:
-            self.embed(
+            vectors = self.embed(
                 [c.content for c in checked]
                 + [k.label for c in checked for k in c.keys if k.type == "concept"]
             )
-        return self._write(lambda app: self._decide_remember(app, checked, _single))
+        return self._write(lambda app: self._decide_remember(app, checked, vectors, _single))
 
     def _decide_remember(
-        self, app: Appender, checked: list[_Checked], single: bool
+        self, app: Appender, checked: list[_Checked], vectors: Matrix, single: bool
     ) -> list[Remembered]:
+        """Decide each item in turn; `vectors` starts with one row per item's content."""
         batch = Batch(self)
         news: list[NewMemory] = []
         outcomes: list[Remembered] = []
@@ -497,7 +522,7 @@ class Store(Queries, HybridQueries):
             if item.extracted:
                 links = [msgspec.structs.replace(lk, extracted=True) for lk in links]
             memory_id = batch.new_memory_id()
-            vector = self.embed([item.content])[0]
+            vector = vectors[i]
             duplicate, contradictions = batch.compare(
                 item.namespace, item.content, vector, [link.key_id for link in links]
             )

@@ -58,6 +58,9 @@ class VectorCache:
         self.fingerprint = fingerprint
         self.dim = dim
         self.dir = directory / _safe(fingerprint) if directory is not None else None
+        # As strings: built once, not per write (pathlib joins cost more than the syscalls).
+        self._hashes_path = "" if self.dir is None else os.path.join(self.dir, "hashes.txt")
+        self._vectors_path = "" if self.dir is None else os.path.join(self.dir, "vectors.f32")
         self._rows: dict[str, int] = {}
         self._matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
         self._count = 0
@@ -75,8 +78,11 @@ class VectorCache:
         """Load rows other processes appended since the last look."""
         if self.dir is None:
             return
-        hashes_path, vectors_path = self.dir / "hashes.txt", self.dir / "vectors.f32"
+        hashes_path, vectors_path = self._hashes_path, self._vectors_path
         try:
+            # One stat answers the usual question (nobody appended) without opening both files.
+            if os.stat(vectors_path).st_size // (4 * self.dim) <= self._persisted:
+                return
             with open(hashes_path, "rb") as hf, open(vectors_path, "rb") as vf:
                 hf_size = os.fstat(hf.fileno()).st_size
                 rows_on_disk = os.fstat(vf.fileno()).st_size // (4 * self.dim)
@@ -167,15 +173,20 @@ class VectorCache:
         self.refresh()
         if not self._pending:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
         rows = self._matrix[self._persisted : self._count]
-        with open(self.dir / "vectors.f32", "ab") as vf:
-            vf.truncate(self._persisted * 4 * self.dim)
-            vf.seek(self._persisted * 4 * self.dim)
-            vf.write(np.ascontiguousarray(rows, dtype=np.float32).tobytes())
-        with open(self.dir / "hashes.txt", "ab") as hf:
-            hf.truncate(self._persisted * _HASH_LINE)  # drop a torn line left by a crash
-            hf.write("".join(f"{d}\n" for d in self._pending).encode())
+        # Anything past our rows is a torn row or line left by a crash: written over.
+        _write_at(
+            self.dir,
+            self._vectors_path,
+            self._persisted * 4 * self.dim,
+            np.ascontiguousarray(rows, dtype=np.float32).tobytes(),
+        )
+        _write_at(
+            self.dir,
+            self._hashes_path,
+            self._persisted * _HASH_LINE,
+            "".join(f"{d}\n" for d in self._pending).encode(),
+        )
         self._persisted = self._count
         self._pending = []
 
@@ -229,6 +240,23 @@ class VectorCache:
             if digest in self._rows:
                 self._matrix[self._rows.pop(digest)] = 0.0
         return len(rows)
+
+
+def _write_at(directory: Path, path: str, offset: int, data: bytes) -> None:
+    """Make file `path` (in `directory`) exactly its first `offset` bytes followed by `data`."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size != offset:
+            os.ftruncate(fd, offset)
+        view, written = memoryview(data), 0
+        while written < len(data):
+            written += os.pwrite(fd, view[written:], offset + written)
+    finally:
+        os.close(fd)
 
 
 def cached_fingerprints(directory: Path) -> list[tuple[str, int, int | None]]:
