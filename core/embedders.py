@@ -7,6 +7,7 @@ An embedder turns texts into unit float32 vectors and names itself with a finger
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import zlib
@@ -100,8 +101,13 @@ class HashEmbedder:
                 signs += got[1]
             if columns:
                 # Sums of +-1 are exact in any order, so this equals adding feature by feature.
-                out[row] = np.bincount(columns, weights=signs, minlength=self.dim)
-        return _normalise(out)
+                counts = np.bincount(columns, weights=signs, minlength=self.dim)
+                squares = float(counts @ counts)  # an exact integer
+                if squares:
+                    # The float32 norm and division of `_normalise`, bit for bit: each float32
+                    # operation done in float64 and rounded once is correctly rounded.
+                    out[row] = counts / float(np.float32(math.sqrt(squares)))
+        return out
 
 
 class FastEmbedder:

@@ -352,17 +352,14 @@ class Store(Queries, HybridQueries):
         """
         if digests is None:
             digests = [text_hash(t) for t in texts]
-        missing = {d: t for d, t in zip(digests, texts, strict=True) if d not in self.vectors}
-        if missing:
-            self.vectors.refresh()
-            missing = {d: t for d, t in missing.items() if d not in self.vectors}
-        if missing:
-            self.vectors.put_many(list(missing), self.embedder.embed(list(missing.values())))
-        return (
-            self.vectors.rows(digests)
-            if digests
-            else np.zeros((0, self.embedder.dim), dtype=np.float32)
-        )
+        if not digests:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        if self.vectors.missing(digests):
+            self.vectors.refresh()  # another process may have embedded them meanwhile
+            missing = {digests[i]: texts[i] for i in self.vectors.missing(digests)}
+            if missing:
+                self.vectors.put_many(list(missing), self.embedder.embed(list(missing.values())))
+        return self.vectors.rows(digests)
 
     def embed_contents(self, contents: Mapping[str, str]) -> Matrix:
         """Unit vectors of memory contents, given by memory id (each one hashed only once).
@@ -550,7 +547,7 @@ class Store(Queries, HybridQueries):
                 Remembered(
                     memory_id=memory_id,
                     namespace=item.namespace,
-                    seq=0,
+                    seq=app.next_seq,  # the one event of this command, appended below
                     keys=key_outcomes,
                     expires_at=new.expires_at,
                     deduplicated=Flag(duplicate.memory_id, duplicate.similarity)
@@ -562,7 +559,8 @@ class Store(Queries, HybridQueries):
                 )
             )
         event = self._append(app, MemoryRemembered(memories=news))
-        return [_with_seq(o, event.seq) for o in outcomes]
+        assert event.seq == outcomes[0].seq
+        return outcomes
 
     def correct(
         self,
@@ -800,12 +798,6 @@ class Store(Queries, HybridQueries):
                 value=memory_id,
             )
         return node
-
-
-def _with_seq(outcome: Remembered, seq: int) -> Remembered:
-    from dataclasses import replace
-
-    return replace(outcome, seq=seq)
 
 
 def open_store(home: Path | str | None = None, **kwargs: Any) -> Store:

@@ -127,10 +127,15 @@ class VectorCache:
             if digest not in self._rows:
                 self._put(digest, vector)
 
+    def missing(self, digests: list[str]) -> list[int]:
+        """Positions in `digests` of those without a row."""
+        rows = self._rows
+        return [i for i, d in enumerate(digests) if d not in rows]
+
     def rows(self, digests: list[str]) -> Matrix:
         """The vectors of `digests` (all must be present), as one matrix."""
-        index = np.fromiter((self._rows[d] for d in digests), dtype=np.int64, count=len(digests))
-        return self._matrix[index]
+        rows = self._rows
+        return self._matrix[[rows[d] for d in digests]]
 
     @property
     def manifest_path(self) -> Path | None:

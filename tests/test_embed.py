@@ -4,10 +4,13 @@ resuming an interrupted build, rebuilding a deleted cache to the same answers, p
 from __future__ import annotations
 
 import json
+import random
+import re
 import shutil
 import subprocess
 import sys
 import warnings
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -239,3 +242,35 @@ def test_profiles_for_known_models_and_closest_for_unknown() -> None:
     with pytest.warns(UserWarning, match="bge-small-en-v1.5"):
         assert profile_for("BAAI/bge-base-en-v1.5") == PROFILES["BAAI/bge-small-en-v1.5"]
     assert profile_for("BAAI/bge-m3", {"merge": 0.5}).merge == 0.5
+
+
+def _hash_vector_reference(text: str, dim: int) -> np.ndarray:
+    """hash:v1 as first written: feature by feature into float32, then float32 normalisation."""
+    row = np.zeros((1, dim), dtype=np.float32)
+    for word in re.findall(r"\w+", text.casefold()):
+        padded = f"<{word}>"
+        for feat in [word, *(padded[i : i + 3] for i in range(len(padded) - 2))]:
+            h = zlib.crc32(feat.encode())
+            row[0, h % dim] += 1.0 if (h >> 31) & 1 else -1.0
+    norms = np.linalg.norm(row, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    result: np.ndarray = row / norms
+    return result[0]
+
+
+@pytest.mark.parametrize("dim", [16, 256, 384])
+def test_hash_vectors_stay_bit_identical_to_hash_v1(dim: int) -> None:
+    # Cached vectors are keyed by fingerprint: a faster embedder must give the same bytes.
+    rng = random.Random(dim)
+    words = ["apple", "Apples", "naïve", "Straße", "日本語", "x", "42", "a_b", "running"]
+    words += [f"w{i}" for i in range(500)]
+    texts = ["", "!!", "topic 5"] + [
+        " ".join(rng.choice(words) for _ in range(rng.choice([1, 3, 18, 80, 600])))
+        for _ in range(150)
+    ]
+    embedder = HashEmbedder(dim)
+    batch = embedder.embed(texts)
+    for i, text in enumerate(texts):
+        expected = _hash_vector_reference(text, dim).tobytes()
+        assert batch[i].tobytes() == expected
+        assert embedder.embed([text])[0].tobytes() == expected
