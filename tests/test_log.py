@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -423,3 +424,70 @@ def test_seek_rejects_a_stale_position(tmp_path: Path) -> None:
     p1 = first.position
     assert not fresh.seek(LogPosition(p1.segment, p1.offset, 2, p1.at))
     assert fresh.seek(p1) and [e.seq for e in fresh.read_new()] == [2, 3, 4]
+
+
+# -- a writer keeps its files open between commands -------------------------------------------
+
+
+def test_a_writer_that_keeps_its_segment_open_still_cuts_a_torn_tail(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    append(log, 2)
+    seg = segment_files(tmp_path)[0]
+    good_size = seg.stat().st_size
+    with open(seg, "ab") as f:  # another process died mid-line
+        f.write(encode_line(event(99))[:-7])
+    assert append(log, 1) == [3]
+    assert (tmp_path / "log" / "torn" / f"{seg.name}.{good_size}.torn").exists()
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+    assert verify(tmp_path).events == 3
+
+
+def test_a_segment_rewritten_by_rename_gets_the_next_line(tmp_path: Path) -> None:
+    # What a forget in another process does to the segment this writer holds open.
+    log = EventLog(tmp_path)
+    append(log, 2)
+    seg = segment_files(tmp_path)[0]
+    copy = seg.with_name(".rewrite")
+    copy.write_bytes(seg.read_bytes())
+    os.replace(copy, seg)
+    assert append(log, 1) == [3]
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+
+
+def test_a_writer_sees_a_segment_another_started_with_the_old_one_unchanged(
+    tmp_path: Path,
+) -> None:
+    a = EventLog(tmp_path, segment_bytes=3 * LINE)
+    b = EventLog(tmp_path, segment_bytes=3 * LINE)
+    assert append(a, 3) == [1, 2, 3]
+    assert append(b, 1) == [4]  # rolled: the segment `a` holds open has not changed
+    assert len(segment_files(tmp_path)) == 2
+    with a.lock() as app:
+        assert [e.seq for e in app.pending] == [4]
+        assert app.append(event(5)).seq == 5
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3, 4, 5]
+
+
+def test_threads_sharing_one_log_append_without_gaps_or_repeats(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    got: list[int] = []
+
+    def work() -> None:
+        for i in range(40):
+            got.extend(append(log, 1, i))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(1, 161))
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == list(range(1, 161))
+
+
+def test_closing_a_log_releases_its_files_and_it_appends_again(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    append(log, 1)
+    log.close()
+    assert append(log, 1) == [2]
+    log.close()
