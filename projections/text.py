@@ -24,7 +24,8 @@ import tantivy
 
 from .keygraph import GraphState, MemoryNode
 
-SCHEMA_VERSION = 1
+#: 2: the keys field holds only labels the content does not already contain
+SCHEMA_VERSION = 2
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: Query words the BM25 path ignores (they match nearly every memory and carry no meaning).
 _STOPWORDS_WORDS = """
@@ -59,6 +60,16 @@ def query_terms(text: str) -> list[str]:
     """The words of a query worth searching for, lower-cased, stopwords dropped, in order."""
     words = [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
     return list(dict.fromkeys(words))
+
+
+def _new_labels(content: str, labels: list[str]) -> list[str]:
+    """The key labels whose words the content lacks: what the keys field adds to BM25.
+
+    A label the content already says (every extracted key, most names) would only count its
+    words twice, so a memory's own speaker or a word it repeats outranks better matches.
+    """
+    words = set(_WORD.findall(content.casefold()))
+    return [label for label in labels if not set(_WORD.findall(label.casefold())) <= words]
 
 
 class TextIndex:
@@ -112,7 +123,9 @@ class TextIndex:
         return tantivy.Document(kind="meta", seq=seq, schema=SCHEMA_VERSION)
 
     def _doc(self, node: MemoryNode, state: GraphState) -> tantivy.Document:
-        labels = [state.keys[k].label for k in node.keys if k in state.keys]
+        labels = _new_labels(
+            node.content, [state.keys[k].label for k in node.keys if k in state.keys]
+        )
         return tantivy.Document(
             kind="memory",
             memory_id=node.id,
