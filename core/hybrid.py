@@ -36,6 +36,7 @@ returned weaken) is recorded by the store as one `links.adjusted` event.
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from collections.abc import Iterable
@@ -124,7 +125,7 @@ class MemoryRecall:
     seq: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Candidate:
     node: MemoryNode
     signals: dict[str, SignalScore] = field(default_factory=dict)
@@ -181,13 +182,16 @@ def hybrid_recall(
 ) -> HybridOutcome:
     """Rank memories for `query` from the state and indexes given (see the module docstring)."""
     memories = state.memories
+    checked: dict[str, MemoryNode | None] = {}  # every signal and hop asks about the same ids
 
     def eligible(memory_id: str) -> MemoryNode | None:
+        if memory_id in checked:
+            return checked[memory_id]
         node = memories.get(memory_id)
-        if node is None or not visible(node, now):
-            return None
-        if namespace is not None and node.namespace != namespace:
-            return None
+        wrong_namespace = namespace is not None and node is not None and node.namespace != namespace
+        if node is None or wrong_namespace or not visible(node, now):
+            node = None
+        checked[memory_id] = node
         return node
 
     limit = params.candidates
@@ -233,23 +237,29 @@ def hybrid_recall(
     explored = set(key_edges)
     _expand(state, found, hops, params, eligible, modulate, explored)
 
-    by_score = sorted(found.values(), key=lambda c: (-c.score, c.node.created_seq))
     head = [
-        c for c in by_score[: math.ceil(top_k * params.direct_share)] if c.score >= params.min_score
+        c
+        for c in heapq.nsmallest(
+            math.ceil(top_k * params.direct_share),
+            found.values(),
+            key=lambda c: (-c.score, c.node.created_seq),
+        )
+        if c.score >= params.min_score
     ]
     tail: list[_Candidate] = []
     if len(head) < top_k:
         if sessions is not None and (params.context_neighbour or params.context_session):
             _session_context(found, sessions, params, eligible, modulate)
         chosen = {c.node.id for c in head}
-        tail = sorted(
+        tail = heapq.nsmallest(
+            top_k - len(head),
             (
                 c
                 for c in found.values()
                 if c.node.id not in chosen and c.with_context >= params.min_score
             ),
             key=lambda c: (-c.with_context, c.node.created_seq),
-        )[: top_k - len(head)]
+        )
     for cand in head:
         cand.context, cand.context_from = 0.0, None  # ranked by its own score
     results = head + tail
@@ -385,7 +395,7 @@ def _expand(
             counts[key_id] = [m for m in state.keys[key_id].links if eligible(m) is not None]
         return counts[key_id]
 
-    frontier = sorted(found.values(), key=lambda c: -c.score)[: params.fanout]
+    frontier = heapq.nlargest(params.fanout, found.values(), key=lambda c: c.score)
     for hop in range(1, hops + 1):
         reached: dict[str, _Candidate] = {}  # first reached at this hop
         touched: dict[str, _Candidate] = {}  # whose hop score rose
@@ -400,7 +410,11 @@ def _expand(
                 specificity = 1.0 if len(group) <= 2 else 1.0 / len(group)
                 links = state.keys[key_id].links
                 others = [m for m in group if m != node.id]
-                nearest = sorted(others, key=links.__getitem__, reverse=True)[: params.fanout]
+                nearest = (
+                    others
+                    if len(others) <= params.fanout
+                    else heapq.nlargest(params.fanout, others, key=links.__getitem__)
+                )
                 for memory_id in nearest:
                     explored.add((key_id, memory_id))
                     steps.append((memory_id, key_id, specificity * min(1.0, links[memory_id])))
@@ -418,7 +432,7 @@ def _expand(
         found.update(reached)
         for cand in touched.values():
             modulate(cand)
-        frontier = sorted(reached.values(), key=lambda c: -c.score)[: params.fanout]
+        frontier = heapq.nlargest(params.fanout, reached.values(), key=lambda c: c.score)
         if not frontier:
             break
 
@@ -431,6 +445,8 @@ def _session_context(
     modulate: Any,
 ) -> None:
     """Give each candidate its session context; bring in the adjacent turns of candidates."""
+    if not sessions:
+        return  # nothing was remembered as a session turn
     scored = [c for c in found.values() if c.score > 0 and sessions.session_of(c.node.id)]
     if not scored:
         return

@@ -56,6 +56,10 @@ class SessionOrder:
             self._seen = len(memories)
             return self
 
+    def __len__(self) -> int:
+        """How many memories belong to a session."""
+        return len(self._position)
+
     def session_of(self, memory_id: str) -> tuple[str, str] | None:
         found = self._position.get(memory_id)
         return found[0] if found is not None else None
