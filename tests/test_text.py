@@ -159,3 +159,23 @@ def test_a_writer_killed_mid_commit_leaves_an_index_that_reopens(tmp_path: Path)
         reopened.close()
         shutil.rmtree(home / "index" / "text")  # the next writer starts from scratch
     assert killed >= 2, "the writer finished before it could be killed"
+
+
+def test_the_keys_field_adds_only_what_the_content_does_not_say(store: Store) -> None:
+    # A label the content already says would count its words twice; one it lacks is searchable.
+    said = store.remember("Caroline: the garden is full of tulips", ["Caroline", "tulips"])
+    unsaid = store.remember("Planted bulbs along the fence", ["tulips", "spring garden"])
+    index = store.text_index()
+    assert {h.memory_id for h in index.search("tulips", 5)} == {said.memory_id, unsaid.memory_id}
+    # "Caroline" scores only from content: a memory keyed Caroline without saying it is found.
+    keyed = store.remember("Her favourite flower", ["Caroline"])
+    index = store.text_index()
+    found = [h.memory_id for h in index.search("Caroline", 5)]
+    assert set(found) == {said.memory_id, keyed.memory_id}
+    from keytrail.projections.text import _new_labels
+
+    assert _new_labels("Caroline: the garden is full of tulips", ["Caroline", "tulips"]) == []
+    assert _new_labels("Planted bulbs", ["tulips", "spring garden", "bulbs"]) == [
+        "tulips",
+        "spring garden",
+    ]
