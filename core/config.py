@@ -61,6 +61,10 @@ class HybridParams:
     #: how much of the time factor applies: score x (1 - w + w x time factor). Mild: an old
     #: fact is no less true, recency only breaks near-ties
     time_weight: float = 0.2
+    #: a query naming a period (a day, month or year) raises memories of that period by this
+    #: share; memories told up to date_grace_days after it count (things are told afterwards)
+    date_boost: float = 0.5
+    date_grace_days: float = 7.0
     #: share of top_k ranked by the direct score alone; the rest also count session context
     direct_share: float = 0.5
     #: session context: a memory gains this x the score of its best adjacent turn (the turn

@@ -14,7 +14,9 @@ nothing), summed with per-signal weights and normalised so 1.0 means best in eve
 score fusion keeps how far ahead a hit is, which rank fusion (RRF) throws away: with a weak
 embedding model, RRF let memories that sit mid-list in both BM25 and dense outrank BM25's clear
 top hits. The fused score is then modulated by depth (x (0.9 + 0.1·depth)) and, mildly, time
-(the time factor of DESIGN §5, weighted by `time_weight`). From the best memories a
+(the time factor of DESIGN §5, weighted by `time_weight`), and raised x (1 + date_boost) when
+the query names a period (a day, month or year: "on 1 February, 2023", "in July") that the
+memory's time falls in, or was told within `date_grace_days` after. From the best memories a
 breadth-first walk follows shared keys and related_to edges for up to `hops` hops: a memory
 reached at hop h scores its parent's score x hop_decay x the edge's specificity (1 when only
 the two memories share the key, else 1/count), so hubs add little.
@@ -41,7 +43,7 @@ import math
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +55,7 @@ from . import validation as check
 from .queries import literal_candidates, visible
 from .results import KeyRef
 from .sessions import SessionOrder
+from .when import named_periods
 
 if TYPE_CHECKING:
     from keytrail.events import Appender, EventLog
@@ -82,7 +85,7 @@ class SignalScore:
 
 @dataclass(frozen=True)
 class Explanation:
-    """How a result's score was made: score = max(fused, hop_score) x depth x time + context.
+    """How a result's score: max(fused, hop_score) x depth x time x date + context.
 
     `context` is 0 for the results ranked by their own score (the first `direct_share`).
     """
@@ -97,6 +100,8 @@ class Explanation:
     time_factor: float
     score: float
     context: float = 0.0
+    #: 1 + date_boost when the memory's time falls in a period the query names, else 1
+    date_factor: float = 1.0
     context_from: str | None = None
 
 
@@ -136,6 +141,7 @@ class _Candidate:
     hop_score: float = 0.0
     depth_factor: float = 1.0
     time_factor: float = 1.0
+    date_factor: float = 1.0
     score: float = 0.0
     #: session context added to the score when ranked in the tail (see the module docstring)
     context: float = 0.0
@@ -223,13 +229,25 @@ def hybrid_recall(
             cand.signals[name] = SignalScore(rank, round(raw, 6), round(share, 6))
             cand.fused += share
 
+    grace = timedelta(days=params.date_grace_days)
+    periods = [(start, end + grace) for start, end in named_periods(query, now)]
+
     def modulate(cand: _Candidate) -> None:
         node = cand.node
         cand.depth_factor = 0.9 + 0.1 * node.depth
         cand.time_factor = (
             1 - params.time_weight + params.time_weight * time_factor(node, now, decay_days)
         )
-        cand.score = max(cand.fused, cand.hop_score) * cand.depth_factor * cand.time_factor
+        if periods:
+            when = node.valid_since()
+            named = any(start <= when < end for start, end in periods)
+            cand.date_factor = 1 + params.date_boost if named else 1.0
+        cand.score = (
+            max(cand.fused, cand.hop_score)
+            * cand.depth_factor
+            * cand.time_factor
+            * cand.date_factor
+        )
 
     for cand in found.values():
         modulate(cand)
@@ -637,6 +655,7 @@ class HybridQueries:
                 hop_score=round(cand.hop_score, 6),
                 depth_factor=round(cand.depth_factor, 6),
                 time_factor=round(cand.time_factor, 6),
+                date_factor=round(cand.date_factor, 6),
                 score=round(cand.with_context, 6),
                 context=round(cand.context, 6),
                 context_from=cand.context_from,

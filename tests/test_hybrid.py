@@ -124,7 +124,8 @@ def test_explain_breaks_the_score_down(store: Store) -> None:
         assert e is not None
         assert e.fused == pytest.approx(sum(s.share for s in e.signals.values()), abs=1e-5)
         assert m.score == pytest.approx(
-            max(e.fused, e.hop_score) * e.depth_factor * e.time_factor + e.context, abs=1e-5
+            max(e.fused, e.hop_score) * e.depth_factor * e.time_factor * e.date_factor + e.context,
+            abs=1e-5,
         )
     top = result.memories[0]
     assert top.memory_id == a and set(top.found_by) >= {"bm25", "dense"}
