@@ -40,8 +40,11 @@ def cmd_recall_memories(args: argparse.Namespace) -> int:
             if e.hop:
                 parts.append(f"hop {e.hop} from {e.hop_from} via {e.hop_via} {e.hop_score:.4f}")
             parts.append(f"depth x{e.depth_factor:.3f}  time x{e.time_factor:.3f}")
+            if e.date_factor != 1.0:
+                parts.append(f"named date x{e.date_factor:.2f}")
             if e.context:
-                parts.append(f"session context +{e.context:.4f} (next to {e.context_from})")
+                near = f" (next to {e.context_from})" if e.context_from else ""
+                parts.append(f"session context +{e.context:.4f}{near}")
             print("    " + "; ".join(parts))
     return 0
 
