@@ -2,7 +2,7 @@
 
 Three signals each rank candidate memories:
 
-- **bm25**: the Tantivy text index over content and key labels;
+- **bm25**: the Tantivy text index over content and the key labels the content lacks;
 - **dense**: cosine of the query with each memory's content vector (at or above the model's
   content-recall threshold);
 - **keys**: keys the query matches (names literally, concepts at or above the key-recall

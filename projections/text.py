@@ -1,8 +1,8 @@
 """The text projection: a Tantivy BM25 index over memory content and key labels.
 
-Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field, content,
-key labels, and the `seq` that created it as a fast field, so a search can be limited to what
-existed at a past seq). One extra `meta` document carries the seq the index reflects; it is
+Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field,
+content, the key labels whose words the content lacks, and the `seq` that created it as a fast
+field, so a search can be limited to what existed at a past seq). One extra `meta` document carries the seq the index reflects; it is
 replaced in the same commit as the documents it describes, so the recorded seq and the indexed
 memories can never disagree, whatever point a writer is killed at. Adding a memory deletes any
 document with its id first, so catching up twice over the same events is harmless.
