@@ -2,10 +2,11 @@
 
 Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field,
 content, the key labels whose words the content lacks, and the `seq` that created it as a fast
-field, so a search can be limited to what existed at a past seq). One extra `meta` document carries the seq the index reflects; it is
-replaced in the same commit as the documents it describes, so the recorded seq and the indexed
-memories can never disagree, whatever point a writer is killed at. Adding a memory deletes any
-document with its id first, so catching up twice over the same events is harmless.
+field, so a search can be limited to what existed at a past seq). One extra `meta` document
+carries the seq the index reflects; it is replaced in the same commit as the documents it
+describes, so the recorded seq and the indexed memories can never disagree, whatever point a
+writer is killed at. Adding a memory deletes any document with its id first, so catching up
+twice over the same events is harmless.
 
 The index is derived: when it is missing, unreadable or from another schema it is rebuilt from
 the key graph (which the caller folded from the log). Forgotten memories are deleted from it;
