@@ -18,7 +18,6 @@ from keytrail.events import (
     AnyEvent,
     EntitiesCreated,
     EntitiesDeleted,
-    Event,
     FoldRules,
     GraphImported,
     KeyAliased,
