@@ -41,7 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -184,7 +184,7 @@ def hybrid_recall(
     hops: int,
     namespace: str | None = None,
     max_seq: int | None = None,
-    sessions: SessionOrder | None = None,
+    sessions: Callable[[], SessionOrder] | None = None,
 ) -> HybridOutcome:
     """Rank memories for `query` from the state and indexes given (see the module docstring)."""
     memories = state.memories
@@ -457,14 +457,15 @@ def _expand(
 
 def _session_context(
     found: dict[str, _Candidate],
-    sessions: SessionOrder,
+    order_of: Callable[[], SessionOrder],
     params: HybridParams,
     eligible: Any,
     modulate: Any,
 ) -> None:
     """Give each candidate its session context; bring in the adjacent turns of candidates."""
-    if not sessions:
-        return  # nothing was remembered as a session turn
+    if not any(c.node.session_id is not None for c in found.values()):
+        return  # no candidate is a session turn: the turn order is not even looked at
+    sessions = order_of()
     scored = [c for c in found.values() if c.score > 0 and sessions.session_of(c.node.id)]
     if not scored:
         return
@@ -526,8 +527,10 @@ class HybridQueries:
     def session_order(self) -> SessionOrder:
         """Turn order per session, caught up with the live state (call holding the mutex).
 
-        A read as of the past uses it too: its memories are a prefix of the live ones, and the
-        past state's own eligibility decides which neighbours existed then.
+        Called only when a candidate is a session turn, so a store that never records sessions
+        never walks its memories for it (a lazily opened state stays undecoded). A read as of
+        the past uses it too: its memories are a prefix of the live ones, and the past state's
+        own eligibility decides which neighbours existed then.
         """
         order = self._session_order
         if order is None:
@@ -602,7 +605,7 @@ class HybridQueries:
                 hops=hops,
                 namespace=namespace,
                 max_seq=source.state.seq if source is not self else None,
-                sessions=self.session_order(),
+                sessions=self.session_order,
             )
             if source is not self:
                 learn = False  # a read of the past reinforces nothing

@@ -126,3 +126,12 @@ def test_direct_share_bounds(make_store: Callable[..., Store], share: float) -> 
         assert direct and direct == sorted(direct, reverse=True)
     else:
         assert ids["s1"][0] in {m.memory_id for m in result.memories}
+
+
+def test_a_store_without_sessions_never_walks_for_turn_order(store: Store) -> None:
+    store.remember_batch([RememberItem(t) for t in TALK])  # no session_id
+    assert store.recall_memories("moving new job", learn=False).memories
+    assert store._session_order is None  # the whole-store walk was never needed
+    store.remember_batch([RememberItem(t, session_id="s1") for t in OTHER])
+    store.recall_memories("basil balcony", learn=False)
+    assert store._session_order is not None and len(store._session_order) == len(OTHER)
