@@ -8,12 +8,17 @@ Three signals each rank candidate memories:
 - **keys**: keys the query matches (names literally, concepts at or above the key-recall
   threshold) lead to their memories, scored key similarity x IDF x link weight.
 
-Each signal's scores are scaled to 0..1 (BM25 and keys divided by the best hit; dense as
-(cosine − mean cosine over all rows) / (best − mean), so an unremarkable cosine counts for
-nothing), summed with per-signal weights and normalised so 1.0 means best in every signal. A
-score fusion keeps how far ahead a hit is, which rank fusion (RRF) throws away: with a weak
-embedding model, RRF let memories that sit mid-list in both BM25 and dense outrank BM25's clear
-top hits. The fused score is then modulated by depth (x (0.9 + 0.1·depth)) and, mildly, time
+The lists are fused (`fusion`) in one of two ways, each with per-signal weights and normalised
+so 1.0 means first in every signal:
+
+- **score** (the default): each signal's scores are scaled to 0..1 (BM25 and keys divided by
+  the best hit; dense as (cosine − mean cosine over all rows) / (best − mean), so an
+  unremarkable cosine counts for nothing) and summed. A score fusion keeps how far ahead a hit
+  is, which rank fusion throws away: with a weak embedding model, RRF let memories that sit
+  mid-list in both BM25 and dense outrank BM25's clear top hits.
+- **rrf**: reciprocal rank fusion, a list's item at rank r adds weight / (rrf_k + r).
+
+The fused score is then modulated by depth (x (0.9 + 0.1·depth)) and, mildly, time
 (the time factor of DESIGN §5, weighted by `time_weight`), and raised x (1 + date_boost) when
 the query names a period (a day, month or year: "on 1 February, 2023", "in July") that the
 memory's time falls in, or was told within `date_grace_days` after. From the best memories a
@@ -28,7 +33,9 @@ score in its session. The first `direct_share` of `top_k` results are the best b
 score; the rest are ranked by score + context, so the top stays the strongest direct evidence
 and the tail brings the turns around it (an answer often sits next to the turn that matches
 the question's words). Results under the minimum score are dropped; the namespace filter
-applies before every top-k cut.
+applies before every top-k cut. Under rrf every listed memory has at least the fused score of
+one last in the lowest-weighted list (the floor), so there the gate is floor + min_score x
+(1 − floor) rather than min_score itself.
 
 `hybrid_recall` is a pure function of a graph state plus the indexes (text index, vector sets)
 and the query's vector, so a read as of the past can pass a past state. The Hebbian update it
@@ -79,7 +86,8 @@ class SignalScore:
 
     rank: int
     score: float
-    #: weight x the score scaled to 0..1, over the sum of weights: this signal's part of `fused`
+    #: this signal's part of `fused`: weight x (the score scaled to 0..1 under score fusion,
+    #: (rrf_k + 1) / (rrf_k + rank) under rrf) over the sum of weights
     share: float
 
 
@@ -103,6 +111,10 @@ class Explanation:
     #: 1 + date_boost when the memory's time falls in a period the query names, else 1
     date_factor: float = 1.0
     context_from: str | None = None
+    #: the fusion that made `fused`: "score" or "rrf"
+    fusion: str = "score"
+    #: k of rrf fusion (None under score fusion)
+    rrf_k: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,26 +214,37 @@ def hybrid_recall(
 
     limit = params.candidates
     lists: dict[str, list[tuple[str, float]]] = {}
-    scaled: dict[str, list[float]] = {}
     if text is not None:
         lists["bm25"] = _bm25(text, query, limit, namespace, max_seq, eligible)
-        scaled["bm25"] = _by_best(lists["bm25"])
-    lists["dense"], floor = _dense(
+    lists["dense"], mean_cosine = _dense(
         memory_vectors, query_vector, thresholds.content_recall, limit, eligible
     )
-    best = lists["dense"][0][1] if lists["dense"] else 0.0
-    scaled["dense"] = [max(0.0, (raw - floor) / (best - floor or 1.0)) for _, raw in lists["dense"]]
-    key_list, key_edges = _keys(
+    lists["keys"], key_edges = _keys(
         state, query, query_vector, key_vectors, thresholds.key_recall, limit, eligible
     )
-    lists["keys"] = key_list
-    scaled["keys"] = _by_best(key_list)
 
     weights = {"bm25": params.weight_bm25, "dense": params.weight_dense, "keys": params.weight_keys}
     best_possible = sum(weights[name] for name in lists) or 1.0
+    rrf = params.fusion == "rrf"
+    if rrf:
+        # weight / (k + rank), over the sum of weight / (k + 1): 1.0 is first in every list
+        k = params.rrf_k
+        units = {
+            name: [(k + 1) / (k + r) for r in range(1, len(ranked) + 1)]
+            for name, ranked in lists.items()
+        }
+        floor = min(weights[name] for name in lists) * (k + 1) / (k + limit) / best_possible
+        gate = floor + params.min_score * (1 - floor)
+    else:
+        units = {name: _by_best(ranked) for name, ranked in lists.items()}
+        best = lists["dense"][0][1] if lists["dense"] else 0.0
+        units["dense"] = [
+            max(0.0, (raw - mean_cosine) / (best - mean_cosine or 1.0)) for _, raw in lists["dense"]
+        ]
+        gate = params.min_score
     found: dict[str, _Candidate] = {}
     for name, ranked in lists.items():
-        for rank, ((memory_id, raw), unit) in enumerate(zip(ranked, scaled[name], strict=True), 1):
+        for rank, ((memory_id, raw), unit) in enumerate(zip(ranked, units[name], strict=True), 1):
             cand = found.get(memory_id)
             if cand is None:
                 cand = found[memory_id] = _Candidate(memories[memory_id])
@@ -262,7 +285,7 @@ def hybrid_recall(
             found.values(),
             key=lambda c: (-c.score, c.node.created_seq),
         )
-        if c.score >= params.min_score
+        if c.score >= gate
     ]
     tail: list[_Candidate] = []
     if len(head) < top_k:
@@ -271,11 +294,7 @@ def hybrid_recall(
         chosen = {c.node.id for c in head}
         tail = heapq.nsmallest(
             top_k - len(head),
-            (
-                c
-                for c in found.values()
-                if c.node.id not in chosen and c.with_context >= params.min_score
-            ),
+            (c for c in found.values() if c.node.id not in chosen and c.with_context >= gate),
             key=lambda c: (-c.with_context, c.node.created_seq),
         )
     for cand in head:
@@ -609,7 +628,7 @@ class HybridQueries:
             )
             if source is not self:
                 learn = False  # a read of the past reinforces nothing
-            results = [self._recalled(c, explain) for c in outcome.results]
+            results = [self._recalled(c, explain, params) for c in outcome.results]
         seq = None
         if learn and outcome.adjustments:
             seq = self._record_adjustments(outcome.adjustments, query)
@@ -630,7 +649,7 @@ class HybridQueries:
         result: int = self._write(decide)
         return result
 
-    def _recalled(self, cand: _Candidate, explain: bool) -> RecalledMemory:
+    def _recalled(self, cand: _Candidate, explain: bool, params: HybridParams) -> RecalledMemory:
         node = cand.node
         keys = self.state.keys
         return RecalledMemory(
@@ -662,6 +681,8 @@ class HybridQueries:
                 score=round(cand.with_context, 6),
                 context=round(cand.context, 6),
                 context_from=cand.context_from,
+                fusion=params.fusion,
+                rrf_k=params.rrf_k if params.fusion == "rrf" else None,
             )
             if explain
             else None,

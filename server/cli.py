@@ -329,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
             var.flag,
             dest=var.env,
             type=var.kind,
-            metavar=var.kind.__name__.upper(),
+            choices=var.choices,
+            metavar="|".join(var.choices) if var.choices else var.kind.__name__.upper(),
             help=f"{var.help} ({var.env}, default {default})",
         )
 

@@ -28,6 +28,10 @@ def cmd_recall_memories(args: argparse.Namespace) -> int:
         return 0
     if not result.memories:
         print("no memories")
+    first = result.memories[0].explain if result.memories else None
+    if first is not None:
+        k = f" (k {first.rrf_k:g})" if first.rrf_k is not None else ""
+        print(f"fusion {first.fusion}{k}: share = each signal's part of the fused score")
     for m in result.memories:
         via = "+".join(m.found_by)
         print(f"{m.memory_id}  {m.score:.4f}  hop {m.hop}  {via:<14} {preview(m.content, 70)}")

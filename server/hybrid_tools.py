@@ -47,7 +47,7 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
             ),
         ] = None,
         explain: Annotated[
-            bool, Field(description="Break each score down (signals, hop, date, session).")
+            bool, Field(description="Break each score down (fusion, signals, hop, date, session).")
         ] = False,
         as_of: AsOf = None,
     ) -> Annotated[CallToolResult, MemoryRecall]:
