@@ -292,20 +292,15 @@ class Queries:
             )
 
     def _memory_ref(self, node: MemoryNode, score: float, via_key: str) -> MemoryRef:
+        keys = self.state.keys
         return MemoryRef(
             memory_id=node.id,
             namespace=node.namespace,
             score=round(score, 6),
-            weight=round(self.state.keys[via_key].links[node.id], 6),
+            weight=round(keys[via_key].links[node.id], 6),
             depth=round(node.depth, 6),
-            access_count=node.access_count,
             created_at=node.created_at,
-            last_read_at=node.last_read_at,
-            keys=[self._key_ref(k, node.id) for k in node.keys if k != via_key],
-            expires_at=node.expires_at,
-            source=node.source,
-            session_id=node.session_id,
-            supersedes=node.supersedes,
+            keys={k: keys[k].label for k in node.keys if k != via_key},
         )
 
     def memory_view(self, node: MemoryNode, seq: int | None = None) -> MemoryView:
