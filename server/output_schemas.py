@@ -27,8 +27,8 @@ class SchemaShapeError(ValueError):
 
 def flat_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` with every `$ref` into `$defs` inlined and `anyOf [X, null]` as a type list."""
-    defs = schema.get("$defs", {})
-    return _flatten(schema, defs, ())
+    flat: dict[str, Any] = _flatten(schema, schema.get("$defs", {}), ())
+    return flat
 
 
 def _flatten(node: Any, defs: dict[str, Any], seen: tuple[str, ...]) -> Any:
