@@ -86,25 +86,64 @@ def summary(samples: list[float]) -> dict[str, float]:
 Call = Callable[[int], Awaitable[Any]]
 
 
-async def paired(calls: int, one: Call, echo: Call) -> tuple[dict[str, float], float, Any]:
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 10 ms ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids() -> dict[str, int]:
+    """The echo and keytrail server processes this benchmark started (children of this one)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) != os.getpid():
+            continue
+        if "echo_server.py" in cmdline:
+            found["echo"] = int(entry.name)
+        elif "keytrail.server.cli" in cmdline:
+            found["keytrail"] = int(entry.name)
+    return found
+
+
+async def paired(
+    calls: int, one: Call, echo: Call, pids: dict[str, int]
+) -> tuple[dict[str, float], dict[str, float], Any]:
     """Time `one`, each call right after an echo call: a load spike on the shared machine then
-    slows both alike, so their ratio holds. Returns the summary, the echo p50 of the same
-    block, and the last result."""
+    slows both alike, so their ratio holds. CPU time per call (this client process plus the
+    server process, which only these calls keep busy) does not depend on load at all.
+    Returns the tool's summary, the echo calls' summary, and the last result."""
     for i in range(min(20, calls)):  # warm up
         await echo(i)
         await one(i)
     samples, echo_samples = [], []
+    client_cpu = echo_client_cpu = 0.0
+    servers_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
     result = None
     for i in range(calls):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         await echo(i)
-        middle = time.perf_counter()
+        middle, middle_cpu = time.perf_counter(), time.process_time()
         result = await one(i)
         samples.append(time.perf_counter() - middle)
+        client_cpu += time.process_time() - middle_cpu
         echo_samples.append(middle - start)
+        echo_client_cpu += middle_cpu - start_cpu
         if getattr(result, "is_error", False):
             raise RuntimeError(f"tool call failed: {result.content}")
-    return summary(samples), round(statistics.median(echo_samples) * 1000, 3), result
+    servers = {name: process_cpu_seconds(pid) - servers_before[name] for name, pid in pids.items()}
+    tool, echoed = summary(samples), summary(echo_samples)
+    tool["cpu_ms_per_call"] = round((client_cpu + servers.get("keytrail", 0.0)) / calls * 1000, 3)
+    echoed["cpu_ms_per_call"] = round(
+        (echo_client_cpu + servers.get("echo", 0.0)) / calls * 1000, 3
+    )
+    return tool, echoed, result
 
 
 def timed_sync(calls: int, one: Callable[[int], Any]) -> dict[str, float]:
@@ -196,12 +235,13 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     },
                 ),
             }
-            echo_p50: dict[str, float] = {}
+            pids = server_pids()
+            echo_blocks: dict[str, dict[str, float]] = {}
             last: dict[str, Any] = {}
-            results["echo"], _, _ = await paired(args.calls, echo, echo)
+            results["echo"], _, _ = await paired(args.calls, echo, echo, pids)
             for tool in TOOLS:
-                results[tool], echo_p50[tool], last[tool] = await paired(
-                    args.calls, calls[tool], echo
+                results[tool], echo_blocks[tool], last[tool] = await paired(
+                    args.calls, calls[tool], echo, pids
                 )
                 if tool == "read_key":
                     # The SDK client checks every structured result against the tool's output
@@ -213,8 +253,8 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     checking = s.validate_tool_result
                     s.validate_tool_result = no_check  # type: ignore[method-assign]
                     key = "read_key_without_client_schema_check"
-                    results[key], echo_p50[key], _ = await paired(
-                        args.calls, calls["read_key"], echo
+                    results[key], echo_blocks[key], _ = await paired(
+                        args.calls, calls["read_key"], echo, pids
                     )
                     s.validate_tool_result = checking  # type: ignore[method-assign]
             client_check = {}
@@ -224,16 +264,23 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 )
     core = core_timings(args, work / "store", key_id, memory_ids)
     results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    results["echo_p50_ms_per_block"] = {t: b["p50_ms"] for t, b in echo_blocks.items()}
     results["ratio_p50_vs_echo_same_block"] = {
-        tool: round(results[tool]["p50_ms"] / echo_p50[tool], 2) for tool in echo_p50
+        t: round(results[t]["p50_ms"] / b["p50_ms"], 2) for t, b in echo_blocks.items()
     }
+    if pids.keys() == {"echo", "keytrail"}:
+        results["ratio_cpu_per_call_vs_echo_same_block"] = {
+            t: round(results[t]["cpu_ms_per_call"] / b["cpu_ms_per_call"], 2)
+            for t, b in echo_blocks.items()
+        }
     results["split_ms"] = {}
     for tool in TOOLS:
-        over = results[tool]["p50_ms"] - echo_p50[tool]
+        echo_p50 = echo_blocks[tool]["p50_ms"]
+        over = results[tool]["p50_ms"] - echo_p50
         core_ms = core[tool]["p50_ms"]
         check_ms = client_check[tool]["p50_ms"]
         results["split_ms"][tool] = {
-            "echo_p50": echo_p50[tool],
+            "echo_p50": echo_p50,
             "over_echo": round(over, 3),
             "core": core_ms,
             "client_check": check_ms,
