@@ -139,10 +139,13 @@ async def paired(
             raise RuntimeError(f"tool call failed: {result.content}")
     servers = {name: process_cpu_seconds(pid) - servers_before[name] for name, pid in pids.items()}
     tool, echoed = summary(samples), summary(echo_samples)
-    tool["cpu_ms_per_call"] = round((client_cpu + servers.get("keytrail", 0.0)) / calls * 1000, 3)
-    echoed["cpu_ms_per_call"] = round(
-        (echo_client_cpu + servers.get("echo", 0.0)) / calls * 1000, 3
-    )
+    for out, client, server in (
+        (tool, client_cpu, servers.get("keytrail", 0.0)),
+        (echoed, echo_client_cpu, servers.get("echo", 0.0)),
+    ):
+        out["cpu_ms_per_call"] = round((client + server) / calls * 1000, 3)
+        out["client_cpu_ms_per_call"] = round(client / calls * 1000, 3)
+        out["server_cpu_ms_per_call"] = round(server / calls * 1000, 3)
     return tool, echoed, result
 
 
@@ -264,7 +267,7 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 )
     core = core_timings(args, work / "store", key_id, memory_ids)
     results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    results["echo_p50_ms_per_block"] = {t: b["p50_ms"] for t, b in echo_blocks.items()}
+    results["echo_per_block"] = echo_blocks
     results["ratio_p50_vs_echo_same_block"] = {
         t: round(results[t]["p50_ms"] / b["p50_ms"], 2) for t, b in echo_blocks.items()
     }
