@@ -283,21 +283,23 @@ class Queries:
                 raise NotFound("key_id", "key", key_id)
             now = self.clock()
             memories = self.state.memories
-            nodes = [
-                n
-                for mid in key.links
-                if self._visible(n := memories[mid], now)
-                and (namespace is None or n.namespace == namespace)
-            ]
-            scores = np.array(
-                [key.links[n.id] * (0.9 + 0.1 * n.depth) * self.time_factor(n, now) for n in nodes],
-                dtype=np.float64,
-            )
+            shown = self._visible
+            time_factor = self.time_factor
+            nodes: list[MemoryNode] = []
+            ranked: list[float] = []
+            for mid, weight in key.links.items():
+                n = memories[mid]
+                if shown(n, now) and (namespace is None or n.namespace == namespace):
+                    nodes.append(n)
+                    ranked.append(weight * (0.9 + 0.1 * n.depth) * time_factor(n, now))
             if query is not None and nodes:
+                scores = np.array(ranked, dtype=np.float64)
                 sims = self.embed([n.content for n in nodes]) @ self.embedder.embed([query])[0]
                 scores *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
-            order = np.argsort(-scores, kind="stable")[offset : offset + limit]
-            refs = [self._memory_ref(nodes[i], float(scores[i]), key.id) for i in order]
+                ranked = scores.tolist()
+            # A stable sort of the negated scores: ties keep link order, as argsort did.
+            order = sorted(range(len(ranked)), key=lambda i: -ranked[i])[offset : offset + limit]
+            refs = [self._memory_ref(nodes[i], ranked[i], key.id) for i in order]
             return KeyPage(
                 key_id=key.id,
                 label=key.label,
