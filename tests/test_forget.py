@@ -25,6 +25,7 @@ from keytrail.events import (
 from keytrail.events.redact import apply_redaction, plan_redaction, redact_line, without_content
 from keytrail.projections import GraphState, fold
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.snapshot import materialize
 from keytrail.projections.vectors import VectorCache, text_hash
 from keytrail.server.care import summary
 
@@ -42,7 +43,8 @@ def open_store(home: Path, **over: object) -> Store:
 
 
 def encoded(state: GraphState) -> bytes:
-    return msgspec.msgpack.encode(state)
+    # A state opened from a snapshot holds undecoded nodes until looked at: decode them all.
+    return msgspec.msgpack.encode(materialize(state))
 
 
 def replay(home: Path) -> GraphState:
