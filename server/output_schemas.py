@@ -18,6 +18,10 @@ from mcp.types import Tool
 
 #: Keywords that only annotate: dropped from output schemas (descriptions are kept).
 _NOISE = frozenset({"title", "default"})
+#: Keywords whose values are data or names, not subschemas: copied as they are.
+_DATA = frozenset({"required", "enum", "const", "examples", "dependentRequired"})
+#: Keywords whose values map names to subschemas.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
 _DEFS_PREFIX = "#/$defs/"
 
 
@@ -47,9 +51,9 @@ def _flatten(node: Any, defs: dict[str, Any], seen: tuple[str, ...]) -> Any:
     for key, value in node.items():
         if key in _NOISE or key == "$defs":
             continue
-        if key in ("properties", "$defs", "patternProperties"):
+        if key in _SCHEMA_MAPS:
             out[key] = {name: _flatten(sub, defs, seen) for name, sub in value.items()}
-        elif key == "required" or key == "enum" or key == "const":
+        elif key in _DATA:
             out[key] = value
         else:
             out[key] = _flatten(value, defs, seen)
@@ -63,6 +67,8 @@ def _nullable_as_type_list(node: dict[str, Any]) -> dict[str, Any]:
         return node
     other = options[0] if options[1] == {"type": "null"} else options[1]
     kind = other.get("type")
+    if "description" in node:  # the field's own description says more than its type's
+        other = {k: v for k, v in other.items() if k != "description"}
     if not isinstance(kind, str) or set(other) & (set(node) - {"anyOf"}):
         return node
     merged = {k: v for k, v in node.items() if k != "anyOf"}

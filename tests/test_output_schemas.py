@@ -77,6 +77,32 @@ def test_flat_schema_accepts_exactly_what_the_original_accepts() -> None:
     assert verdicts(flat)[:2] == [True, True] and not all(verdicts(flat))
 
 
+def test_a_described_optional_object_keeps_its_field_description() -> None:
+    schema = {
+        "$defs": {
+            "Inner": {
+                "type": "object",
+                "description": "An inner object.",
+                "examples": [{"title": "x"}],
+            }
+        },
+        "type": "object",
+        "properties": {
+            "inner": {
+                "anyOf": [{"$ref": "#/$defs/Inner"}, {"type": "null"}],
+                "description": "The field.",
+                "title": "Inner",
+            }
+        },
+    }
+    inner = flat_output_schema(schema)["properties"]["inner"]
+    assert inner == {
+        "type": ["object", "null"],
+        "description": "The field.",
+        "examples": [{"title": "x"}],  # data, not a schema: kept as it is
+    }
+
+
 def test_recursive_refs_are_refused() -> None:
     schema = {
         "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
