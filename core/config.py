@@ -41,11 +41,13 @@ class Limits:
 class HybridParams:
     """Query-time knobs of direct hybrid recall (`recall_memories`), each a KEYTRAIL_HYBRID_*."""
 
-    #: reciprocal rank fusion: a list's item at rank r adds weight/(rrf_k + r)
-    rrf_k: float = 60.0
+    #: score fusion: each signal's scores are scaled to 0..1 (BM25 and keys by the best hit,
+    #: dense as (cosine - mean cosine) / (best - mean)) and summed with these weights. BM25
+    #: leads because a small embedding model (MiniLM) ranks much worse on its own.
     weight_bm25: float = 1.0
-    weight_dense: float = 1.0
-    weight_keys: float = 1.0
+    weight_dense: float = 0.5
+    #: low because extracted keys mostly repeat content words BM25 already scores
+    weight_keys: float = 0.1
     #: candidates each signal contributes before fusion
     candidates: int = 100
     #: default breadth-first hops over shared keys and related_to (callers may ask 0-5)
@@ -56,8 +58,20 @@ class HybridParams:
     fanout: int = 10
     #: results under this fused score (1.0 = first in every signal) are dropped
     min_score: float = 0.005
-    #: how much of the time factor applies: score x (1 - w + w x time factor)
-    time_weight: float = 1.0
+    #: how much of the time factor applies: score x (1 - w + w x time factor). Mild: an old
+    #: fact is no less true, recency only breaks near-ties
+    time_weight: float = 0.2
+    #: a query naming a period (a day, month or year) raises memories of that period by this
+    #: share; memories told up to date_grace_days after it count (things are told afterwards)
+    date_boost: float = 0.5
+    date_grace_days: float = 7.0
+    #: share of top_k ranked by the direct score alone; the rest also count session context
+    direct_share: float = 0.5
+    #: session context: a memory gains this x the score of its best adjacent turn (the turn
+    #: before or after it in the same session and namespace)...
+    context_neighbour: float = 0.5
+    #: ... and this x the best score of any result in its session
+    context_session: float = 0.2
     #: Hebbian step on the links that led to returned memories (explored-but-unreturned links
     #: lose the store's hebbian_decay)
     reinforce: float = 0.01
