@@ -57,6 +57,7 @@ import numpy as np
 
 from keytrail.events import InvalidInput, LinkDelta, LinksAdjusted
 from keytrail.projections import GraphState, MemoryNode, VectorSet
+from keytrail.projections.text import IndexAhead
 
 from . import validation as check
 from .queries import literal_candidates, visible
@@ -569,10 +570,15 @@ class HybridQueries:
             forgotten = self._forgotten_unindexed
         try:
             index.sync(self.state, forgotten)
-        except ValueError:
-            pass  # another process holds the index writer: search what is committed
-        else:
-            self._forgotten_unindexed = []
+        except IndexAhead:
+            # Another process indexed events we have not folded yet: catch up and sync again.
+            # Still ahead after that means the log is older than the index (a restored store).
+            self.refresh()
+            try:
+                index.sync(self.state, forgotten)
+            except IndexAhead:
+                index.rebuild(self.state)
+        self._forgotten_unindexed = []
         return index
 
     def recall_memories(

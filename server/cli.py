@@ -215,10 +215,10 @@ def cmd_read_key(args: argparse.Namespace) -> int:
         return 0
     print(f"{page.key_id}  {page.label} [{page.type}]  {page.total} memories")
     for ref in page.memories:
-        others = ", ".join(k.label for k in ref.keys)
+        others = ", ".join(ref.keys.values())
         print(
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
-            f"reads {ref.access_count}  keys: {others or '-'}"
+            f"keys: {others or '-'}"
         )
     return 0
 

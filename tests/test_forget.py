@@ -118,7 +118,7 @@ def test_forget_removes_the_content_from_every_file(home: Path) -> None:
     assert files_holding(home, SECRET) == []
     assert files_holding(home, "Dana moved to Oslo") == []
     assert any(p.startswith("log/") for p in gone.purged)
-    assert "index" in gone.purged and "cache/snapshot/keygraph.msgpack" in gone.purged
+    assert "index/text" in gone.purged and "cache/snapshot/keygraph.msgpack" in gone.purged
     # Only the forgotten memory's content went: its batch sibling and the old version stay.
     assert files_holding(home, "the sibling stays") and files_holding(home, "Dana lives in Lyon")
     assert torn.stat().st_size == len(b'{"type":"memory.remembered","content":"') + 20
