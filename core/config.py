@@ -37,15 +37,27 @@ class Limits:
     kg_name_chars: int = 200
 
 
+#: How recall_memories fuses its signals: "score" (scaled scores, the default) or "rrf"
+FUSIONS = ("score", "rrf")
+
+
 @dataclass(frozen=True)
 class HybridParams:
     """Query-time knobs of direct hybrid recall (`recall_memories`), each a KEYTRAIL_HYBRID_*."""
 
-    #: reciprocal rank fusion: a list's item at rank r adds weight/(rrf_k + r)
+    #: "score": each signal's scores are scaled to 0..1 (BM25 and keys by the best hit, dense
+    #: as (cosine - mean cosine) / (best - mean)) and summed with the weights below. "rrf":
+    #: reciprocal rank fusion, a list's item at rank r adds weight / (rrf_k + r). Score fusion
+    #: is the default: on LoCoMo, RRF let memories mid-list in both BM25 and the weak dense
+    #: list outrank BM25's clear top hits (BENCHMARKS.md).
+    fusion: str = "score"
     rrf_k: float = 60.0
+    #: per-signal weights, in either fusion. BM25 leads because a small embedding model
+    #: (MiniLM) ranks much worse on its own.
     weight_bm25: float = 1.0
-    weight_dense: float = 1.0
-    weight_keys: float = 1.0
+    weight_dense: float = 0.5
+    #: low because extracted keys mostly repeat content words BM25 already scores
+    weight_keys: float = 0.1
     #: candidates each signal contributes before fusion
     candidates: int = 100
     #: default breadth-first hops over shared keys and related_to (callers may ask 0-5)
@@ -54,13 +66,36 @@ class HybridParams:
     hop_decay: float = 0.3
     #: memories expanded from per hop, and neighbours taken through one key
     fanout: int = 10
-    #: results under this fused score (1.0 = first in every signal) are dropped
+    #: results under this score are dropped. Both fusions are normalised so 1.0 is first in
+    #: every signal; score fusion starts at 0, but under rrf any listed memory has at least
+    #: the floor of one last in the lowest-weighted list, so there the gate is
+    #: floor + min_score x (1 - floor): the same share of the range above "merely listed"
     min_score: float = 0.005
-    #: how much of the time factor applies: score x (1 - w + w x time factor)
-    time_weight: float = 1.0
+    #: how much of the time factor applies: score x (1 - w + w x time factor). Mild: an old
+    #: fact is no less true, recency only breaks near-ties
+    time_weight: float = 0.2
+    #: a query naming a period (a day, month or year) raises memories of that period by this
+    #: share; memories told up to date_grace_days after it count (things are told afterwards)
+    date_boost: float = 0.5
+    date_grace_days: float = 7.0
+    #: share of top_k ranked by the direct score alone; the rest also count session context
+    direct_share: float = 0.5
+    #: session context: a memory gains this x the score of its best adjacent turn (the turn
+    #: before or after it in the same session and namespace)...
+    context_neighbour: float = 0.5
+    #: ... and this x the best score of any result in its session
+    context_session: float = 0.2
     #: Hebbian step on the links that led to returned memories (explored-but-unreturned links
     #: lose the store's hebbian_decay)
     reinforce: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise InvalidInput(
+                "fusion", f"unknown fusion {self.fusion!r}", limit=", ".join(FUSIONS)
+            )
+        if not self.rrf_k > 0:
+            raise InvalidInput("rrf_k", f"must be positive, not {self.rrf_k}")
 
 
 @dataclass(frozen=True)
@@ -142,6 +177,8 @@ class Variable:
     kind: type[Any]
     default: Any
     help: str
+    #: the values allowed, for a setting that names one of a few (None: any of its kind)
+    choices: tuple[Any, ...] | None = None
 
     @property
     def flag(self) -> str:
@@ -160,6 +197,9 @@ _SCALARS: dict[str, tuple[type[Any], str]] = {
     "learned_aliases_per_key": (int, "learned aliases a key may hold at once"),
     "alias_unused_reads": (int, "reads through a key without its learned alias that drop it"),
 }
+
+#: Settings whose value is one of a few names: variable -> the names.
+_CHOICES: dict[str, tuple[str, ...]] = {"KEYTRAIL_HYBRID_FUSION": FUSIONS}
 
 #: Groups of settings, each field set by <prefix><FIELD>: (Settings attribute, prefix, help).
 _GROUPS = (
@@ -198,6 +238,7 @@ def tunable_variables() -> list[Variable]:
                 type(getattr(group, name)),
                 getattr(group, name),
                 template.format(name.replace("_", " ")),
+                _CHOICES.get(prefix + name.upper()),
             )
             for name in _field_names(group)
         ]
@@ -228,6 +269,11 @@ def parse_toolsets(raw: str, field: str = "toolsets") -> tuple[str, ...]:
 
 
 def _parse(var: str, raw: str, kind: type[Any]) -> Any:
+    choices = _CHOICES.get(var)
+    if choices is not None and raw not in choices:
+        raise InvalidInput(
+            var, f"not one of {', '.join(choices)}: {raw!r}", limit=", ".join(choices)
+        )
     try:
         return kind(raw)
     except ValueError:

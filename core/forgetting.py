@@ -35,6 +35,7 @@ from keytrail.events import EventLog
 from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
 from keytrail.projections import GraphState
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VectorCache
 
 PENDING_FILE = "forget.pending"
@@ -243,11 +244,11 @@ def purge_vectors(directory: Path, digests: set[str], current: VectorCache | Non
 def purge_text_index(home: Path, memory_ids: Collection[str]) -> list[str]:
     """Remove `memory_ids`' content from the text index under `home/index/`.
 
-    Until the text index offers its own purge, the whole directory is deleted: it is derived
-    from the (now redacted) log and is rebuilt when missing.
+    The whole index is deleted (under its writers' lock, so no other process is writing into
+    it): it is derived from the (now redacted) log and is rebuilt when missing.
     """
-    index = home / "index"
-    if not index.exists():
-        return []
-    shutil.rmtree(index)
-    return [str(index)]
+    index = TextIndex(home / "index" / "text")
+    try:
+        return index.remove()
+    finally:
+        index.close()

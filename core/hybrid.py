@@ -2,19 +2,40 @@
 
 Three signals each rank candidate memories:
 
-- **bm25**: the Tantivy text index over content and key labels;
+- **bm25**: the Tantivy text index over content and the key labels the content lacks;
 - **dense**: cosine of the query with each memory's content vector (at or above the model's
   content-recall threshold);
 - **keys**: keys the query matches (names literally, concepts at or above the key-recall
   threshold) lead to their memories, scored key similarity x IDF x link weight.
 
-They are fused by reciprocal rank fusion (each list adds weight/(k + rank)), normalised so 1.0
-means first in every signal, then modulated by depth (x (0.9 + 0.1·depth)) and time (the time
-factor of DESIGN §5). From the best memories a breadth-first walk follows shared keys and
-related_to edges for up to `hops` hops: a memory reached at hop h scores its parent's score x
-hop_decay x the edge's specificity (1 when only the two memories share the key, else 1/count),
-so hubs add little. Results under the minimum score are dropped; the namespace filter applies
-before every top-k cut.
+The lists are fused (`fusion`) in one of two ways, each with per-signal weights and normalised
+so 1.0 means first in every signal:
+
+- **score** (the default): each signal's scores are scaled to 0..1 (BM25 and keys divided by
+  the best hit; dense as (cosine − mean cosine over all rows) / (best − mean), so an
+  unremarkable cosine counts for nothing) and summed. A score fusion keeps how far ahead a hit
+  is, which rank fusion throws away: with a weak embedding model, RRF let memories that sit
+  mid-list in both BM25 and dense outrank BM25's clear top hits.
+- **rrf**: reciprocal rank fusion, a list's item at rank r adds weight / (rrf_k + r).
+
+The fused score is then modulated by depth (x (0.9 + 0.1·depth)) and, mildly, time
+(the time factor of DESIGN §5, weighted by `time_weight`), and raised x (1 + date_boost) when
+the query names a period (a day, month or year: "on 1 February, 2023", "in July") that the
+memory's time falls in, or was told within `date_grace_days` after. From the best memories a
+breadth-first walk follows shared keys and related_to edges for up to `hops` hops: a memory
+reached at hop h scores its parent's score x hop_decay x the edge's specificity (1 when only
+the two memories share the key, else 1/count), so hubs add little.
+
+Session context: a memory remembered as a turn of a session (`session_id`) is read with its
+neighbours. Each candidate gains `context_neighbour` x the score of its best adjacent turn
+(whose neighbours join as candidates, found by "session") plus `context_session` x the best
+score in its session. The first `direct_share` of `top_k` results are the best by their own
+score; the rest are ranked by score + context, so the top stays the strongest direct evidence
+and the tail brings the turns around it (an answer often sits next to the turn that matches
+the question's words). Results under the minimum score are dropped; the namespace filter
+applies before every top-k cut. Under rrf every listed memory has at least the fused score of
+one last in the lowest-weighted list (the floor), so there the gate is floor + min_score x
+(1 − floor) rather than min_score itself.
 
 `hybrid_recall` is a pure function of a graph state plus the indexes (text index, vector sets)
 and the query's vector, so a read as of the past can pass a past state. The Hebbian update it
@@ -24,21 +45,25 @@ returned weaken) is recorded by the store as one `links.adjusted` event.
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keytrail.events import InvalidInput, LinkDelta, LinksAdjusted
 from keytrail.projections import GraphState, MemoryNode, VectorSet
+from keytrail.projections.text import IndexAhead
 
 from . import validation as check
 from .queries import literal_candidates, visible
 from .results import KeyRef
+from .sessions import SessionOrder
+from .when import named_periods
 
 if TYPE_CHECKING:
     from keytrail.events import Appender, EventLog
@@ -52,20 +77,27 @@ if TYPE_CHECKING:
 
 MAX_HOPS = 5
 SIGNALS = ("bm25", "dense", "keys")
+#: found_by of a memory that only session adjacency brought in
+SESSION = "session"
 
 
 @dataclass(frozen=True)
 class SignalScore:
-    """One signal's view of a memory: its rank in that signal's list, raw score, RRF share."""
+    """One signal's view of a memory: its rank in that signal's list, raw score, fused share."""
 
     rank: int
     score: float
-    rrf: float
+    #: this signal's part of `fused`: weight x (the score scaled to 0..1 under score fusion,
+    #: (rrf_k + 1) / (rrf_k + rank) under rrf) over the sum of weights
+    share: float
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """How a result's score was made: score = max(fused, hop_score) x depth x time."""
+    """How a result's score: max(fused, hop_score) x depth x time x date + context.
+
+    `context` is 0 for the results ranked by their own score (the first `direct_share`).
+    """
 
     signals: dict[str, SignalScore]
     fused: float
@@ -76,6 +108,14 @@ class Explanation:
     depth_factor: float
     time_factor: float
     score: float
+    context: float = 0.0
+    #: 1 + date_boost when the memory's time falls in a period the query names, else 1
+    date_factor: float = 1.0
+    context_from: str | None = None
+    #: the fusion that made `fused`: "score" or "rrf"
+    fusion: str = "score"
+    #: k of rrf fusion (None under score fusion)
+    rrf_k: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +126,7 @@ class RecalledMemory:
     score: float
     #: 0 for a direct match, h for a memory reached h hops from one
     hop: int
-    #: the signals that found it directly (bm25, dense, keys), or "hop"
+    #: the signals that found it directly (bm25, dense, keys), else "hop" or "session"
     found_by: list[str]
     keys: list[KeyRef]
     depth: float
@@ -103,7 +143,7 @@ class MemoryRecall:
     seq: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Candidate:
     node: MemoryNode
     signals: dict[str, SignalScore] = field(default_factory=dict)
@@ -114,7 +154,16 @@ class _Candidate:
     hop_score: float = 0.0
     depth_factor: float = 1.0
     time_factor: float = 1.0
+    date_factor: float = 1.0
     score: float = 0.0
+    #: session context added to the score when ranked in the tail (see the module docstring)
+    context: float = 0.0
+    context_from: str | None = None
+    by_session: bool = False
+
+    @property
+    def with_context(self) -> float:
+        return self.score + self.context
 
 
 @dataclass(frozen=True)
@@ -148,41 +197,64 @@ def hybrid_recall(
     hops: int,
     namespace: str | None = None,
     max_seq: int | None = None,
+    sessions: Callable[[], SessionOrder] | None = None,
 ) -> HybridOutcome:
     """Rank memories for `query` from the state and indexes given (see the module docstring)."""
     memories = state.memories
+    checked: dict[str, MemoryNode | None] = {}  # every signal and hop asks about the same ids
 
     def eligible(memory_id: str) -> MemoryNode | None:
+        if memory_id in checked:
+            return checked[memory_id]
         node = memories.get(memory_id)
-        if node is None or not visible(node, now):
-            return None
-        if namespace is not None and node.namespace != namespace:
-            return None
+        wrong_namespace = namespace is not None and node is not None and node.namespace != namespace
+        if node is None or wrong_namespace or not visible(node, now):
+            node = None
+        checked[memory_id] = node
         return node
 
     limit = params.candidates
     lists: dict[str, list[tuple[str, float]]] = {}
     if text is not None:
         lists["bm25"] = _bm25(text, query, limit, namespace, max_seq, eligible)
-    lists["dense"] = _dense(
+    lists["dense"], mean_cosine = _dense(
         memory_vectors, query_vector, thresholds.content_recall, limit, eligible
     )
-    key_list, key_edges = _keys(
+    lists["keys"], key_edges = _keys(
         state, query, query_vector, key_vectors, thresholds.key_recall, limit, eligible
     )
-    lists["keys"] = key_list
 
     weights = {"bm25": params.weight_bm25, "dense": params.weight_dense, "keys": params.weight_keys}
-    best_possible = sum(weights[name] / (params.rrf_k + 1) for name in lists) or 1.0
+    best_possible = sum(weights[name] for name in lists) or 1.0
+    rrf = params.fusion == "rrf"
+    if rrf:
+        # weight / (k + rank), over the sum of weight / (k + 1): 1.0 is first in every list
+        k = params.rrf_k
+        units = {
+            name: [(k + 1) / (k + r) for r in range(1, len(ranked) + 1)]
+            for name, ranked in lists.items()
+        }
+        floor = min(weights[name] for name in lists) * (k + 1) / (k + limit) / best_possible
+        gate = floor + params.min_score * (1 - floor)
+    else:
+        units = {name: _by_best(ranked) for name, ranked in lists.items()}
+        best = lists["dense"][0][1] if lists["dense"] else 0.0
+        units["dense"] = [
+            max(0.0, (raw - mean_cosine) / (best - mean_cosine or 1.0)) for _, raw in lists["dense"]
+        ]
+        gate = params.min_score
     found: dict[str, _Candidate] = {}
     for name, ranked in lists.items():
-        for rank, (memory_id, raw) in enumerate(ranked, 1):
+        for rank, ((memory_id, raw), unit) in enumerate(zip(ranked, units[name], strict=True), 1):
             cand = found.get(memory_id)
             if cand is None:
                 cand = found[memory_id] = _Candidate(memories[memory_id])
-            share = weights[name] / (params.rrf_k + rank) / best_possible
+            share = weights[name] * unit / best_possible
             cand.signals[name] = SignalScore(rank, round(raw, 6), round(share, 6))
             cand.fused += share
+
+    grace = timedelta(days=params.date_grace_days)
+    periods = [(start, end + grace) for start, end in named_periods(query, now)]
 
     def modulate(cand: _Candidate) -> None:
         node = cand.node
@@ -190,7 +262,16 @@ def hybrid_recall(
         cand.time_factor = (
             1 - params.time_weight + params.time_weight * time_factor(node, now, decay_days)
         )
-        cand.score = max(cand.fused, cand.hop_score) * cand.depth_factor * cand.time_factor
+        if periods:
+            when = node.valid_since()
+            named = any(start <= when < end for start, end in periods)
+            cand.date_factor = 1 + params.date_boost if named else 1.0
+        cand.score = (
+            max(cand.fused, cand.hop_score)
+            * cand.depth_factor
+            * cand.time_factor
+            * cand.date_factor
+        )
 
     for cand in found.values():
         modulate(cand)
@@ -198,10 +279,28 @@ def hybrid_recall(
     explored = set(key_edges)
     _expand(state, found, hops, params, eligible, modulate, explored)
 
-    results = sorted(
-        (c for c in found.values() if c.score >= params.min_score),
-        key=lambda c: (-c.score, c.node.created_seq),
-    )[:top_k]
+    head = [
+        c
+        for c in heapq.nsmallest(
+            math.ceil(top_k * params.direct_share),
+            found.values(),
+            key=lambda c: (-c.score, c.node.created_seq),
+        )
+        if c.score >= gate
+    ]
+    tail: list[_Candidate] = []
+    if len(head) < top_k:
+        if sessions is not None and (params.context_neighbour or params.context_session):
+            _session_context(found, sessions, params, eligible, modulate)
+        chosen = {c.node.id for c in head}
+        tail = heapq.nsmallest(
+            top_k - len(head),
+            (c for c in found.values() if c.node.id not in chosen and c.with_context >= gate),
+            key=lambda c: (-c.with_context, c.node.created_seq),
+        )
+    for cand in head:
+        cand.context, cand.context_from = 0.0, None  # ranked by its own score
+    results = head + tail
     returned = {c.node.id for c in results}
     adjustments = [
         (
@@ -233,19 +332,38 @@ def _bm25(
         want *= 4
 
 
+def _by_best(ranked: list[tuple[str, float]]) -> list[float]:
+    """Scores divided by the best one (best first): 1.0 for the top hit."""
+    top = ranked[0][1] if ranked else 0.0
+    return [raw / top if top > 0 else 0.0 for _, raw in ranked]
+
+
 def _dense(
     vectors: VectorSet, query_vector: Matrix, threshold: float, limit: int, eligible: Any
-) -> list[tuple[str, float]]:
+) -> tuple[list[tuple[str, float]], float]:
+    """The best rows at or above the threshold, and the mean cosine over all rows."""
     if not len(vectors):
-        return []
+        return [], 0.0
     scores = vectors.matrix @ query_vector
+    floor = float(scores.mean())
     above = np.flatnonzero(scores >= threshold)
-    if not len(above):
-        return []
-    order = above[np.argsort(-scores[above], kind="stable")]
+    # Sort only what can be kept, with room for ineligible rows (other namespaces, superseded);
+    # all of them when that room runs out.
+    room = 4 * limit
+    if len(above) > room:
+        best = above[np.argpartition(-scores[above], room)[:room]]
+        kept = _eligible_rows(best, scores, vectors.ids, limit, eligible)
+        if len(kept) == limit:
+            return kept, floor
+    return _eligible_rows(above, scores, vectors.ids, limit, eligible), floor
+
+
+def _eligible_rows(
+    rows: Any, scores: Any, ids: list[str], limit: int, eligible: Any
+) -> list[tuple[str, float]]:
+    order = rows[np.argsort(-scores[rows], kind="stable")]
     kept: list[tuple[str, float]] = []
     seen: set[str] = set()
-    ids = vectors.ids
     for row in order:  # stops after `limit` eligible rows: the filter comes before the cut
         memory_id = ids[row]
         if memory_id in seen or eligible(memory_id) is None:
@@ -315,7 +433,7 @@ def _expand(
             counts[key_id] = [m for m in state.keys[key_id].links if eligible(m) is not None]
         return counts[key_id]
 
-    frontier = sorted(found.values(), key=lambda c: -c.score)[: params.fanout]
+    frontier = heapq.nlargest(params.fanout, found.values(), key=lambda c: c.score)
     for hop in range(1, hops + 1):
         reached: dict[str, _Candidate] = {}  # first reached at this hop
         touched: dict[str, _Candidate] = {}  # whose hop score rose
@@ -330,7 +448,11 @@ def _expand(
                 specificity = 1.0 if len(group) <= 2 else 1.0 / len(group)
                 links = state.keys[key_id].links
                 others = [m for m in group if m != node.id]
-                nearest = sorted(others, key=links.__getitem__, reverse=True)[: params.fanout]
+                nearest = (
+                    others
+                    if len(others) <= params.fanout
+                    else heapq.nlargest(params.fanout, others, key=links.__getitem__)
+                )
                 for memory_id in nearest:
                     explored.add((key_id, memory_id))
                     steps.append((memory_id, key_id, specificity * min(1.0, links[memory_id])))
@@ -348,9 +470,48 @@ def _expand(
         found.update(reached)
         for cand in touched.values():
             modulate(cand)
-        frontier = sorted(reached.values(), key=lambda c: -c.score)[: params.fanout]
+        frontier = heapq.nlargest(params.fanout, reached.values(), key=lambda c: c.score)
         if not frontier:
             break
+
+
+def _session_context(
+    found: dict[str, _Candidate],
+    order_of: Callable[[], SessionOrder],
+    params: HybridParams,
+    eligible: Any,
+    modulate: Any,
+) -> None:
+    """Give each candidate its session context; bring in the adjacent turns of candidates."""
+    if not any(c.node.session_id is not None for c in found.values()):
+        return  # no candidate is a session turn: the turn order is not even looked at
+    sessions = order_of()
+    scored = [c for c in found.values() if c.score > 0 and sessions.session_of(c.node.id)]
+    if not scored:
+        return
+    session_best: dict[tuple[str, str] | None, float] = {}
+    nearby: dict[str, tuple[float, str | None]] = {}  # memory id -> best adjacent score, whose
+    for cand in scored:
+        session = sessions.session_of(cand.node.id)
+        session_best[session] = max(session_best.get(session, 0.0), cand.score)
+        for memory_id in sessions.neighbours(cand.node.id, eligible):
+            if cand.score > nearby.get(memory_id, (0.0, None))[0]:
+                nearby[memory_id] = (cand.score, cand.node.id)
+    for memory_id in nearby:
+        if memory_id not in found:
+            node = eligible(memory_id)
+            added = found[memory_id] = _Candidate(node, by_session=True)
+            modulate(added)
+    for cand in found.values():
+        session = sessions.session_of(cand.node.id)
+        if session is None:
+            continue
+        adjacent, source = nearby.get(cand.node.id, (0.0, None))
+        cand.context = (
+            params.context_neighbour * adjacent
+            + params.context_session * session_best.get(session, 0.0)
+        )
+        cand.context_from = source
 
 
 class HybridQueries:
@@ -366,6 +527,7 @@ class HybridQueries:
     _mutex: threading.RLock
     _text_observed_from: int
     _forgotten_unindexed: list[str]
+    _session_order: SessionOrder | None = None
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -382,6 +544,19 @@ class HybridQueries:
     def _fold(self, events: Iterable[Any]) -> None:
         raise NotImplementedError
 
+    def session_order(self) -> SessionOrder:
+        """Turn order per session, caught up with the live state (call holding the mutex).
+
+        Called only when a candidate is a session turn, so a store that never records sessions
+        never walks its memories for it (a lazily opened state stays undecoded). A read as of
+        the past uses it too: its memories are a prefix of the live ones, and the past state's
+        own eligibility decides which neighbours existed then.
+        """
+        order = self._session_order
+        if order is None:
+            order = self._session_order = SessionOrder()
+        return order.catch_up(self.state)
+
     def text_index(self) -> TextIndex:
         """The text index, caught up with the state (call holding the mutex)."""
         index = self.text
@@ -395,10 +570,15 @@ class HybridQueries:
             forgotten = self._forgotten_unindexed
         try:
             index.sync(self.state, forgotten)
-        except ValueError:
-            pass  # another process holds the index writer: search what is committed
-        else:
-            self._forgotten_unindexed = []
+        except IndexAhead:
+            # Another process indexed events we have not folded yet: catch up and sync again.
+            # Still ahead after that means the log is older than the index (a restored store).
+            self.refresh()
+            try:
+                index.sync(self.state, forgotten)
+            except IndexAhead:
+                index.rebuild(self.state)
+        self._forgotten_unindexed = []
         return index
 
     def recall_memories(
@@ -450,10 +630,11 @@ class HybridQueries:
                 hops=hops,
                 namespace=namespace,
                 max_seq=source.state.seq if source is not self else None,
+                sessions=self.session_order,
             )
             if source is not self:
                 learn = False  # a read of the past reinforces nothing
-            results = [self._recalled(c, explain) for c in outcome.results]
+            results = [self._recalled(c, explain, params) for c in outcome.results]
         seq = None
         if learn and outcome.adjustments:
             seq = self._record_adjustments(outcome.adjustments, query)
@@ -474,16 +655,17 @@ class HybridQueries:
         result: int = self._write(decide)
         return result
 
-    def _recalled(self, cand: _Candidate, explain: bool) -> RecalledMemory:
+    def _recalled(self, cand: _Candidate, explain: bool, params: HybridParams) -> RecalledMemory:
         node = cand.node
         keys = self.state.keys
         return RecalledMemory(
             memory_id=node.id,
             namespace=node.namespace,
             content=node.content,
-            score=round(cand.score, 6),
+            score=round(cand.with_context, 6),
             hop=cand.hop,
-            found_by=[s for s in SIGNALS if s in cand.signals] or ["hop"],
+            found_by=[s for s in SIGNALS if s in cand.signals]
+            or [SESSION if cand.by_session else "hop"],
             keys=[
                 KeyRef(k, keys[k].label, keys[k].type, round(keys[k].links[node.id], 6))
                 for k in node.keys
@@ -501,7 +683,12 @@ class HybridQueries:
                 hop_score=round(cand.hop_score, 6),
                 depth_factor=round(cand.depth_factor, 6),
                 time_factor=round(cand.time_factor, 6),
-                score=round(cand.score, 6),
+                date_factor=round(cand.date_factor, 6),
+                score=round(cand.with_context, 6),
+                context=round(cand.context, 6),
+                context_from=cand.context_from,
+                fusion=params.fusion,
+                rrf_k=params.rrf_k if params.fusion == "rrf" else None,
             )
             if explain
             else None,

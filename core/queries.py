@@ -10,7 +10,8 @@ import math
 import re
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -97,6 +98,21 @@ def _ngrams(words: list[str]) -> list[str]:
     ]
 
 
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _StatsCache:
+    """The last `memory_stats` answer, good for `state` at `seq` from `since` until `until`
+    (the next expiry of a counted memory)."""
+
+    state: GraphState
+    seq: int
+    since: datetime
+    until: datetime
+    stats: Stats
+
+
 class Queries:
     """The read side of `Store` (a mixin: it reads the store's state, settings and vectors)."""
 
@@ -110,6 +126,7 @@ class Queries:
     #: Whether a memory is shown at `now`. Time views with a valid time replace it; the
     #: ordinary path calls `visible` itself, so it pays nothing for time travel.
     _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
+    _stats_cache: _StatsCache | None = None
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -266,21 +283,23 @@ class Queries:
                 raise NotFound("key_id", "key", key_id)
             now = self.clock()
             memories = self.state.memories
-            nodes = [
-                n
-                for mid in key.links
-                if self._visible(n := memories[mid], now)
-                and (namespace is None or n.namespace == namespace)
-            ]
-            scores = np.array(
-                [key.links[n.id] * (0.9 + 0.1 * n.depth) * self.time_factor(n, now) for n in nodes],
-                dtype=np.float64,
-            )
+            shown = self._visible
+            time_factor = self.time_factor
+            nodes: list[MemoryNode] = []
+            ranked: list[float] = []
+            for mid, weight in key.links.items():
+                n = memories[mid]
+                if shown(n, now) and (namespace is None or n.namespace == namespace):
+                    nodes.append(n)
+                    ranked.append(weight * (0.9 + 0.1 * n.depth) * time_factor(n, now))
             if query is not None and nodes:
+                scores = np.array(ranked, dtype=np.float64)
                 sims = self.embed([n.content for n in nodes]) @ self.embedder.embed([query])[0]
                 scores *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
-            order = np.argsort(-scores, kind="stable")[offset : offset + limit]
-            refs = [self._memory_ref(nodes[i], float(scores[i]), key.id) for i in order]
+                ranked = scores.tolist()
+            # A stable sort of the negated scores: ties keep link order, as argsort did.
+            order = sorted(range(len(ranked)), key=lambda i: -ranked[i])[offset : offset + limit]
+            refs = [self._memory_ref(nodes[i], ranked[i], key.id) for i in order]
             return KeyPage(
                 key_id=key.id,
                 label=key.label,
@@ -292,20 +311,15 @@ class Queries:
             )
 
     def _memory_ref(self, node: MemoryNode, score: float, via_key: str) -> MemoryRef:
+        keys = self.state.keys
         return MemoryRef(
             memory_id=node.id,
             namespace=node.namespace,
             score=round(score, 6),
-            weight=round(self.state.keys[via_key].links[node.id], 6),
+            weight=round(keys[via_key].links[node.id], 6),
             depth=round(node.depth, 6),
-            access_count=node.access_count,
             created_at=node.created_at,
-            last_read_at=node.last_read_at,
-            keys=[self._key_ref(k, node.id) for k in node.keys if k != via_key],
-            expires_at=node.expires_at,
-            source=node.source,
-            session_id=node.session_id,
-            supersedes=node.supersedes,
+            keys={k: keys[k].label for k in node.keys if k != via_key},
         )
 
     def memory_view(self, node: MemoryNode, seq: int | None = None) -> MemoryView:
@@ -420,8 +434,21 @@ class Queries:
         with self._mutex:
             state = self.refresh()
             now = self.clock()
+            log_bytes = sum((self.log.dir / s).stat().st_size for s in self.log.segments())
+            # The counts change only with a new event or when a memory's expiry passes: until
+            # then the last answer stands (a scan of every memory and link costs ~1 ms per
+            # 1,000 memories). Keyed by the state object too: a time view has its own.
+            cached = self._stats_cache
+            if (
+                cached is not None
+                and cached.state is state
+                and cached.seq == state.seq
+                and cached.since <= now < cached.until
+            ):
+                return replace(cached.stats, log_bytes=log_bytes)
             namespaces: dict[str, int] = {}
             superseded = expired = forgotten = 0
+            until = _NEVER
             for n in state.memories.values():
                 if n.status == "forgotten":
                     forgotten += 1
@@ -431,11 +458,12 @@ class Queries:
                     superseded += 1
                 else:
                     namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
+                if n.expires_at is not None and now < n.expires_at < until:
+                    until = n.expires_at
             hubs = sum(
                 1 for k in state.keys.values() if self._count(k, None, now) >= self.settings.hub_min
             )
-            log_bytes = sum((self.log.dir / s).stat().st_size for s in self.log.segments())
-            return Stats(
+            stats = Stats(
                 store_id=state.store_id,
                 seq=state.seq,
                 memories=sum(namespaces.values()),
@@ -451,6 +479,8 @@ class Queries:
                 log_bytes=log_bytes,
                 last_event_at=state.at if state.seq else None,
             )
+            self._stats_cache = _StatsCache(state, state.seq, now, until, stats)
+            return stats
 
     # -- browsing keys and conversations ---------------------------------------------------
 

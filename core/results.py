@@ -86,21 +86,24 @@ class Recall:
 
 @dataclass(frozen=True)
 class MemoryRef:
-    """A memory as seen from a key: metadata to choose by, never the content."""
+    """A memory as seen from a key: what to choose by, never the content.
+
+    Lean on purpose (a page is read by a model, and checked field by field by clients): the
+    link weight and depth that rank it, when it was told, and its other keys as
+    `{key_id: label}`, the next hops of the walk. Everything else (content, expiry, source,
+    versions, reads) is in `read_memory`, the next step.
+    """
 
     memory_id: str
     namespace: str
+    #: link weight × (0.9 + 0.1·depth) × time factor: the page's order
     score: float
+    #: the Hebbian weight of this key's link to the memory (0.1..3.0; reads strengthen it)
     weight: float
     depth: float
-    access_count: int
     created_at: datetime
-    last_read_at: datetime | None
-    keys: list[KeyRef]
-    expires_at: datetime | None = None
-    source: str | None = None
-    session_id: str | None = None
-    supersedes: str | None = None
+    #: the memory's other keys, key_id -> label
+    keys: dict[str, str]
 
 
 @dataclass(frozen=True)

@@ -134,9 +134,7 @@ class Store(Queries, HybridQueries):
         self.thresholds: Thresholds = profile_for(
             self.embedder.model_id, self.settings.threshold_overrides
         )
-        self.vectors = VectorCache(
-            self.home / "cache" / "vectors", self.embedder.fingerprint, self.embedder.dim
-        )
+        self._vector_cache: VectorCache | None = None  # loaded on first use: see `vectors`
         self._key_vectors = VectorSet(self.embedder.dim)
         self._labels_embedded = 0
         self._labels_dropped = 0
@@ -168,6 +166,22 @@ class Store(Queries, HybridQueries):
     # -- opening ---------------------------------------------------------------------------
 
     @property
+    def vectors(self) -> VectorCache:
+        """The embedding cache of this store's model, read from disk on first use: opening a
+        store to answer from the key graph should not first index every vector it has."""
+        cache = self._vector_cache
+        if cache is None:
+            with self._mutex:
+                if self._vector_cache is None:
+                    self._vector_cache = VectorCache(
+                        self.home / "cache" / "vectors",
+                        self.embedder.fingerprint,
+                        self.embedder.dim,
+                    )
+                cache = self._vector_cache
+        return cache
+
+    @property
     def snapshot_path(self) -> Path:
         return self.home / "cache" / "snapshot" / SNAPSHOT_FILE
 
@@ -193,8 +207,10 @@ class Store(Queries, HybridQueries):
         state = GraphState()
         self.log.seek(LogPosition(None, 0, 0, state.at))
         # The newest readable snapshot that still matches the log; older ones are fallbacks.
+        # Loaded lazily: a node is decoded when something first looks at it, so an open costs
+        # an id index, not the whole graph.
         for path in reversed(self.snapshot_files()):
-            snap = snapshots.load(path)
+            snap = snapshots.load(path, lazy=True)
             if snap is not None and self.log.seek(
                 LogPosition(snap.segment, snap.offset, snap.seq, snap.at)
             ):

@@ -28,6 +28,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import msgspec
 
@@ -189,6 +190,7 @@ class EventLog:
 
     def _read_segment(self, name: str) -> Iterator[AnyEvent]:
         path = self.dir / name
+        upcasters = self.upcasters
         with open(path, "rb") as f:
             while True:
                 base = self._offset
@@ -203,36 +205,38 @@ class EventLog:
                     if not chunk.endswith(b"\n"):
                         return
                     end = len(chunk) - 1
-                start = 0
-                while start <= end:
-                    stop = chunk.index(b"\n", start)
-                    event = self._decode_checked(chunk[start:stop], path, base + start)
-                    self._seq, self._at = event.seq, event.at
+                # One split per chunk and the checks inline: this loop is the whole replay's
+                # per-line overhead, so it keeps to locals and plain comparisons.
+                offset = base
+                seq, at = self._seq, self._at
+                for line in chunk[:end].split(b"\n"):
+                    try:
+                        event = decode_line(line, upcasters=upcasters)
+                    except DecodeError as exc:
+                        raise CorruptLog(
+                            path.name, self._line_number(path, offset), exc.message
+                        ) from None
+                    if event.seq != seq + 1 or event.at < at:
+                        self._refuse(event, path, offset)
+                    seq, at = event.seq, event.at
+                    offset += len(line) + 1
                     # Advance per line, so a consumer that stops early resumes exactly here.
-                    self._offset = base + stop + 1
-                    start = stop + 1
+                    self._seq, self._at, self._offset = seq, at, offset
                     yield event
                 if not full:
                     return
 
-    def _decode_checked(self, line: bytes, path: Path, offset: int) -> AnyEvent:
-        try:
-            event = decode_line(line, upcasters=self.upcasters)
-        except DecodeError as exc:
-            raise CorruptLog(path.name, self._line_number(path, offset), exc.message) from None
+    def _refuse(self, event: AnyEvent, path: Path, offset: int) -> NoReturn:
+        line = self._line_number(path, offset)
         if event.seq != self._seq + 1:
             raise CorruptLog(
-                path.name,
-                self._line_number(path, offset),
-                f"seq {event.seq} follows {self._seq} (the log must be gap-free)",
+                path.name, line, f"seq {event.seq} follows {self._seq} (the log must be gap-free)"
             )
-        if event.at < self._at:
-            raise CorruptLog(
-                path.name,
-                self._line_number(path, offset),
-                f"time {event.at.isoformat()} is before {self._at.isoformat()}",
-            )
-        return event
+        raise CorruptLog(
+            path.name,
+            line,
+            f"time {event.at.isoformat()} is before {self._at.isoformat()}",
+        )
 
     @staticmethod
     def _line_number(path: Path, offset: int) -> int:

@@ -18,7 +18,6 @@ from keytrail.events import (
     AnyEvent,
     EntitiesCreated,
     EntitiesDeleted,
-    Event,
     FoldRules,
     GraphImported,
     KeyAliased,
@@ -153,48 +152,56 @@ def _clamp(rules: FoldRules, weight: float) -> float:
     return min(rules.weight_max, max(rules.weight_min, weight))
 
 
-def _add_memory(state: GraphState, new: NewMemory, event: Event) -> MemoryNode:
+def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> MemoryNode:
+    # The hottest code of a replay (one call per memory): locals, no defaults to fill twice.
+    memory_id = new.memory_id
+    key_ids: list[str] = []
     node = MemoryNode(
-        id=new.memory_id,
+        id=memory_id,
         namespace=new.namespace,
         content=new.content,
         content_hash=new.content_hash,
-        created_at=event.at,
-        created_seq=event.seq,
+        created_at=at,
+        created_seq=seq,
+        keys=key_ids,
         expires_at=new.expires_at,
         session_id=new.session_id,
         source=new.source,
-        related_to=list(new.related_to),
-        updated_seq=event.seq,
+        related_to=list(new.related_to) if new.related_to else [],
+        updated_seq=seq,
         valid_from=new.valid_from,
     )
-    state.memories[node.id] = node
+    memories = state.memories
+    memories[memory_id] = node
+    keys = state.keys
     for link in new.keys:
-        key = state.keys.get(link.key_id)
+        key_id = link.key_id
+        key = keys.get(key_id)
         if key is None:
             key = KeyNode(
-                id=link.key_id,
+                id=key_id,
                 label=link.label,
                 type=link.type,
-                created_seq=event.seq,
+                created_seq=seq,
                 extracted=link.extracted,
             )
-            state.keys[key.id] = key
-            state.labels.setdefault(link.label.casefold(), key.id)
+            keys[key_id] = key
+            state.labels.setdefault(link.label.casefold(), key_id)
         elif link.resolution == "alias":
             key.aliases.append(link.label)
-            state.labels.setdefault(link.label.casefold(), key.id)
-        key.links[node.id] = link.weight
-        node.keys.append(key.id)
-    for target_id in new.related_to:
-        target = state.memories.get(target_id)
-        if target is not None:
-            target.related_from.append(node.id)
+            state.labels.setdefault(link.label.casefold(), key_id)
+        key.links[memory_id] = link.weight
+        key_ids.append(key_id)
+    if new.related_to:
+        for target_id in new.related_to:
+            target = memories.get(target_id)
+            if target is not None:
+                target.related_from.append(memory_id)
     if new.supersedes is not None:
-        old = state.memories.get(new.supersedes)
+        old = memories.get(new.supersedes)
         if old is not None:
-            old.superseded_by = node.id
-            old.updated_seq = event.seq
+            old.superseded_by = memory_id
+            old.updated_seq = seq
             node.supersedes = old.id
             node.supersede_reason = new.supersede_reason
             if new.supersede_reason == "duplicate":
@@ -204,14 +211,15 @@ def _add_memory(state: GraphState, new: NewMemory, event: Event) -> MemoryNode:
 
 
 def _remembered(state: GraphState, event: MemoryRemembered) -> None:
+    seq, at = event.seq, event.at
     for new in event.memories:
-        _add_memory(state, new, event)
+        _add_memory(state, new, seq, at)
 
 
 def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     old = state.memories[event.old_id]
     old.depth *= event.weaken_factor
-    node = _add_memory(state, event.memory, event)
+    node = _add_memory(state, event.memory, event.seq, event.at)
     old.superseded_by = node.id
     old.updated_seq = event.seq
     node.supersedes = old.id
@@ -303,7 +311,7 @@ def _entities_created(state: GraphState, event: EntitiesCreated) -> None:
             state.labels.setdefault(spec.name.casefold(), key.id)
         key.entity_type = spec.entity_type
     for new in event.observations:
-        _add_memory(state, new, event)
+        _add_memory(state, new, event.seq, event.at)
 
 
 def _add_relations(state: GraphState, specs: list[RelationSpec], seq: int) -> None:
@@ -368,7 +376,7 @@ def _graph_imported(state: GraphState, event: GraphImported) -> None:
         if spec.entity_type is not None:
             key.entity_type = spec.entity_type
     for item in event.memories:
-        node = _add_memory(state, item.memory, event)
+        node = _add_memory(state, item.memory, event.seq, event.at)
         node.created_at = item.created_at
         node.depth = item.depth
         node.access_count = item.access_count
@@ -416,11 +424,16 @@ def fold(events: Iterable[AnyEvent], state: GraphState | None = None) -> GraphSt
     """Fold a sequence of events, from nothing or onto `state`."""
     state = state if state is not None else GraphState()
     fold_map = _FOLD
+    last: AnyEvent | None = None
     with paused_gc():
-        for event in events:
-            fold_map[type(event)](state, event)
-            state.seq = event.seq
-            state.at = event.at
+        try:
+            for event in events:
+                fold_map[type(event)](state, event)
+                last = event
+        finally:
+            # Stamped once rather than per event; after an error, at the last whole event.
+            if last is not None:
+                state.seq, state.at = last.seq, last.at
     return state
 
 

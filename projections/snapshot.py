@@ -2,16 +2,22 @@
 
 A snapshot is a cache. A missing, stale or unreadable one costs a longer replay, never data.
 
-File layout (format 2): a 4-byte big-endian length, a small msgpack header (seq, time, log
+File layout (format 3): a 4-byte big-endian length, a small msgpack header (seq, time, log
 position), then the msgpack state. The header alone answers "which snapshot is nearest to this
-point?" without decoding any state, which time travel asks of every kept snapshot.
+point?" without decoding any state, which time travel asks of every kept snapshot. Keys and
+memories are stored by column (ids, then every node's bytes back to back), so a lazy load
+builds an id index and decodes a node only when it is looked at (`LazyNodes`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
+import sys
+from array import array
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +29,7 @@ from keytrail.events.types import EPOCH, FoldRules
 
 from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc
 
-FORMAT = 2
+FORMAT = 3
 _LENGTH_BYTES = 4
 #: Archived snapshots are named by the seq they reflect; the latest one has a fixed name.
 _ARCHIVED = re.compile(r"^keygraph-(\d{20})\.msgpack$")
@@ -74,54 +80,76 @@ class Snapshot(msgspec.Struct, kw_only=True):
         )
 
 
+class _Columns(msgspec.Struct, array_like=True, gc=False):
+    """Nodes by column: their ids in dict order, then every node's array encoding back to back
+    in `blob`, node i ending at byte `ends[i]` (little-endian uint64). Loading one builds the
+    id index and nothing else; a node decodes from its slice when first looked at."""
+
+    ids: list[str]
+    ends: memoryview
+    blob: memoryview
+
+
 class _Body(msgspec.Struct, array_like=True, gc=False):
-    """The state as stored: keys and memories (nodes as arrays) and, in `rest`, everything else
-    of GraphState, whatever fields it grows."""
+    """The state as stored: keys and memories by column and, in `rest`, everything else of
+    GraphState, whatever fields it grows."""
 
     rest: GraphState
-    keys: dict[str, KeyNode]
-    memories: dict[str, MemoryNode]
-
-
-class _RawBody(msgspec.Struct, array_like=True, gc=False):
-    """The same bytes, nodes left undecoded (see `LazyNodes`)."""
-
-    rest: GraphState
-    keys: dict[str, msgspec.Raw]
-    memories: dict[str, msgspec.Raw]
+    keys: _Columns
+    memories: _Columns
 
 
 _encoder = msgspec.msgpack.Encoder()
 _header_decoder = msgspec.msgpack.Decoder(Header)
 _body_decoder = msgspec.msgpack.Decoder(_Body)
-_raw_body_decoder = msgspec.msgpack.Decoder(_RawBody)
 _key_decoder = msgspec.msgpack.Decoder(KeyNode)
 _memory_decoder = msgspec.msgpack.Decoder(MemoryNode)
+
+
+def _offsets(ends: memoryview) -> array[int]:
+    offsets = array("Q")
+    if len(ends) % offsets.itemsize:
+        raise msgspec.ValidationError("snapshot column offsets are cut short")
+    offsets.frombytes(ends)
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    return offsets
 
 
 class LazyNodes(dict[str, Any]):
     """id -> node, each decoded from its snapshot bytes the first time it is looked at.
 
-    A past state answers a recall by touching a few keys and the memories they link to, so
-    building every node of a large graph first would cost far more than the answer. Bulk views
-    (`values`, `items`, `copy`) decode everything once and then behave as a plain dict. The
-    undecoded bytes encode as they are, so a lazy state snapshots byte-identically.
+    Until then the dict holds the node's index into the snapshot's columns (a plain int), so
+    opening a large graph builds one dict entry per node and no node. Anything that reads
+    values goes through `__getitem__` or a bulk view (`values`, `items`, `copy`, `==`), which
+    decode what they return; bulk views decode everything once, after which the columns are
+    let go. Never hand one to an encoder directly: `encode` writes undecoded nodes from their
+    bytes, and `materialize` makes it a dict of nodes.
     """
 
-    __slots__ = ("_decode",)
+    __slots__ = ("_blob", "_decode", "_ends")
 
-    def __init__(self, raw: dict[str, msgspec.Raw], decode: Any) -> None:
-        super().__init__(raw)
+    def __init__(self, columns: _Columns, decode: Any) -> None:
+        ends = _offsets(columns.ends)
+        if len(ends) != len(columns.ids) or (ends and ends[-1] != len(columns.blob)):
+            raise msgspec.ValidationError("snapshot columns do not line up")
+        super().__init__(zip(columns.ids, range(len(ends)), strict=True))
+        self._blob: memoryview | None = columns.blob
+        self._ends = ends
         self._decode = decode
+
+    def _slice(self, index: int) -> memoryview:
+        assert self._blob is not None  # an int value means the columns are still held
+        return self._blob[self._ends[index - 1] if index else 0 : self._ends[index]]
 
     def __getitem__(self, key: str) -> Any:
         value = dict.__getitem__(self, key)
-        if type(value) is msgspec.Raw:
-            value = self._decoded(value)
+        if type(value) is int:
+            value = self._decoded(self._slice(value))
             dict.__setitem__(self, key, value)
         return value
 
-    def _decoded(self, raw: msgspec.Raw) -> Any:
+    def _decoded(self, raw: memoryview) -> Any:
         try:
             return self._decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -138,9 +166,21 @@ class LazyNodes(dict[str, Any]):
             return default
 
     def materialize(self) -> None:
+        if self._blob is None:
+            return
         for key, value in dict.items(self):
-            if type(value) is msgspec.Raw:
-                dict.__setitem__(self, key, self._decoded(value))
+            if type(value) is int:
+                dict.__setitem__(self, key, self._decoded(self._slice(value)))
+        self._blob, self._ends = None, array("Q")
+
+    def raw(self, key: str) -> memoryview | None:
+        """The stored bytes of an undecoded node (None once decoded): what `encode` copies."""
+        value = dict.__getitem__(self, key)
+        return self._slice(value) if type(value) is int else None
+
+    def __iter__(self) -> Iterator[str]:
+        # Defined here so dict(lazy), {**lazy} and update(lazy) go through __getitem__.
+        return dict.__iter__(self)
 
     def values(self) -> Any:
         self.materialize()
@@ -154,12 +194,27 @@ class LazyNodes(dict[str, Any]):
         self.materialize()
         return dict(dict.items(self))
 
+    def __eq__(self, other: object) -> bool:
+        self.materialize()
+        if isinstance(other, LazyNodes):
+            other.materialize()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
     def pop(self, key: str, *default: Any) -> Any:
         if key in self:
             value = self[key]
             dict.__delitem__(self, key)
             return value
         return dict.pop(self, key, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        key = next(reversed(self))
+        return key, self.pop(key)
 
     def setdefault(self, key: str, default: Any = None) -> Any:
         if key in self:
@@ -171,21 +226,45 @@ class LazyNodes(dict[str, Any]):
         return dict.__reversed__(self)
 
 
+def _columns(nodes: dict[str, Any]) -> _Columns:
+    lazy = nodes if isinstance(nodes, LazyNodes) else None
+    encode = _encoder.encode
+    parts: list[bytes | memoryview] = []
+    for node_id in nodes:
+        raw = lazy.raw(node_id) if lazy is not None else None
+        parts.append(raw if raw is not None else encode(dict.__getitem__(nodes, node_id)))
+    ends = array("Q", itertools.accumulate(len(p) for p in parts))
+    if sys.byteorder == "big":
+        ends.byteswap()
+    return _Columns(
+        ids=list(nodes), ends=memoryview(ends.tobytes()), blob=memoryview(b"".join(parts))
+    )
+
+
 def _encode_state(state: GraphState) -> bytes:
     rest = msgspec.structs.replace(state, keys={}, memories={})
-    return _encoder.encode(_Body(rest=rest, keys=state.keys, memories=state.memories))
+    return _encoder.encode(
+        _Body(rest=rest, keys=_columns(state.keys), memories=_columns(state.memories))
+    )
 
 
 def _decode_state(body: memoryview, lazy: bool = False) -> GraphState:
-    if lazy:
-        raw = _raw_body_decoder.decode(body)
-        state = raw.rest
-        state.keys = LazyNodes(raw.keys, _key_decoder.decode)
-        state.memories = LazyNodes(raw.memories, _memory_decoder.decode)
-        return state
     decoded = _body_decoder.decode(body)
     state = decoded.rest
-    state.keys, state.memories = decoded.keys, decoded.memories
+    keys = LazyNodes(decoded.keys, _key_decoder.decode)
+    memories = LazyNodes(decoded.memories, _memory_decoder.decode)
+    if lazy:
+        state.keys, state.memories = keys, memories
+    else:
+        state.keys, state.memories = keys.copy(), memories.copy()
+    return state
+
+
+def materialize(state: GraphState) -> GraphState:
+    """Decode every node of a state loaded lazily (a no-op for one folded from events)."""
+    for nodes in (state.keys, state.memories):
+        if isinstance(nodes, LazyNodes):
+            nodes.materialize()
     return state
 
 

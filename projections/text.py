@@ -1,30 +1,44 @@
 """The text projection: a Tantivy BM25 index over memory content and key labels.
 
-Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field, content,
-key labels, and the `seq` that created it as a fast field, so a search can be limited to what
-existed at a past seq). One extra `meta` document carries the seq the index reflects; it is
-replaced in the same commit as the documents it describes, so the recorded seq and the indexed
-memories can never disagree, whatever point a writer is killed at. Adding a memory deletes any
-document with its id first, so catching up twice over the same events is harmless.
+Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field,
+content, the key labels whose words the content lacks, and the `seq` that created it as a fast
+field, so a search can be limited to what existed at a past seq). One extra `meta` document
+carries the seq the index reflects; it is replaced in the same commit as the documents it
+describes, so the recorded seq and the indexed memories can never disagree, whatever point a
+writer is killed at. Adding a memory deletes any document with its id first, so catching up
+twice over the same events is harmless.
 
 The index is derived: when it is missing, unreadable or from another schema it is rebuilt from
 the key graph (which the caller folded from the log). Forgotten memories are deleted from it;
 `purge` also rewrites the index so their text is physically gone from its files.
+
+Several processes share one index (each server on a store keeps its own handle). Everything that
+writes it (catching up, rebuilding, purging, removing) holds an exclusive `flock` on
+`<dir>.lock`, beside the directory so removing the index never removes the lock. A process that
+finds the index missing or half-built waits for the one building it and then searches the
+result, instead of searching an empty index or deleting another process's build. Searching a
+committed index takes no lock.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
 
+from keytrail.events.errors import StoreError
+
 from .keygraph import GraphState, MemoryNode
 
-SCHEMA_VERSION = 1
+#: 2: the keys field holds only labels the content does not already contain
+SCHEMA_VERSION = 2
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: Query words the BM25 path ignores (they match nearly every memory and carry no meaning).
 _STOPWORDS_WORDS = """
@@ -49,6 +63,19 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+class IndexAhead(StoreError):
+    """The committed index reflects a later seq than the state the caller asked it to match."""
+
+    def __init__(self, index_seq: int, state_seq: int) -> None:
+        super().__init__(
+            f"text index at seq {index_seq}, state at seq {state_seq}",
+            index_seq=index_seq,
+            state_seq=state_seq,
+        )
+        self.index_seq = index_seq
+        self.state_seq = state_seq
+
+
 @dataclass(frozen=True)
 class TextHit:
     memory_id: str
@@ -61,6 +88,16 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(words))
 
 
+def _new_labels(content: str, labels: list[str]) -> list[str]:
+    """The key labels whose words the content lacks: what the keys field adds to BM25.
+
+    A label the content already says (every extracted key, most names) would only count its
+    words twice, so a memory's own speaker or a word it repeats outranks better matches.
+    """
+    words = set(_WORD.findall(content.casefold()))
+    return [label for label in labels if not set(_WORD.findall(label.casefold())) <= words]
+
+
 class TextIndex:
     """BM25 over memories. Not thread-safe: the store calls it under its own mutex."""
 
@@ -68,25 +105,67 @@ class TextIndex:
         self.dir = directory
         self.schema = _schema()
         self._index: tantivy.Index | None = None
+        self._opened: tuple[int, int] | None = None  # (device, inode) of the directory opened
         self.seq = 0  # the seq the committed index reflects
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
+
+    # -- the writers' lock -----------------------------------------------------------------
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the index's cross-process write lock (re-entrant within this handle)."""
+        if self._lock_fd is None:
+            self.dir.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self._sibling("lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        if self._lock_depth == 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     # -- opening ---------------------------------------------------------------------------
 
     def _open(self) -> tantivy.Index:
         if self._index is not None:
             return self._index
-        for leftover in (self._sibling("new"), self._sibling("old")):
-            shutil.rmtree(leftover, ignore_errors=True)  # an interrupted purge or rebuild
         try:
-            index = tantivy.Index.open(str(self.dir))
-            index.reload()
-            self.seq = self._read_meta(index)
-        except (ValueError, OSError):  # missing, corrupt or another schema: rebuild
-            shutil.rmtree(self.dir, ignore_errors=True)
-            index = self._create(self.dir)
-            self.seq = 0
+            index = self._open_existing()
+        except (ValueError, OSError):
+            # Missing, corrupt, of another schema, or being swapped in by another process:
+            # under the lock, either the other process has finished (open what it built) or
+            # nobody is building it (start it afresh, dropping what an interrupted build left).
+            with self.exclusive():
+                try:
+                    index = self._open_existing()
+                except (ValueError, OSError):
+                    for leftover in (self._sibling("new"), self._sibling("old")):
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    shutil.rmtree(self.dir, ignore_errors=True)
+                    index = self._create(self.dir)
+                    self.seq = 0
+                    self._opened = self._identity()
         self._index = index
         return index
+
+    def _open_existing(self) -> tantivy.Index:
+        identity = self._identity()
+        index = tantivy.Index.open(str(self.dir))
+        index.reload()
+        self.seq = self._read_meta(index)
+        self._opened = identity
+        return index
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.dir)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
 
     def _sibling(self, suffix: str) -> Path:
         return self.dir.with_name(f"{self.dir.name}.{suffix}")
@@ -112,7 +191,9 @@ class TextIndex:
         return tantivy.Document(kind="meta", seq=seq, schema=SCHEMA_VERSION)
 
     def _doc(self, node: MemoryNode, state: GraphState) -> tantivy.Document:
-        labels = [state.keys[k].label for k in node.keys if k in state.keys]
+        labels = _new_labels(
+            node.content, [state.keys[k].label for k in node.keys if k in state.keys]
+        )
         return tantivy.Document(
             kind="memory",
             memory_id=node.id,
@@ -129,18 +210,43 @@ class TextIndex:
 
         `forgotten` are memories forgotten since the index's seq (the caller observed the
         events). Returns how many documents were added.
+
+        Raises `IndexAhead` when the committed index reflects more of the log than `state`: the
+        caller catches its state up and calls again (if the log really is older than the index,
+        a restored store, the caller rebuilds).
         """
-        index = self._open()
-        if state.seq < self.seq:  # the log is older than the index (a restored store): rebuild
-            return self.rebuild(state)
-        if state.seq == self.seq:
+        forgotten = list(forgotten)
+        self._open()
+        if state.seq == self.seq and not forgotten:
             return 0
+        with self.exclusive():
+            index = self._current()
+            if state.seq < self.seq:
+                raise IndexAhead(self.seq, state.seq)
+            if state.seq == self.seq and not forgotten:
+                return 0  # another process indexed what we came to index
+            return self._add(index, state, forgotten)
+
+    def _current(self) -> tantivy.Index:
+        """The committed index as other processes left it (call holding the lock)."""
+        index = self._index
+        if index is not None and self._identity() == self._opened:
+            try:
+                index.reload()
+                self.seq = self._read_meta(index)
+                return index
+            except (ValueError, OSError):
+                pass  # rebuilt by a process of another schema, or damaged: open it afresh
+        # Removed or swapped in since we opened it: open what is there now (or start afresh).
+        self._index = None
+        return self._open()
+
+    def _add(self, index: tantivy.Index, state: GraphState, forgotten: list[str]) -> int:
         fresh: list[MemoryNode] = []
         for node in reversed(state.memories.values()):  # newest first: stop at the indexed ones
             if node.created_seq <= self.seq:
                 break
             fresh.append(node)
-        forgotten = list(forgotten)
         if not fresh and not forgotten:
             # Nothing the index holds changed (reads, link weights): no commit. The seq on disk
             # lags, so the next open walks back over these events again, finding nothing.
@@ -163,14 +269,12 @@ class TextIndex:
     def rebuild(self, state: GraphState) -> int:
         """Index every memory that is not forgotten from scratch, then swap the index in."""
         nodes = [n for n in state.memories.values() if n.status != "forgotten"]
-        self._swap_in(
-            [self._doc(n, state) for n in nodes],
-            state.seq,
-        )
+        with self.exclusive():
+            self._swap_in([self._doc(n, state) for n in nodes], state.seq)
         return len(nodes)
 
     def _swap_in(self, docs: Sequence[tantivy.Document], seq: int) -> None:
-        """Write a fresh index beside the live one and rename it into place."""
+        """Write a fresh index beside the live one and rename it into place (holding the lock)."""
         new, old = self._sibling("new"), self._sibling("old")
         shutil.rmtree(new, ignore_errors=True)
         index = self._create(new)
@@ -186,6 +290,7 @@ class TextIndex:
         shutil.rmtree(old, ignore_errors=True)
         self._index = tantivy.Index.open(str(self.dir))
         self._index.reload()
+        self._opened = self._identity()
         self.seq = seq
 
     def purge(self, memory_ids: Iterable[str]) -> int:
@@ -196,8 +301,10 @@ class TextIndex:
         rewritten into a fresh index that replaces the old one, whose files are removed.
         Returns how many documents were removed.
         """
-        index = self._open()
-        gone = set(memory_ids)
+        with self.exclusive():
+            return self._purge(self._current(), set(memory_ids))
+
+    def _purge(self, index: tantivy.Index, gone: set[str]) -> int:
         searcher = index.searcher()
         everything = searcher.search(
             tantivy.Query.term_query(self.schema, "kind", "memory"), max(1, searcher.num_docs)
@@ -259,5 +366,24 @@ class TextIndex:
         ids = [searcher.doc(address).get_first("memory_id") for _, address in hits]
         return [TextHit(str(mid), float(score)) for (score, _), mid in zip(hits, ids, strict=True)]
 
+    def remove(self) -> list[str]:
+        """Delete the index's files (and any interrupted build's), so no text of it stays.
+
+        Under the lock, so no other process is writing into what is removed; each process's
+        handle notices the directory is gone at its next catch-up and rebuilds it from the log.
+        """
+        removed: list[str] = []
+        with self.exclusive():
+            for directory in (self.dir, self._sibling("new"), self._sibling("old")):
+                if directory.exists():
+                    shutil.rmtree(directory)
+                    removed.append(str(directory))
+        self._index = None
+        return removed
+
     def close(self) -> None:
         self._index = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            self._lock_depth = 0

@@ -215,10 +215,10 @@ def cmd_read_key(args: argparse.Namespace) -> int:
         return 0
     print(f"{page.key_id}  {page.label} [{page.type}]  {page.total} memories")
     for ref in page.memories:
-        others = ", ".join(k.label for k in ref.keys)
+        others = ", ".join(ref.keys.values())
         print(
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
-            f"reads {ref.access_count}  keys: {others or '-'}"
+            f"keys: {others or '-'}"
         )
     return 0
 
@@ -329,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
             var.flag,
             dest=var.env,
             type=var.kind,
-            metavar=var.kind.__name__.upper(),
+            choices=var.choices,
+            metavar="|".join(var.choices) if var.choices else var.kind.__name__.upper(),
             help=f"{var.help} ({var.env}, default {default})",
         )
 

@@ -28,17 +28,27 @@ def cmd_recall_memories(args: argparse.Namespace) -> int:
         return 0
     if not result.memories:
         print("no memories")
+    first = result.memories[0].explain if result.memories else None
+    if first is not None:
+        k = f" (k {first.rrf_k:g})" if first.rrf_k is not None else ""
+        print(f"fusion {first.fusion}{k}: share = each signal's part of the fused score")
     for m in result.memories:
         via = "+".join(m.found_by)
         print(f"{m.memory_id}  {m.score:.4f}  hop {m.hop}  {via:<14} {preview(m.content, 70)}")
         if m.explain is not None:
             e = m.explain
             parts = [
-                f"{name} #{s.rank} ({s.score:g}) rrf {s.rrf:.4f}" for name, s in e.signals.items()
+                f"{name} #{s.rank} ({s.score:g}) share {s.share:.4f}"
+                for name, s in e.signals.items()
             ]
             if e.hop:
                 parts.append(f"hop {e.hop} from {e.hop_from} via {e.hop_via} {e.hop_score:.4f}")
             parts.append(f"depth x{e.depth_factor:.3f}  time x{e.time_factor:.3f}")
+            if e.date_factor != 1.0:
+                parts.append(f"named date x{e.date_factor:.2f}")
+            if e.context:
+                near = f" (next to {e.context_from})" if e.context_from else ""
+                parts.append(f"session context +{e.context:.4f}{near}")
             print("    " + "; ".join(parts))
     return 0
 

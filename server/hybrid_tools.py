@@ -47,7 +47,7 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
             ),
         ] = None,
         explain: Annotated[
-            bool, Field(description="Break each score down by signal (bm25, dense, keys, hop).")
+            bool, Field(description="Break each score down (fusion, signals, hop, date, session).")
         ] = False,
         as_of: AsOf = None,
     ) -> Annotated[CallToolResult, MemoryRecall]:
@@ -55,7 +55,10 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
 
         Combines text search (BM25), the query's keys and meaning, then follows shared keys
         and related_to edges for `hops` hops. Each result has its score, hop (0 = direct)
-        and found_by. Links that led to returned memories are strengthened.
+        and found_by. The first half of the results are the best direct matches; the rest may
+        be the turns around them in the same session (found_by "session"), where answers often
+        are. Naming a date ("on 3 March", "in July") favours memories from then. Links that
+        led to returned memories are strengthened.
         Example: recall_memories(query="When does Mia start school?", top_k=5) ->
         {"memories": [{"memory_id": "m_..", "content": "Mia starts school in ...", "score": 0.9}]}
         """

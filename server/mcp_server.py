@@ -7,11 +7,11 @@ message, which names the field and the limit. Nothing is ever returned as error 
 """
 
 import hmac
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -38,6 +38,7 @@ from keytrail.core.results import (
 from keytrail.core.timetravel import read_memory_at, view
 from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
 
+from .output_schemas import FlatSchemaServer
 from .time_tools import AsOf, ValidAt, ValidFrom, register_time_tools
 
 T = TypeVar("T")
@@ -180,7 +181,8 @@ def _reply(call: Callable[[], Any]) -> CallToolResult:
     """The result as structured content (its type, in each tool's annotation, drives the
     output schema) and the same JSON, compact, as text for clients that read only text."""
     data = to_dict(_guard(call))
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    # msgspec writes the same compact UTF-8 JSON as json.dumps(ensure_ascii=False), 3x faster.
+    text = msgspec.json.encode(data).decode()
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
@@ -208,7 +210,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     `toolsets` (default: the store's settings, KEYTRAIL_TOOLSETS) picks the tool sets served.
     """
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = FlatSchemaServer(
         "keytrail",
         title="keytrail associative memory",
         description="Event-sourced associative memory: recall keys, walk to memories.",
@@ -261,12 +263,13 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         as_of: AsOf = None,
         valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, KeyPage]:
-        """List the memories a key leads to, best first: ids, depth, their other keys.
+        """List the memories a key leads to, best first: ids, score, depth, their other keys.
 
-        No content: choose which to read with read_memory. The `keys` of each memory are the
-        next hops of the walk (Key -> Memory -> Key). Page with limit/offset (`total` says
-        how many). Example: read_key(key_id="k_9a1b2c3d4e", query="school") ->
-        {"label": "Mia", "total": 2, "memories": [{"memory_id": "m_..", "keys": [...]}]}
+        No content: choose which to read with read_memory. The `keys` of each memory
+        ({key_id: label}) are the next hops of the walk (Key -> Memory -> Key). Page with
+        limit/offset (`total` says how many). Example:
+        read_key(key_id="k_9a1b2c3d4e", query="school") -> {"label": "Mia", "total": 2,
+        "memories": [{"memory_id": "m_..", "score": 0.9, "keys": {"k_2f859b7cba": "school"}}]}
         """
         return _reply(
             lambda: view(store, as_of, valid_at).read_key(key_id, query, namespace, limit, offset)

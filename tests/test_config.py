@@ -26,7 +26,10 @@ def _value_of(settings: Settings, env: str) -> object:
 
 @pytest.mark.parametrize("var", tunable_variables(), ids=lambda v: v.env)
 def test_each_listed_variable_changes_its_setting(var: Variable) -> None:
-    changed = var.kind(7) if var.default != var.kind(7) else var.kind(9)
+    if var.choices:
+        changed = next(c for c in var.choices if c != var.default)
+    else:
+        changed = var.kind(7) if var.default != var.kind(7) else var.kind(9)
     before = _value_of(Settings.from_env({}), var.env)
     after = _value_of(Settings.from_env({var.env: str(changed)}), var.env)
     assert before == var.default
@@ -48,3 +51,11 @@ def test_a_malformed_value_names_the_variable() -> None:
     with pytest.raises(InvalidInput) as caught:
         Settings.from_env({"KEYTRAIL_MAX_PAGE": "many"})
     assert caught.value.field == "KEYTRAIL_MAX_PAGE"
+
+
+def test_a_named_choice_outside_its_list_names_the_variable_and_the_choices() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({"KEYTRAIL_HYBRID_FUSION": "borda"})
+    assert caught.value.field == "KEYTRAIL_HYBRID_FUSION"
+    assert caught.value.limit == "score, rrf"
+    assert Settings.from_env({"KEYTRAIL_HYBRID_FUSION": "rrf"}).hybrid.fusion == "rrf"

@@ -24,6 +24,7 @@ from keytrail.core import reembed as projection
 from keytrail.core.embedders import Embedder, FastEmbedder
 from keytrail.core.profiles import PROFILES
 from keytrail.projections import VectorCache
+from keytrail.projections.snapshot import materialize
 from keytrail.projections.vectors import Matrix
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,7 +74,7 @@ def fill(store: Store) -> dict[str, str]:
 
 
 def graph(store: Store) -> Any:
-    return msgspec.to_builtins(store.state)
+    return msgspec.to_builtins(materialize(store.state))
 
 
 def log_bytes(store: Store) -> bytes:

@@ -20,6 +20,7 @@ from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog
 from keytrail.projections import GraphState, fold
+from keytrail.projections.snapshot import materialize
 from keytrail.projections.vectors import text_hash
 
 WRITER = r"""
@@ -52,7 +53,8 @@ def settings(home: Path) -> Settings:
 
 
 def encoded(state: GraphState) -> bytes:
-    return msgspec.msgpack.encode(state)
+    # A state opened from a snapshot holds undecoded nodes until looked at: decode them all.
+    return msgspec.msgpack.encode(materialize(state))
 
 
 def replay(home: Path) -> bytes:

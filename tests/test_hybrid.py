@@ -122,9 +122,10 @@ def test_explain_breaks_the_score_down(store: Store) -> None:
     for m in result.memories:
         e = m.explain
         assert e is not None
-        assert e.fused == pytest.approx(sum(s.rrf for s in e.signals.values()), abs=1e-5)
+        assert e.fused == pytest.approx(sum(s.share for s in e.signals.values()), abs=1e-5)
         assert m.score == pytest.approx(
-            max(e.fused, e.hop_score) * e.depth_factor * e.time_factor, abs=1e-5
+            max(e.fused, e.hop_score) * e.depth_factor * e.time_factor * e.date_factor + e.context,
+            abs=1e-5,
         )
     top = result.memories[0]
     assert top.memory_id == a and set(top.found_by) >= {"bm25", "dense"}
@@ -187,8 +188,10 @@ def test_bad_input_is_refused_and_changes_nothing(store: Store) -> None:
 
 
 def test_constants_are_overridable_by_environment() -> None:
-    settings = Settings.from_env({"KEYTRAIL_HYBRID_RRF_K": "30", "KEYTRAIL_HYBRID_HOPS": "3"})
-    assert settings.hybrid.rrf_k == 30.0 and settings.hybrid.hops == 3
+    settings = Settings.from_env(
+        {"KEYTRAIL_HYBRID_WEIGHT_DENSE": "0.7", "KEYTRAIL_HYBRID_HOPS": "3"}
+    )
+    assert settings.hybrid.weight_dense == 0.7 and settings.hybrid.hops == 3
     assert Settings.from_env({}).hybrid == HybridParams()
 
 

@@ -20,6 +20,7 @@ from keytrail.core.importers import check_import, detect_format, import_text
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.events import EventLog, GraphImported
 from keytrail.projections import GraphState, fold
+from keytrail.projections.snapshot import materialize
 from keytrail.server.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -223,7 +224,8 @@ def populated(make_store: Callable[..., Store], home: Path) -> Store:
 
 
 def encoded(state: GraphState) -> bytes:
-    return msgspec.msgpack.encode(state)
+    # A state opened from a snapshot holds undecoded nodes until looked at: decode them all.
+    return msgspec.msgpack.encode(materialize(state))
 
 
 def unsequenced(node: Any) -> dict[str, Any]:

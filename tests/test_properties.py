@@ -163,7 +163,8 @@ def open_store(home: Path, clock: Clock, snapshot_every: int) -> Store:
 
 
 def encoded(state: GraphState) -> bytes:
-    return msgspec.msgpack.encode(state)
+    # A state opened from a snapshot holds undecoded nodes until looked at: decode them all.
+    return msgspec.msgpack.encode(snapshots.materialize(state))
 
 
 def replay(home: Path) -> GraphState:

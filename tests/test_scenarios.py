@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import InvalidInput, NotFound, Settings, Store
-from keytrail.core.embedders import FastEmbedder
+from keytrail.core.embedders import FastEmbedder, HashEmbedder
 from keytrail.core.results import KeyMatch, KeyPage, MemoryPage, Recall
 from keytrail.events import EventLog, MemoriesExpired, MemoryRemembered
 
@@ -261,6 +261,29 @@ def test_near_identical_text_with_other_specifics_is_flagged_not_deduplicated(
     dislikes = s.remember("The user doesn't like jazz music", keys=["music taste"], namespace="w")
     assert dislikes.deduplicated is None
     assert s.state.memories[likes.memory_id].superseded_by is None
+
+
+def test_stats_follow_expiry_and_new_events_without_a_rescan_in_between(tmp_path: Path) -> None:
+    """memory_stats keeps its last answer only while nothing can have changed it."""
+    clock = Clock()
+    with Store(Settings(home=tmp_path / "store"), embedder=HashEmbedder(), clock=clock) as s:
+        s.remember("The office wifi password is on the fridge", keys=["wifi", "office"])
+        s.remember("The guest wifi code today is 4711", keys=["wifi", "guest"], ttl_seconds=60)
+        s.remember("The door code is 1234", keys=["door"], ttl_seconds=3600)
+        first = s.memory_stats()
+        assert (first.memories, first.expired, first.hubs) == (3, 0, 0)
+        assert s.memory_stats() == first
+        clock.now += timedelta(seconds=61)  # the first expiry passes: counts change, no event
+        after = s.memory_stats()
+        assert (after.memories, after.expired, after.seq) == (2, 1, first.seq)
+        clock.now -= timedelta(seconds=30)  # a clock set back sees the memory again
+        assert (s.memory_stats().memories, s.memory_stats().expired) == (3, 0)
+        clock.now += timedelta(seconds=3600)
+        assert (s.memory_stats().memories, s.memory_stats().expired) == (1, 2)
+        s.remember("The wifi router is in the hall", keys=["wifi"])
+        grown = s.memory_stats()
+        assert (grown.memories, grown.seq) == (2, first.seq + 1)
+        assert grown.log_bytes > first.log_bytes
 
 
 def test_ttl_hides_memory_until_cleanup_records_it(

@@ -126,6 +126,7 @@ def surface(tools: list[Any]) -> dict[str, Any]:
     return {
         t.name: {
             "inputSchema": t.input_schema,
+            "outputSchema": t.output_schema,
             "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True),
         }
         for t in tools
@@ -148,7 +149,7 @@ def test_tool_list_and_schemas_are_pinned(home: Path, errlog: Path) -> None:
             if os.environ.get("KEYTRAIL_UPDATE_GOLDEN"):
                 GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
             assert got == json.loads(GOLDEN.read_text()), (
-                "tool names or input schemas changed; if on purpose, rerun with "
+                "tool names or input/output schemas changed; if on purpose, rerun with "
                 "KEYTRAIL_UPDATE_GOLDEN=1 and review the diff of tests/golden/mcp_tools.json"
             )
             prompts = (await session.list_prompts()).prompts
@@ -444,7 +445,8 @@ def test_associative_walk(home: Path, errlog: Path) -> None:
             # Key -> Memory
             page = await call(s, "read_key", key_id=newton["key_id"])
             first = page["memories"][0]
-            apple = next(k for k in first["keys"] if k["label"] == "apple")
+            # the memory's other keys, key_id -> label: the next hops
+            apple = {"key_id": next(k for k, label in first["keys"].items() if label == "apple")}
             view = await call(
                 s, "read_memory", memory_id=first["memory_id"], via_key_id=newton["key_id"]
             )

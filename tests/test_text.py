@@ -159,3 +159,93 @@ def test_a_writer_killed_mid_commit_leaves_an_index_that_reopens(tmp_path: Path)
         reopened.close()
         shutil.rmtree(home / "index" / "text")  # the next writer starts from scratch
     assert killed >= 2, "the writer finished before it could be killed"
+
+
+def test_the_keys_field_adds_only_what_the_content_does_not_say(store: Store) -> None:
+    # A label the content already says would count its words twice; one it lacks is searchable.
+    said = store.remember("Caroline: the garden is full of tulips", ["Caroline", "tulips"])
+    unsaid = store.remember("Planted bulbs along the fence", ["tulips", "spring garden"])
+    index = store.text_index()
+    assert {h.memory_id for h in index.search("tulips", 5)} == {said.memory_id, unsaid.memory_id}
+    # "Caroline" scores only from content: a memory keyed Caroline without saying it is found.
+    keyed = store.remember("Her favourite flower", ["Caroline"])
+    index = store.text_index()
+    found = [h.memory_id for h in index.search("Caroline", 5)]
+    assert set(found) == {said.memory_id, keyed.memory_id}
+    from keytrail.projections.text import _new_labels
+
+    assert _new_labels("Caroline: the garden is full of tulips", ["Caroline", "tulips"]) == []
+    assert _new_labels("Planted bulbs", ["tulips", "spring garden", "bulbs"]) == [
+        "tulips",
+        "spring garden",
+    ]
+
+
+SEARCHER = """
+import sys, time
+from pathlib import Path
+from keytrail.core import HashEmbedder, Settings, Store
+home, go = Path(sys.argv[1]), Path(sys.argv[2])
+store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+index = store.text_index()
+print(len(index.search("note amber", 5000)), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_processes_building_the_index_at_once_all_search_it_whole(tmp_path: Path) -> None:
+    # Several servers on one store meet a missing (or outdated) index together: the one that
+    # builds it must not leave the others searching an empty or half-built index, nor delete
+    # the index another process is building.
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    for batch in range(3):
+        store.remember_batch(
+            [RememberItem(f"note {batch}-{i} amber basil {i % 7}", ["amber"]) for i in range(500)]
+        )
+    store.close()
+    for attempt in range(3):
+        go = tmp_path / f"go-{attempt}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", SEARCHER, str(home), str(go)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        go.touch()
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            assert out.strip() == "1500", err
+        shutil.rmtree(home / "index" / "text")
+
+
+def test_an_index_ahead_of_a_restored_log_is_rebuilt_from_it(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    first = make_store(home=tmp_path / "live")
+    kept = first.remember("The kettle whistles at dawn", ["kettle"])
+    first.close()
+    shutil.copytree(tmp_path / "live", tmp_path / "restored")  # a backup of the log so far
+    live = make_store(home=tmp_path / "live")
+    lost = live.remember("The kettle was descaled with vinegar", ["kettle"])
+    live.remember("The teapot is chipped", ["teapot"])
+    live.text_index()
+    live.close()
+    # The restored store gets the live store's (newer) index, and writes on from its own log.
+    shutil.rmtree(tmp_path / "restored" / "index", ignore_errors=True)
+    shutil.copytree(tmp_path / "live" / "index", tmp_path / "restored" / "index")
+    restored = make_store(home=tmp_path / "restored")
+    new = restored.remember("The kettle needs a new lid", ["kettle"])
+    assert new.seq < live.state.seq  # the index says it covers this seq: only a rebuild finds it
+    found = {h.memory_id for h in restored.text_index().search("kettle", 10)}
+    assert found == {kept.memory_id, new.memory_id} and lost.memory_id not in found

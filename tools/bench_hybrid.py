@@ -11,6 +11,9 @@ for the same queries:
   hop, and the links.adjusted append with fsync), and with learn=False (no append);
 - `text_search`: the Tantivy BM25 search alone.
 
+The first three are measured interleaved, query by query, so other load on the machine falls
+on each alike.
+
     .venv/bin/python tools/bench_hybrid.py --memories 100000 --queries 300
 
 Prints one JSON object.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -82,26 +86,31 @@ def main() -> int:
     first_use = time.perf_counter() - started
 
     vectors = store.embedder.embed(queries)
-    numpy_times = []
-    for q in vectors:
+
+    def numpy_topk(q: np.ndarray) -> float:
         t = time.perf_counter()
         scores = matrix @ q
         top = np.argpartition(-scores, 10)[:10]
         top[np.argsort(-scores[top])]
-        numpy_times.append(time.perf_counter() - t)
+        return time.perf_counter() - t
 
-    def timed(learn: bool) -> list[float]:
-        out = []
-        for query in queries:
-            t = time.perf_counter()
-            store.recall_memories(query, top_k=10, learn=learn)
-            out.append(time.perf_counter() - t)
-        return out
+    def recall(query: str, learn: bool) -> float:
+        t = time.perf_counter()
+        store.recall_memories(query, top_k=10, learn=learn)
+        return time.perf_counter() - t
 
     for query in queries[:5]:  # warm caches
         store.recall_memories(query, learn=False)
-    no_learn = timed(False)
-    learn = timed(True)
+    # Interleaved, query by query, so load from other work on the machine falls on every
+    # measure alike (the ratio is what matters; the absolute numbers move with the load).
+    numpy_times: list[float] = []
+    no_learn: list[float] = []
+    learn: list[float] = []
+    for query, q in zip(queries, vectors, strict=True):
+        numpy_times.append(numpy_topk(q))
+        no_learn.append(recall(query, False))
+        learn.append(recall(query, True))
+    per_query_ratio = sorted(r / n for r, n in zip(learn, numpy_times, strict=True))
     text_times = []
     for query in queries:
         t = time.perf_counter()
@@ -126,6 +135,8 @@ def main() -> int:
         "text_search_p50_ms": ms(text_times),
         "ratio_p50": round(ms(learn) / numpy_p50, 2),
         "ratio_no_learn_p50": round(ms(no_learn) / numpy_p50, 2),
+        "per_query_ratio_median": round(per_query_ratio[len(per_query_ratio) // 2], 2),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "mean_results": mean_results,
     }
     json.dump(report, sys.stdout, indent=2)

@@ -1,5 +1,9 @@
 """Retrieval quality on LoCoMo: BM25 alone, dense alone and recall_memories, in one run.
 
+recall_memories runs twice per question: as configured ("recall_memories", score fusion unless
+KEYTRAIL_HYBRID_FUSION says otherwise) and with rank fusion ("recall_memories_rrf": the same
+settings with fusion "rrf", k = KEYTRAIL_HYBRID_RRF_K, default 60).
+
 Every turn of every conversation is remembered (one store per conversation, one
 remember_batch per session) at its session's date, with no keys given, so keys are extracted.
 Content is "<speaker>: <text>". Every category 1-4 question is a query; its evidence turn ids
@@ -40,7 +44,7 @@ from keytrail.core.queries import visible
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 DEV = (0, 1)  # parameters were chosen looking at these; the others are held out
-METHODS = ("bm25", "dense", "recall_memories")
+METHODS = ("bm25", "dense", "recall_memories", "recall_memories_rrf")
 CATEGORIES = (1, 2, 3, 4)
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 
@@ -137,6 +141,17 @@ def hybrid(store: Store, query: str, k: int) -> list[str]:
     return [m.memory_id for m in result.memories]
 
 
+def hybrid_rrf(store: Store, query: str, k: int) -> list[str]:
+    """recall_memories with the store's settings but fusion "rrf" (put back afterwards)."""
+    configured = store.settings
+    rrf = dataclasses.replace(configured.hybrid, fusion="rrf")
+    store.settings = dataclasses.replace(configured, hybrid=rrf)
+    try:
+        return hybrid(store, query, k)
+    finally:
+        store.settings = configured
+
+
 def score(ranked: list[str], turns_of: dict[str, set[str]], evidence: set[str]) -> dict[str, float]:
     turn_lists = [turns_of.get(mid, set()) for mid in ranked]
     sessions = [{t.split(":")[0] for t in ts} for ts in turn_lists]
@@ -180,7 +195,9 @@ def main() -> int:
         "bm25": bm25,
         "dense": dense,
         "recall_memories": hybrid,
+        "recall_memories_rrf": hybrid_rrf,
     }
+    assert tuple(methods) == METHODS
     for index in chosen:
         conv = data[index]
         clock = BenchClock()

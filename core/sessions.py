@@ -1,0 +1,85 @@
+"""Where each memory sits in its session: the turns remembered before and after it.
+
+A conversation remembered turn by turn (`session_id` set) is read best in context: the answer
+to a question often sits in the turn next to the one that matches it. `SessionOrder` keeps, per
+(namespace, session), the memory ids in the order they were remembered, derived from the key
+graph (nothing new is written to the log). Memories are only ever added to the state's
+`memories` mapping, in fold order, so catching up walks just the ones added since last time;
+the first catch-up walks them all (and so decodes a lazily opened state's memories once).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from keytrail.projections import GraphState
+
+#: how many ineligible turns (superseded, forgotten, not yet remembered at a past point) a
+#: neighbour lookup steps over before giving up
+MAX_SKIP = 4
+
+
+class SessionOrder:
+    """Per (namespace, session): memory ids in remembered order. Caught up from a state."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: GraphState | None = None
+        self._seen = 0
+        self._members: dict[tuple[str, str], list[str]] = {}
+        self._position: dict[str, tuple[tuple[str, str], int]] = {}
+
+    def catch_up(self, state: GraphState) -> SessionOrder:
+        """Index the memories added to `state` since the last call (all, for a new state)."""
+        with self._lock:
+            memories = state.memories
+            if state is not self._state or len(memories) < self._seen:
+                self._state, self._seen = state, 0
+                self._members, self._position = {}, {}
+            added = len(memories) - self._seen
+            if added <= 0:
+                return self
+            fresh: list[str] = []
+            for memory_id in reversed(memories):  # newest first; stop at what is indexed
+                if len(fresh) == added:
+                    break
+                fresh.append(memory_id)
+            for memory_id in reversed(fresh):
+                node = memories[memory_id]
+                if node.session_id is None:
+                    continue
+                session = (node.namespace, node.session_id)
+                members = self._members.setdefault(session, [])
+                self._position[memory_id] = (session, len(members))
+                members.append(memory_id)
+            self._seen = len(memories)
+            return self
+
+    def __len__(self) -> int:
+        """How many memories belong to a session."""
+        return len(self._position)
+
+    def session_of(self, memory_id: str) -> tuple[str, str] | None:
+        found = self._position.get(memory_id)
+        return found[0] if found is not None else None
+
+    def neighbours(self, memory_id: str, eligible: Callable[[str], Any]) -> list[str]:
+        """The nearest eligible turn before and after `memory_id` in its session (0-2 ids)."""
+        found = self._position.get(memory_id)
+        if found is None:
+            return []
+        session, at = found
+        members = self._members[session]
+        out: list[str] = []
+        for step in (-1, 1):
+            index = at + step
+            for _ in range(MAX_SKIP + 1):
+                if not 0 <= index < len(members):
+                    break
+                if eligible(members[index]) is not None:
+                    out.append(members[index])
+                    break
+                index += step
+        return out

@@ -1,0 +1,137 @@
+"""recall_memories with session context: adjacent turns, the direct head, as_of, SessionOrder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from keytrail.core import RememberItem, Store
+from keytrail.core.sessions import SessionOrder
+
+#: The answer ("Lisbon") sits in the turn after the one that matches the question's words.
+TALK = [
+    "Ana: Guess where I am moving for the new job?",
+    "Ben: No idea, tell me!",
+    "Ana: Lisbon, in March. The company found me a flat near the river.",
+    "Ben: That sounds wonderful, congratulations.",
+]
+OTHER = [
+    "Ana: I repotted the basil on the balcony today.",
+    "Ben: Mine keeps dying, too much sun I think.",
+]
+
+
+def remember_sessions(store: Store, namespace: str | None = None) -> dict[str, list[str]]:
+    ids: dict[str, list[str]] = {}
+    for session, turns in (("s1", TALK), ("s2", OTHER)):
+        items = [RememberItem(t, session_id=session, namespace=namespace) for t in turns]
+        ids[session] = [r.memory_id for r in store.remember_batch(items)]
+    return ids
+
+
+def test_the_turn_next_to_a_match_comes_with_it(store: Store) -> None:
+    ids = remember_sessions(store)
+    result = store.recall_memories("moving new job", top_k=4, hops=0, explain=True, learn=False)
+    returned = [m.memory_id for m in result.memories]
+    match = ids["s1"][0]
+    assert returned[0] == match
+    # Found by nothing but adjacency: the turn before and after the match in its session.
+    by_session = {m.memory_id for m in result.memories if m.found_by == ["session"]}
+    assert ids["s1"][1] in by_session
+    for m in result.memories:
+        if m.found_by == ["session"]:
+            assert m.explain is not None and m.explain.context > 0
+            assert m.explain.context_from is not None
+            assert m.memory_id not in ids["s2"]
+
+
+def test_the_head_is_ranked_by_direct_score_alone(store: Store) -> None:
+    ids = remember_sessions(store)
+    result = store.recall_memories("basil balcony sun", top_k=4, hops=0, explain=True, learn=False)
+    head = result.memories[:2]  # direct_share 0.5 of top_k 4
+    assert head[0].memory_id in ids["s2"]
+    for m in head:
+        assert m.explain is not None and m.explain.context == 0.0
+        assert "session" not in m.found_by
+    scores = [m.score for m in result.memories[2:]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_without_session_context_only_direct_matches_return(
+    make_store: Callable[..., Store],
+) -> None:
+    from keytrail.core.config import HybridParams
+
+    store = make_store(hybrid=HybridParams(context_neighbour=0.0, context_session=0.0))
+    remember_sessions(store)
+    result = store.recall_memories("moving new job", top_k=6, hops=0, learn=False)
+    assert all(m.found_by != ["session"] for m in result.memories)
+
+
+def test_neighbours_stay_in_their_namespace(store: Store) -> None:
+    mine = remember_sessions(store, namespace="home")
+    remember_sessions(store, namespace="work")  # same session ids, another namespace
+    result = store.recall_memories("moving new job", top_k=6, hops=0, namespace="home", learn=False)
+    home = {mid for ids in mine.values() for mid in ids}
+    assert result.memories and {m.memory_id for m in result.memories} <= home
+
+
+def test_a_past_read_brings_no_turn_remembered_later(store: Store) -> None:
+    first = store.remember_batch([RememberItem(TALK[0], session_id="s1")])[0].memory_id
+    seq = store.state.seq
+    later = store.remember_batch([RememberItem(t, session_id="s1") for t in TALK[1:]])
+    now = store.recall_memories("moving new job", top_k=4, hops=0, learn=False)
+    assert later[0].memory_id in {m.memory_id for m in now.memories}
+    past = store.recall_memories("moving new job", top_k=4, hops=0, as_of=seq)
+    assert [m.memory_id for m in past.memories] == [first]
+
+
+def test_session_order_catches_up_and_skips_what_is_not_eligible(store: Store) -> None:
+    ids = remember_sessions(store)
+    order = SessionOrder().catch_up(store.state)
+    assert len(order) == len(TALK) + len(OTHER)
+    s1 = ids["s1"]
+    everything: Callable[[str], object] = store.state.memories.get
+    assert order.neighbours(s1[0], everything) == [s1[1]]
+    assert order.neighbours(s1[1], everything) == [s1[0], s1[2]]
+    # A forgotten turn is stepped over: its neighbours become adjacent.
+    store.forget(s1[1])
+
+    def active(memory_id: str) -> object:
+        node = store.state.memories.get(memory_id)
+        return node if node is not None and node.status == "active" else None
+
+    assert order.catch_up(store.state).neighbours(s1[0], active) == [s1[2]]
+    # New turns are indexed incrementally, in order.
+    more = store.remember_batch([RememberItem("Ana: One more thing.", session_id="s1")])
+    order.catch_up(store.state)
+    assert order.neighbours(s1[3], everything) == [s1[2], more[0].memory_id]
+    assert order.session_of(more[0].memory_id) == ("default", "s1")
+    assert order.session_of(store.remember("no session here").memory_id) is None
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_direct_share_bounds(make_store: Callable[..., Store], share: float) -> None:
+    from keytrail.core.config import HybridParams
+
+    store = make_store(hybrid=HybridParams(direct_share=share))
+    ids = remember_sessions(store)
+    result = store.recall_memories("moving new job", top_k=3, hops=0, learn=False)
+    assert len(result.memories) <= 3
+    if share == 1.0:  # direct matches first, by their own score; adjacency only fills up
+        kinds = [m.found_by == ["session"] for m in result.memories]
+        assert kinds == sorted(kinds)
+        direct = [m.score for m in result.memories if m.found_by != ["session"]]
+        assert direct and direct == sorted(direct, reverse=True)
+    else:
+        assert ids["s1"][0] in {m.memory_id for m in result.memories}
+
+
+def test_a_store_without_sessions_never_walks_for_turn_order(store: Store) -> None:
+    store.remember_batch([RememberItem(t) for t in TALK])  # no session_id
+    assert store.recall_memories("moving new job", learn=False).memories
+    assert store._session_order is None  # the whole-store walk was never needed
+    store.remember_batch([RememberItem(t, session_id="s1") for t in OTHER])
+    store.recall_memories("basil balcony", learn=False)
+    assert store._session_order is not None and len(store._session_order) == len(OTHER)
