@@ -36,10 +36,10 @@ the question's words). The head spreads over sessions: a memory ranks there by i
 `head_support` x the best `support_turns` scores of other candidates in its session (several
 strong hits in one session outweigh an isolated hit of equal score), picked greedily with each
 earlier pick from its session multiplying that by (1 - `head_diversity`), so the first turns
-of several likely sessions come before a second turn of the best one. Results under the minimum score are dropped; the namespace filter
-applies before every top-k cut. Under rrf every listed memory has at least the fused score of
-one last in the lowest-weighted list (the floor), so there the gate is floor + min_score x
-(1 − floor) rather than min_score itself.
+of several likely sessions come before a second turn of the best one. Results under the
+minimum score are dropped; the namespace filter applies before every top-k cut. Under rrf
+every listed memory has at least the fused score of one last in the lowest-weighted list (the
+floor), so there the gate is floor + min_score x (1 − floor) rather than min_score itself.
 
 `hybrid_recall` is a pure function of a graph state plus the indexes (text index, vector sets)
 and the query's vector, so a read as of the past can pass a past state. The Hebbian update it
