@@ -92,3 +92,16 @@ def test_recall_memories_spreads_its_head_over_sessions(
     head_sessions = [m.session_id for m in result.memories[:2]]
     # Both kite turns outscore the long shop turn; diversity lets the shop turn into the head.
     assert head_sessions == (["kites", "kites"] if diversity == 0.0 else ["kites", "shop"])
+
+
+def test_explain_shows_the_session_support_that_ranked_the_head(store: Store) -> None:
+    kites = ["Ana: blue kite, blue kite!", "Ben: a blue kite, yes, a blue kite."]
+    store.remember_batch([RememberItem(t, session_id="kites") for t in kites])
+    result = store.recall_memories("blue kite", top_k=4, hops=0, explain=True, learn=False)
+    first = result.memories[0].explain
+    assert first is not None
+    # the other kite turn is a candidate of the same session: support = 0.2 x its score
+    other = result.memories[1]
+    assert first.session_support == pytest.approx(0.2 * other.score, abs=1e-5)
+    for m in result.memories[2:]:
+        assert m.explain is not None and m.explain.session_support == 0.0
