@@ -32,10 +32,14 @@ neighbours. Each candidate gains `context_neighbour` x the score of its best adj
 score in its session. The first `direct_share` of `top_k` results are the best by their own
 score; the rest are ranked by score + context, so the top stays the strongest direct evidence
 and the tail brings the turns around it (an answer often sits next to the turn that matches
-the question's words). Results under the minimum score are dropped; the namespace filter
-applies before every top-k cut. Under rrf every listed memory has at least the fused score of
-one last in the lowest-weighted list (the floor), so there the gate is floor + min_score x
-(1 − floor) rather than min_score itself.
+the question's words). The head spreads over sessions: a memory ranks there by its score +
+`head_support` x the best `support_turns` scores of other candidates in its session (several
+strong hits in one session outweigh an isolated hit of equal score), picked greedily with each
+earlier pick from its session multiplying that by (1 - `head_diversity`), so the first turns
+of several likely sessions come before a second turn of the best one. Results under the
+minimum score are dropped; the namespace filter applies before every top-k cut. Under rrf
+every listed memory has at least the fused score of one last in the lowest-weighted list (the
+floor), so there the gate is floor + min_score x (1 − floor) rather than min_score itself.
 
 `hybrid_recall` is a pure function of a graph state plus the indexes (text index, vector sets)
 and the query's vector, so a read as of the past can pass a past state. The Hebbian update it
@@ -96,7 +100,9 @@ class SignalScore:
 class Explanation:
     """How a result's score: max(fused, hop_score) x depth x time x date + context.
 
-    `context` is 0 for the results ranked by their own score (the first `direct_share`).
+    `context` is 0 for the results ranked by their own score (the first `direct_share`);
+    these were ranked by score + `session_support` (head_support x the best other scores in
+    their session), discounted for earlier picks from the same session.
     """
 
     signals: dict[str, SignalScore]
@@ -116,6 +122,8 @@ class Explanation:
     fusion: str = "score"
     #: k of rrf fusion (None under score fusion)
     rrf_k: float | None = None
+    #: head_support x the best other scores in its session (ranked the head; 0 in the tail)
+    session_support: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,8 @@ class _Candidate:
     context: float = 0.0
     context_from: str | None = None
     by_session: bool = False
+    #: what session support added to its rank in the head
+    session_support: float = 0.0
 
     @property
     def with_context(self) -> float:
@@ -279,15 +289,7 @@ def hybrid_recall(
     explored = set(key_edges)
     _expand(state, found, hops, params, eligible, modulate, explored)
 
-    head = [
-        c
-        for c in heapq.nsmallest(
-            math.ceil(top_k * params.direct_share),
-            found.values(),
-            key=lambda c: (-c.score, c.node.created_seq),
-        )
-        if c.score >= gate
-    ]
+    head = _head(found, math.ceil(top_k * params.direct_share), gate, params, sessions)
     tail: list[_Candidate] = []
     if len(head) < top_k:
         if sessions is not None and (params.context_neighbour or params.context_session):
@@ -300,6 +302,8 @@ def hybrid_recall(
         )
     for cand in head:
         cand.context, cand.context_from = 0.0, None  # ranked by its own score
+    for cand in tail:
+        cand.session_support = 0.0
     results = head + tail
     returned = {c.node.id for c in results}
     adjustments = [
@@ -311,6 +315,61 @@ def hybrid_recall(
         for key_id, memory_id in sorted(explored)
     ]
     return HybridOutcome(results, [a for a in adjustments if a[2] != 0.0])
+
+
+def _head(
+    found: dict[str, _Candidate],
+    size: int,
+    gate: float,
+    params: HybridParams,
+    order_of: Callable[[], SessionOrder] | None,
+) -> list[_Candidate]:
+    """The first `size` results, by own score (with session support and diversity if set)."""
+    direct = [c for c in found.values() if c.score >= gate]
+    spread = params.head_support or params.head_diversity
+    if order_of is None or not spread or all(c.node.session_id is None for c in direct):
+        return heapq.nsmallest(size, direct, key=lambda c: (-c.score, c.node.created_seq))
+    sessions = order_of()
+    session_of = {c.node.id: sessions.session_of(c.node.id) for c in direct}
+    by_session: dict[tuple[str, str], list[float]] = {}
+    for cand in direct:
+        session = session_of[cand.node.id]
+        if session is not None:
+            by_session.setdefault(session, []).append(cand.score)
+    best_of = {
+        s: heapq.nlargest(params.support_turns + 1, scores) for s, scores in by_session.items()
+    }
+    ranked: dict[str, float] = {}
+    for cand in direct:
+        session = session_of[cand.node.id]
+        support = 0.0
+        if session is not None and params.head_support:
+            top = list(best_of[session])
+            if cand.score in top:
+                top.remove(cand.score)  # the others' support, not its own score
+            support = sum(top[: params.support_turns])
+        cand.session_support = params.head_support * support
+        ranked[cand.node.id] = cand.score + cand.session_support
+    # Diversity only discounts, so the head comes from the best by ranked score; a pool a few
+    # times the head's size holds every pick unless one session fills it.
+    pool = heapq.nsmallest(
+        max(4 * size, size + 20), direct, key=lambda c: (-ranked[c.node.id], c.node.created_seq)
+    )
+    head: list[_Candidate] = []
+    picked: dict[tuple[str, str] | None, int] = {}
+    while pool and len(head) < size:
+
+        def value(c: _Candidate) -> tuple[float, int]:
+            session = session_of[c.node.id]
+            times = picked.get(session, 0) if session is not None else 0
+            return (-ranked[c.node.id] * (1 - params.head_diversity) ** times, c.node.created_seq)
+
+        best = min(pool, key=value)
+        pool.remove(best)
+        head.append(best)
+        session = session_of[best.node.id]
+        picked[session] = picked.get(session, 0) + 1
+    return head
 
 
 def _bm25(
@@ -689,6 +748,7 @@ class HybridQueries:
                 context_from=cand.context_from,
                 fusion=params.fusion,
                 rrf_k=params.rrf_k if params.fusion == "rrf" else None,
+                session_support=round(cand.session_support, 6),
             )
             if explain
             else None,

@@ -49,6 +49,8 @@ def cmd_recall_memories(args: argparse.Namespace) -> int:
             if e.context:
                 near = f" (next to {e.context_from})" if e.context_from else ""
                 parts.append(f"session context +{e.context:.4f}{near}")
+            if e.session_support:
+                parts.append(f"head rank +{e.session_support:.4f} session support")
             print("    " + "; ".join(parts))
     return 0
 
