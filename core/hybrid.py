@@ -357,13 +357,13 @@ def _head(
     )
     head: list[_Candidate] = []
     picked: dict[tuple[str, str] | None, int] = {}
+
+    def value(c: _Candidate) -> tuple[float, int]:  # reads `picked` as the head grows
+        session = session_of[c.node.id]
+        times = picked.get(session, 0) if session is not None else 0
+        return (-ranked[c.node.id] * (1 - params.head_diversity) ** times, c.node.created_seq)
+
     while pool and len(head) < size:
-
-        def value(c: _Candidate) -> tuple[float, int]:
-            session = session_of[c.node.id]
-            times = picked.get(session, 0) if session is not None else 0
-            return (-ranked[c.node.id] * (1 - params.head_diversity) ** times, c.node.created_seq)
-
         best = min(pool, key=value)
         pool.remove(best)
         head.append(best)
@@ -404,7 +404,7 @@ def _dense(
     if not len(vectors):
         return [], 0.0
     scores = vectors.matrix @ query_vector
-    floor = float(scores.mean())
+    mean = float(scores.mean())
     above = np.flatnonzero(scores >= threshold)
     # Sort only what can be kept, with room for ineligible rows (other namespaces, superseded);
     # all of them when that room runs out.
@@ -413,8 +413,8 @@ def _dense(
         best = above[np.argpartition(-scores[above], room)[:room]]
         kept = _eligible_rows(best, scores, vectors.ids, limit, eligible)
         if len(kept) == limit:
-            return kept, floor
-    return _eligible_rows(above, scores, vectors.ids, limit, eligible), floor
+            return kept, mean
+    return _eligible_rows(above, scores, vectors.ids, limit, eligible), mean
 
 
 def _eligible_rows(

@@ -320,6 +320,18 @@ class KnowledgeGraph:
             raise InvalidInput(field, f"has {len(value)} {what}", limit=f"{limit} {what}")
         return value
 
+    def _observation_entries(
+        self, field: str, entries: object, contents_field: str
+    ) -> list[tuple[str, list[str]]]:
+        """(entity name, observation texts) of each entry, checked; errors name the entry."""
+        return [
+            (
+                self._name(f"{field}[{i}].entityName", e.entity_name),
+                self._contents(f"{field}[{i}].{contents_field}", e.contents),
+            )
+            for i, e in enumerate(self._list(field, entries, "entries"))
+        ]
+
     def _contents(self, field: str, value: object) -> list[str]:
         limit = self.store.settings.limits.content_chars
         items = self._list(field, value, "observations")
@@ -438,14 +450,7 @@ class KnowledgeGraph:
 
     def add_observations(self, observations: Sequence[ObservationInput]) -> ObservationResults:
         """Add observations to existing entities (all or nothing); returns what was new."""
-        items = self._list("observations", observations, "entries")
-        checked = [
-            (
-                self._name(f"observations[{i}].entityName", o.entity_name),
-                self._contents(f"observations[{i}].contents", o.contents),
-            )
-            for i, o in enumerate(items)
-        ]
+        checked = self._observation_entries("observations", observations, "contents")
         store = self.store
 
         def decide(app: Appender) -> ObservationResults:
@@ -553,14 +558,7 @@ class KnowledgeGraph:
 
     def delete_observations(self, deletions: Sequence[ObservationInput]) -> Deletion:
         """Delete observations by their exact text; unknown entities are reported, not errors."""
-        items = self._list("deletions", deletions, "entries")
-        checked = [
-            (
-                self._name(f"deletions[{i}].entityName", d.entity_name),
-                self._contents(f"deletions[{i}].observations", d.contents),
-            )
-            for i, d in enumerate(items)
-        ]
+        checked = self._observation_entries("deletions", deletions, "observations")
         store = self.store
 
         def decide(app: Appender) -> Deletion:
