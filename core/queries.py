@@ -316,7 +316,6 @@ class Queries:
             memory_id=node.id,
             namespace=node.namespace,
             score=round(score, 6),
-            weight=round(keys[via_key].links[node.id], 6),
             depth=round(node.depth, 6),
             created_at=node.created_at,
             keys={k: keys[k].label for k in node.keys if k != via_key},

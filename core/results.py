@@ -89,8 +89,8 @@ class MemoryRef:
     """A memory as seen from a key: what to choose by, never the content.
 
     Lean on purpose (a page is read by a model, and checked field by field by clients): the
-    link weight and depth that rank it, when it was told, and its other keys as
-    `{key_id: label}`, the next hops of the walk. Everything else (content, expiry, source,
+    score that ranks it, its depth, when it was told, and its other keys as `{key_id: label}`,
+    the next hops of the walk. Everything else (content, link weights, expiry, source,
     versions, reads) is in `read_memory`, the next step.
     """
 
@@ -98,8 +98,6 @@ class MemoryRef:
     namespace: str
     #: link weight × (0.9 + 0.1·depth) × time factor: the page's order
     score: float
-    #: the Hebbian weight of this key's link to the memory (0.1..3.0; reads strengthen it)
-    weight: float
     depth: float
     created_at: datetime
     #: the memory's other keys, key_id -> label

@@ -7,6 +7,12 @@ write an optional field as `anyOf: [{type: X}, {type: null}]` (two more subschem
 field). The same constraints written flat, `{type: [X, "null"]}` with the nested object
 inlined, accept exactly the same documents and validate two to three times faster.
 Titles pydantic derives from field names say nothing the name does not.
+
+One deliberate loosening: a map whose values have one scalar type (`{key_id: label}`) is
+listed as a plain object, its value type said in its description. `jsonschema` enters a
+subschema for every entry of every map, about 8 µs each, and a `read_key` page carries some
+eighty such entries: a third of the client's check. The server still validates every result
+against the tool's full output model before sending it, so a non-string label never leaves.
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ _DATA = frozenset({"required", "enum", "const", "examples", "dependentRequired"}
 #: Keywords whose values map names to subschemas.
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
 _DEFS_PREFIX = "#/$defs/"
+#: Value types a map may have for `_scalar_map_as_object`, as its description names them.
+_SCALARS = {
+    "string": "a string",
+    "number": "a number",
+    "integer": "an integer",
+    "boolean": "a boolean",
+}
 
 
 class SchemaShapeError(ValueError):
@@ -30,7 +43,8 @@ class SchemaShapeError(ValueError):
 
 
 def flat_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with every `$ref` into `$defs` inlined and `anyOf [X, null]` as a type list."""
+    """`schema` with every `$ref` into `$defs` inlined, `anyOf [X, null]` as a type list and
+    maps of scalars as described plain objects."""
     flat: dict[str, Any] = _flatten(schema, schema.get("$defs", {}), ())
     return flat
 
@@ -57,7 +71,24 @@ def _flatten(node: Any, defs: dict[str, Any], seen: tuple[str, ...]) -> Any:
             out[key] = value
         else:
             out[key] = _flatten(value, defs, seen)
-    return _nullable_as_type_list(out)
+    return _nullable_as_type_list(_scalar_map_as_object(out))
+
+
+def _scalar_map_as_object(node: dict[str, Any]) -> dict[str, Any]:
+    """`{type: object, additionalProperties: {type: T}}` as `{type: object}`, T described."""
+    values = node.get("additionalProperties")
+    if (
+        node.get("type") != "object"
+        or "properties" in node
+        or not isinstance(values, dict)
+        or set(values) != {"type"}
+        or values["type"] not in _SCALARS
+    ):
+        return node
+    said = f"A map: every value is {_SCALARS[values['type']]}."
+    loose = {k: v for k, v in node.items() if k != "additionalProperties"}
+    loose["description"] = f"{node['description']} {said}" if "description" in node else said
+    return loose
 
 
 def _nullable_as_type_list(node: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +112,8 @@ class FlatSchemaServer(MCPServer[Any]):
     """An MCPServer advertising flat output schemas (see the module docstring).
 
     Only what is listed changes: the server still validates each result against the tool's
-    own output model, which accepts the same documents as the flat schema. Tools are listed
+    own output model, which accepts the same documents as the flat schema apart from the
+    value types of maps. Tools are listed
     once per client session, so flattening on each listing costs nothing that matters.
     """
 

@@ -464,9 +464,9 @@ def test_associative_walk(home: Path, errlog: Path) -> None:
             berry_page = await call(s, "read_key", key_id=strawberry["key_id"])
             assert berry_page["total"] == 2
             # The traversed link got stronger.
-            again = await call(s, "read_key", key_id=apple["key_id"])
-            weights = {m["memory_id"]: m["weight"] for m in again["memories"]}
-            assert weights[fruit_ref["memory_id"]] > 1.0
+            again = await call(s, "read_memory", memory_id=fruit_ref["memory_id"])
+            weights = {k["key_id"]: k["weight"] for k in again["keys"]}
+            assert weights[apple["key_id"]] > 1.0 and weights[strawberry["key_id"]] == 1.0
             # correct the fruit memory: the new version is reached through the same keys
             fixed = await call(
                 s,
