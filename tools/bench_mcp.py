@@ -113,12 +113,13 @@ def server_pids() -> dict[str, int]:
 
 
 async def paired(
-    calls: int, one: Call, echo: Call, pids: dict[str, int]
+    calls: int, one: Call, echo: Call, pids: dict[str, int], server: str = "keytrail"
 ) -> tuple[dict[str, float], dict[str, float], Any]:
     """Time `one`, each call right after an echo call: a load spike on the shared machine then
     slows both alike, so their ratio holds. CPU time per call (this client process plus the
     server process, which only these calls keep busy) does not depend on load at all.
-    Returns the tool's summary, the echo calls' summary, and the last result."""
+    `server` names the process that serves `one`. Returns the tool's summary, the echo
+    calls' summary, and the last result."""
     for i in range(min(20, calls)):  # warm up
         await echo(i)
         await one(i)
@@ -137,15 +138,17 @@ async def paired(
         echo_client_cpu += middle_cpu - start_cpu
         if getattr(result, "is_error", False):
             raise RuntimeError(f"tool call failed: {result.content}")
-    servers = {name: process_cpu_seconds(pid) - servers_before[name] for name, pid in pids.items()}
+    used = {name: process_cpu_seconds(pid) - servers_before[name] for name, pid in pids.items()}
     tool, echoed = summary(samples), summary(echo_samples)
-    for out, client, server in (
-        (tool, client_cpu, servers.get("keytrail", 0.0)),
-        (echoed, echo_client_cpu, servers.get("echo", 0.0)),
+    if server == "echo":  # both halves ran on the echo server: share its time by call
+        used["echo"] /= 2
+    for out, client, server_cpu in (
+        (tool, client_cpu, used.get(server, 0.0)),
+        (echoed, echo_client_cpu, used.get("echo", 0.0)),
     ):
-        out["cpu_ms_per_call"] = round((client + server) / calls * 1000, 3)
+        out["cpu_ms_per_call"] = round((client + server_cpu) / calls * 1000, 3)
         out["client_cpu_ms_per_call"] = round(client / calls * 1000, 3)
-        out["server_cpu_ms_per_call"] = round(server / calls * 1000, 3)
+        out["server_cpu_ms_per_call"] = round(server_cpu / calls * 1000, 3)
     return tool, echoed, result
 
 
@@ -241,7 +244,7 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             pids = server_pids()
             echo_blocks: dict[str, dict[str, float]] = {}
             last: dict[str, Any] = {}
-            results["echo"], _, _ = await paired(args.calls, echo, echo, pids)
+            results["echo"], _, _ = await paired(args.calls, echo, echo, pids, server="echo")
             for tool in TOOLS:
                 results[tool], echo_blocks[tool], last[tool] = await paired(
                     args.calls, calls[tool], echo, pids
