@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keytrail.events import NotFound
+from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
 from . import validation as check
@@ -320,6 +320,22 @@ class Queries:
             created_at=node.created_at,
             keys={k: keys[k].label for k in node.keys if k != via_key},
         )
+
+    def check_read(self, node: MemoryNode, namespace: str | None, via_key_id: str | None) -> None:
+        """What `read_memory` refuses, now or in the past: a memory outside the namespace asked
+        for, and a via key that is unknown or has no link to the memory."""
+        if namespace is not None and node.namespace != namespace:
+            raise NotFound("memory_id", "memory", node.id, f"it is not in namespace {namespace!r}")
+        if via_key_id is not None:
+            key = self.state.keys.get(via_key_id)
+            if key is None:
+                raise NotFound("via_key_id", "key", via_key_id)
+            if node.id not in key.links:
+                raise InvalidInput(
+                    "via_key_id",
+                    f"key {via_key_id!r} ({key.label}) has no link to memory {node.id!r}",
+                    value=via_key_id,
+                )
 
     def memory_view(self, node: MemoryNode, seq: int | None = None) -> MemoryView:
         return MemoryView(

@@ -664,20 +664,7 @@ class Store(Queries, HybridQueries):
 
         def decide(app: Appender) -> MemoryView:
             node = self._visible_memory("memory_id", memory_id, app.at)
-            if namespace is not None and node.namespace != namespace:
-                raise NotFound(
-                    "memory_id", "memory", memory_id, f"it is not in namespace {namespace!r}"
-                )
-            if via_key_id is not None:
-                key = self.state.keys.get(via_key_id)
-                if key is None:
-                    raise NotFound("via_key_id", "key", via_key_id)
-                if node.id not in key.links:
-                    raise InvalidInput(
-                        "via_key_id",
-                        f"key {via_key_id!r} ({key.label}) has no link to memory {memory_id!r}",
-                        value=via_key_id,
-                    )
+            self.check_read(node, namespace, via_key_id)
             event = self._append(
                 app, MemoryRead(memory_id=node.id, via_key_id=via_key_id, query=query)
             )

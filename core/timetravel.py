@@ -262,14 +262,7 @@ class TimeView(Queries):
                 node.expires_at is not None and node.expires_at <= self._now
             ):
                 raise NotFound("memory_id", "memory", memory_id, "it had expired")
-            if namespace is not None and node.namespace != namespace:
-                raise NotFound(
-                    "memory_id", "memory", memory_id, f"it is not in namespace {namespace!r}"
-                )
-            if via_key_id is not None:
-                key = self.state.keys.get(via_key_id)
-                if key is None:
-                    raise NotFound("via_key_id", "key", via_key_id)
+            self.check_read(node, namespace, via_key_id)
             return self.memory_view(node)
 
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keytrail.core import HashEmbedder, InvalidInput, KeytrailError, Settings, Store
+from keytrail.core import HashEmbedder, InvalidInput, KeytrailError, NotFound, Settings, Store
 from keytrail.core.config import Limits
 from keytrail.core.timetravel import TimeView, read_memory_at, view
 from keytrail.events import EventLog, encode_line
@@ -220,6 +220,30 @@ def test_read_memory_as_of_records_no_read_and_reinforces_nothing(
     assert store.state.keys[key_id].links[r.memory_id] == weight
     # without as_of the read is an ordinary one: recorded
     assert read_memory_at(store, r.memory_id).seq == seq + 1
+
+
+def test_read_memory_as_of_refuses_what_a_live_read_refuses(
+    make_store: Callable[..., Store],
+) -> None:
+    """A past read checks namespace and via key exactly as a live one: a key that is not linked
+    to the memory (then), an unknown key and another namespace are refused, the same way."""
+    store = make_store()
+    tea = store.remember("The user likes green tea", ["tea", "drinks"])
+    city = store.remember("The user lives in Seoul", ["Seoul", "city"], namespace="work")
+    seq = store.state.seq
+    tea_key = store.state.memories[tea.memory_id].keys[0]
+    seoul_key = store.state.memories[city.memory_id].keys[0]
+    refusals = [
+        (tea.memory_id, seoul_key, None, InvalidInput, "no link to memory"),
+        (tea.memory_id, "k_0000000000", None, NotFound, "via_key_id"),
+        (city.memory_id, None, "default", NotFound, "not in namespace 'default'"),
+    ]
+    for memory_id, via, namespace, error, says in refusals:
+        for as_of in (None, seq):  # live, then the same store as of its head
+            with pytest.raises(error, match=says):
+                read_memory_at(store, memory_id, via, namespace=namespace, as_of=as_of)
+    assert store.refresh().seq == seq  # refused live reads recorded nothing either
+    assert read_memory_at(store, tea.memory_id, tea_key, as_of=seq).memory_id == tea.memory_id
 
 
 def test_keys_that_did_not_exist_yet_are_not_matched(make_store: Callable[..., Store]) -> None:
