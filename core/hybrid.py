@@ -616,6 +616,13 @@ class HybridQueries:
             order = self._session_order = SessionOrder()
         return order.catch_up(self.state)
 
+    def index_text(self) -> int:
+        """Bring the text index up to date now (searches otherwise do it when first needed).
+        Returns how many memories it holds."""
+        with self._mutex:
+            self.refresh()
+            return len(self.text_index().committed()[1])
+
     def text_index(self) -> TextIndex:
         """The text index, caught up with the state (call holding the mutex)."""
         index = self.text

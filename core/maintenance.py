@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+
+import msgspec
 
 from keytrail.events import CorruptLog, EventLog
 from keytrail.events.redact import redacted_ids
-from keytrail.projections import GraphState, apply
+from keytrail.projections import GraphState, apply, text_hash
+from keytrail.projections import snapshot as snapshots
+from keytrail.projections.text import TextIndex
+from keytrail.projections.vectors import VECTORS_DIR, CacheCheck, check_cache
+
+from . import forgetting
 
 Progress = Callable[[int, int], None]
+#: Where the derived files live, relative to a store's directory.
+SNAPSHOT_DIR = Path("cache") / "snapshot"
+SNAPSHOT_FILE = "keygraph.msgpack"
+TEXT_INDEX_DIR = Path("index") / "text"
+REBUILD_HINT = "keytrail rebuild makes every cache anew from the log"
 
 
 @dataclass(frozen=True)
@@ -23,37 +37,59 @@ class VerifyReport:
     torn_files: list[str] = field(default_factory=list)
     #: Memories whose content was removed from the log by forget (each must be forgotten).
     redacted: list[str] = field(default_factory=list)
+    #: Derived files (snapshots, text index, vector caches) that disagree with the log: the
+    #: store would answer from them. Nothing is lost; `keytrail rebuild` makes them anew.
+    cache_problems: list[str] = field(default_factory=list)
+    #: Derived files found to agree with the log, with the seq each reflects.
+    caches_checked: list[str] = field(default_factory=list)
+    #: Derived files the store ignores (unreadable or of an older format): they cost a replay.
+    caches_ignored: list[str] = field(default_factory=list)
+    #: Forgotten memories whose purge was interrupted: their content may still be in a cache
+    #: (that is not counted as a problem); the next open of the store finishes the purge.
+    purges_pending: list[str] = field(default_factory=list)
 
 
 def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
-    """Decode every line (checksum, gap-free seq, ordered time), and fold every event.
+    """Decode every line (checksum, gap-free seq, ordered time), and fold every event; then
+    check each derived file against the state folded up to the seq it claims to reflect.
 
     A fold that fails means an event refers to something that never existed: the log is
-    inconsistent even though each line is well formed.
+    inconsistent even though each line is well formed. Nothing is written.
     """
-    log = EventLog(Path(home))
+    home = Path(home)
+    log = EventLog(home)
+    derived = _Derived(home)
     segments = log.segments()
     total = sum((log.dir / s).stat().st_size for s in segments) or 1
     problems: list[str] = []
     state = GraphState()
+    derived.reached(state)  # files of an empty store (seq 0)
     count = 0
     redacted: list[str] = []
     try:
-        for event in log.iter_new():
-            redacted += redacted_ids(event)
-            try:
-                apply(state, event)
-            except (KeyError, IndexError, TypeError) as exc:
-                problems.append(
-                    f"seq {event.seq} ({type(event).__name__}) cannot be applied: "
-                    f"refers to missing {exc}"
-                )
+        # A second pass picks up what other processes appended meanwhile, so a cache written
+        # after this verify began is not mistaken for one ahead of the log.
+        for _ in range(2 if derived.beyond(state.seq) else 1):
+            for event in log.iter_new():
+                redacted += redacted_ids(event)
+                try:
+                    apply(state, event)
+                except (KeyError, IndexError, TypeError) as exc:
+                    problems.append(
+                        f"seq {event.seq} ({type(event).__name__}) cannot be applied: "
+                        f"refers to missing {exc}"
+                    )
+                    raise _Stop from None
+                derived.reached(state)
+                count += 1
+                if progress is not None and count % 10_000 == 0:
+                    progress(_consumed(log), total)
+            if not derived.beyond(state.seq):
                 break
-            count += 1
-            if progress is not None and count % 10_000 == 0:
-                progress(_consumed(log), total)
     except CorruptLog as exc:
         problems.append(exc.message)
+    except _Stop:
+        pass
     if not problems and count and state.store_id == "":
         problems.append("the log does not start with store.created")
     if not problems:
@@ -76,14 +112,197 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
     if progress is not None:
         progress(total, total)
+    if not problems:
+        derived.finish(state)
     return VerifyReport(
-        ok=not problems,
+        ok=not problems and not derived.problems,
         events=count,
         segments=len(segments),
         problems=problems,
         torn_files=torn,
         redacted=redacted,
+        cache_problems=derived.problems,
+        caches_checked=derived.checked,
+        caches_ignored=derived.ignored,
+        purges_pending=sorted(derived.pending),
     )
+
+
+class _Stop(Exception):
+    """The fold cannot go on (an event refers to something missing)."""
+
+
+Check = Callable[[GraphState], None]
+
+
+class _Derived:
+    """The store's derived files, each checked when the fold reaches the seq it reflects.
+
+    Snapshots must equal the fold byte for byte; the text index must hold exactly the memories
+    that existed and were not forgotten; a vector cache's rows must be well formed and, where its
+    manifest says so, cover every label and content up to its seq.
+    """
+
+    def __init__(self, home: Path) -> None:
+        self.problems: list[str] = []
+        self.checked: list[str] = []
+        self.ignored: list[str] = []
+        # An interrupted forget may have left these memories' content in any cache; the next
+        # open finishes the purge, so their traces are not problems.
+        self.pending = {p.memory_id for p in forgetting.read_pending(home)}
+        self._due: dict[int, list[tuple[str, Check]]] = {}
+        self._later: list[Check] = []  # run on the final state
+        self._snapshots(home)
+        self._text_index(home)
+        self._vector_caches(home)
+
+    def beyond(self, seq: int) -> bool:
+        """Whether some file claims a seq after `seq`."""
+        return any(due > seq for due in self._due)
+
+    def reached(self, state: GraphState) -> None:
+        for _, check in self._due.pop(state.seq, ()):
+            check(state)
+
+    def finish(self, state: GraphState) -> None:
+        for seq, checks in sorted(self._due.items()):
+            for name, _ in checks:
+                self.problems.append(
+                    f"{name}: reflects seq {seq}, but the log ends at seq {state.seq} "
+                    "(a log restored from an older copy, or a cache of another store)"
+                )
+        self._due.clear()
+        for check in self._later:
+            check(state)
+        if self.problems:
+            self.problems.append(REBUILD_HINT)
+
+    def _at(self, seq: int, name: str, check: Check) -> None:
+        self._due.setdefault(seq, []).append((name, check))
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def _snapshots(self, home: Path) -> None:
+        try:
+            names = sorted(os.listdir(home / SNAPSHOT_DIR))
+        except FileNotFoundError:
+            return
+        for file in names:
+            if file != SNAPSHOT_FILE and snapshots.archived_seq(file) is None:
+                continue
+            path, name = home / SNAPSHOT_DIR / file, f"{SNAPSHOT_DIR}/{file}"
+            header = snapshots.read_header(path)
+            if header is None:
+                self.ignored.append(f"{name}: unreadable or of an older format")
+                continue
+            self._at(header.seq, name, partial(self._snapshot, path, name))
+
+    def _snapshot(self, path: Path, name: str, state: GraphState) -> None:
+        loaded = snapshots.load(path)
+        if loaded is None:
+            self.ignored.append(f"{name}: unreadable")
+        elif loaded.store_id != state.store_id:
+            self.problems.append(f"{name}: a snapshot of another store ({loaded.store_id})")
+        elif msgspec.msgpack.encode(self._purged(snapshots.materialize(loaded.state), state)) != (
+            msgspec.msgpack.encode(state)
+        ):
+            self.problems.append(f"{name}: differs from the log folded to seq {state.seq}")
+        else:
+            self.checked.append(f"{name} (seq {state.seq})")
+
+    def _purged(self, snapshot: GraphState, state: GraphState) -> GraphState:
+        """`snapshot` with the content of memories whose purge is pending as the log has it."""
+        for memory_id in self.pending:
+            node, folded = snapshot.memories.get(memory_id), state.memories.get(memory_id)
+            if node is not None and folded is not None:
+                node.content = folded.content
+        return snapshot
+
+    # -- the text index ----------------------------------------------------------------------
+
+    def _text_index(self, home: Path) -> None:
+        name = str(TEXT_INDEX_DIR)
+        if not (home / TEXT_INDEX_DIR).exists():
+            return
+        index = TextIndex(home / TEXT_INDEX_DIR)
+        try:
+            seq, ids = index.committed()
+        except (ValueError, OSError) as exc:
+            self.ignored.append(f"{name}: unreadable ({exc}); it is rebuilt on the next search")
+            return
+        finally:
+            index.close()
+        self._at(seq, name, lambda state: self._text_ids(name, ids, state))
+
+    def _text_ids(self, name: str, ids: set[str], state: GraphState) -> None:
+        seq = state.seq
+        existed = {m.id for m in state.memories.values() if m.status != "forgotten"}
+
+        def compare(final: GraphState) -> None:
+            # A memory forgotten after `seq` is purged from the index at once, so it is judged
+            # by the final state: its text must be gone whatever seq the index records.
+            forgotten = {m.id for m in final.memories.values() if m.status == "forgotten"}
+            found = [
+                (sorted(existed - forgotten - ids), "memories of the log missing"),
+                (
+                    sorted(ids & forgotten - self.pending),
+                    "forgotten memories whose text is still indexed",
+                ),
+                (sorted(ids - existed - forgotten), "memories the log does not have by then"),
+            ]
+            wrong = [f"{len(m)} {what} ({_some(m)})" for m, what in found if m]
+            if wrong:
+                self.problems.append(f"{name} (seq {seq}): " + "; ".join(wrong))
+            else:
+                self.checked.append(f"{name} (seq {seq}, {len(ids)} memories)")
+
+        self._later.append(compare)
+
+    # -- vector caches -----------------------------------------------------------------------
+
+    def _vector_caches(self, home: Path) -> None:
+        folder = home / VECTORS_DIR
+        if not folder.is_dir():
+            return
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+            name = f"{VECTORS_DIR}/{sub.name}"
+            found = check_cache(sub)
+            if found is None:
+                self.ignored.append(f"{name}: no manifest and no dimension in its name")
+                continue
+            self.problems += [f"{name}: {problem}" for problem in found.problems]
+            if found.manifest is None:
+                if not found.problems:
+                    self.checked.append(f"{name} ({found.rows} rows, no coverage recorded)")
+                continue
+            self._at(found.manifest.seq, name, partial(self._coverage, name, found))
+
+    def _coverage(self, name: str, found: CacheCheck, state: GraphState) -> None:
+        assert found.manifest is not None
+        if found.manifest.store_id != state.store_id:
+            self.problems.append(f"{name}: a cache of another store ({found.manifest.store_id})")
+            return
+        # Empty content is the redaction mark: forgotten later, its row was erased then.
+        texts = [
+            m.content
+            for m in state.memories.values()
+            if m.status != "forgotten" and m.content and m.id not in self.pending
+        ]
+        missing = sorted(
+            text for text in {*texts, *state.labels} if text_hash(text) not in found.digests
+        )
+        if missing:
+            self.problems.append(
+                f"{name}: {len(missing)} labels or contents up to seq {state.seq} have no row, "
+                f"though its manifest says they all do ({_some(missing)})"
+            )
+        elif not found.problems:
+            self.checked.append(f"{name} ({found.rows} rows, covers seq {state.seq})")
+
+
+def _some(items: list[str], shown: int = 3) -> str:
+    head = ", ".join(repr(i) if " " in i else i for i in items[:shown])
+    return head + (", ..." if len(items) > shown else "")
 
 
 def _consumed(log: EventLog) -> int:
@@ -97,7 +316,13 @@ def _consumed(log: EventLog) -> int:
 
 
 def drop_cache(home: Path | str) -> None:
-    """Delete everything derived (snapshots, indexes, vectors). The log alone is the store."""
+    """Delete everything derived (snapshots, vectors, the text index). The log alone is the
+    store; each is made anew from it when next needed."""
     cache = Path(home) / "cache"
     if cache.exists():
         shutil.rmtree(cache)
+    index = TextIndex(Path(home) / TEXT_INDEX_DIR)
+    try:
+        index.remove()  # under its writers' lock: nobody is mid-commit into what is removed
+    finally:
+        index.close()

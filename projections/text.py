@@ -203,6 +203,19 @@ class TextIndex:
             seq=node.created_seq,
         )
 
+    def committed(self) -> tuple[int, set[str]]:
+        """The seq and memory ids of the committed index, read without creating or repairing
+        anything (for `verify`). Raises ValueError or OSError when it cannot be read."""
+        index = tantivy.Index.open(str(self.dir))
+        index.reload()
+        seq = self._read_meta(index)
+        searcher = index.searcher()
+        everything = searcher.search(
+            tantivy.Query.term_query(self.schema, "kind", "memory"), max(1, searcher.num_docs)
+        )
+        ids = {str(searcher.doc(address).get_first("memory_id")) for _, address in everything.hits}
+        return seq, ids
+
     # -- catching up -----------------------------------------------------------------------
 
     def sync(self, state: GraphState, forgotten: Iterable[str] = ()) -> int:

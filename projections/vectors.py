@@ -286,6 +286,77 @@ def cached_fingerprints(directory: Path) -> list[tuple[str, int, int | None]]:
     return found
 
 
+@dataclass(frozen=True)
+class CacheCheck:
+    """What one fingerprint's cache holds on disk, as `check_cache` found it."""
+
+    manifest: Manifest | None
+    #: the text hash of every valid row (erased rows left out)
+    digests: set[str]
+    rows: int
+    erased: int
+    problems: list[str]
+
+
+_HEX_HASH = re.compile(rb"[0-9a-f]{32}")
+
+
+def check_cache(folder: Path) -> CacheCheck | None:
+    """Read one fingerprint's cache without changing it and check each row against what it
+    should be: a hash line of 32 hex digits with a unit (or zero) vector, or an erased line
+    (dashes, a forgotten text) with a zero vector. None when the row size cannot be told (no
+    manifest and no `_<dim>` at the end of the folder name)."""
+    manifest: Manifest | None
+    try:
+        manifest = Manifest(**json.loads((folder / "manifest.json").read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        manifest = None
+    except (OSError, ValueError, TypeError):
+        return CacheCheck(None, set(), 0, 0, ["manifest.json is damaged"])
+    suffix = folder.name.rsplit("_", 1)[-1]
+    dim = manifest.dim if manifest is not None else int(suffix) if suffix.isdigit() else 0
+    if dim <= 0:
+        return None
+    try:
+        hashes = (folder / "hashes.txt").read_bytes()
+    except FileNotFoundError:
+        hashes = b""
+    try:
+        data = np.fromfile(folder / "vectors.f32", dtype=np.float32)
+    except FileNotFoundError:
+        data = np.zeros(0, dtype=np.float32)
+    # A crash can leave either file longer than the other: the shorter decides (as on load).
+    rows = min(len(hashes) // _HASH_LINE, len(data) // dim)
+    lines = hashes[: rows * _HASH_LINE].split(b"\n")[:rows]
+    norms = np.linalg.norm(data[: rows * dim].reshape(rows, dim), axis=1)
+    erased_line = b"-" * (_HASH_LINE - 1)
+    digests: set[str] = set()
+    malformed, not_unit, not_zero, erased = [], [], [], 0
+    for row, line in enumerate(lines):
+        if line == erased_line:
+            erased += 1
+            if norms[row] != 0.0:
+                not_zero.append(row)
+        elif _HEX_HASH.fullmatch(line) is None:
+            malformed.append(row)
+        else:
+            digests.add(line.decode())
+            norm = float(norms[row])
+            # Zero is a text with nothing to embed (hashing "!!!"); NaN fails both tests.
+            if not (norm == 0.0 or abs(norm - 1.0) <= 1e-3):
+                not_unit.append(row)
+    problems = [
+        f"{len(found)} {what} (rows {', '.join(map(str, found[:3]))}{', ...' * (len(found) > 3)})"
+        for found, what in (
+            (malformed, "malformed hash lines"),
+            (not_unit, "rows that are not unit vectors"),
+            (not_zero, "erased rows (forgotten texts) whose vector was not zeroed"),
+        )
+        if found
+    ]
+    return CacheCheck(manifest, digests, rows, erased, problems)
+
+
 class VectorSet:
     """An in-memory matrix of rows labelled by an id (several rows may share one id)."""
 

@@ -207,6 +207,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report.redacted:
             ids = ", ".join(report.redacted)
             print(f"  redacted (forgotten, content removed): {len(report.redacted)}: {ids}")
+        for checked in report.caches_checked:
+            print(f"  cache ok: {checked}")
+        for problem in report.cache_problems:
+            print(f"  cache problem: {problem}")
+        for ignored in report.caches_ignored:
+            print(f"  cache ignored (costs a replay, not answers): {ignored}")
+        if report.purges_pending:
+            ids = ", ".join(report.purges_pending)
+            print(f"  purge unfinished (the next open finishes it): {ids}")
     return 0 if report.ok else 1
 
 
@@ -227,10 +236,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             embed_bar(start + EMBED_BATCH, len(contents))
         embed_bar.finish()
         store.vectors.flush()
+        indexed = store.index_text()
         print(
             f"rebuilt {store.home}: {store.state.seq} events, {len(store.state.memories)} "
             f"memories, {len(store.state.keys)} keys, {len(labels)} label vectors, "
-            f"{len(contents)} content vectors ({store.embedder.fingerprint})"
+            f"{len(contents)} content vectors ({store.embedder.fingerprint}), "
+            f"{indexed} memories in the text index"
         )
     return 0
 

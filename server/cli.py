@@ -353,11 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = verb(
-        "verify", "check every line of the log and that it folds; exit 1 on problems", cmd_verify
+        "verify",
+        "check every line of the log, that it folds, and every cache against it; exit 1 on "
+        "problems",
+        cmd_verify,
     )
     verb(
         "rebuild",
-        "drop the cache, replay the log and re-embed (snapshot, vectors)",
+        "drop every cache, replay the log, re-embed and re-index (snapshot, vectors, text)",
         cmd_rebuild,
         json_flag=False,
     )

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store, forgetting
-from keytrail.core.maintenance import verify
+from keytrail.core.maintenance import VerifyReport, verify
 from keytrail.events import EventLog, MemoryForgotten
 from keytrail.projections import fold
 from keytrail.projections.snapshot import materialize
@@ -60,10 +60,12 @@ def forgotten_in_log(home: Path) -> set[str]:
     return {e.memory_id for e in EventLog(home).read_new() if isinstance(e, MemoryForgotten)}
 
 
-def verify_ok_or_torn(home: Path) -> None:
+def verify_ok_or_torn(home: Path) -> VerifyReport:
     report = verify(home)
     if not report.ok:  # the one acceptable problem: a torn last line the next writer cuts
+        assert report.cache_problems == [], report.cache_problems
         assert len(report.problems) == 1 and "torn last line" in report.problems[0], report.problems
+    return report
 
 
 @pytest.mark.slow
@@ -116,8 +118,9 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
         # forgotten memory may remain only where the pending-purge record says work is left.
         forgotten = forgotten_in_log(home)
         assert acked <= forgotten, f"iteration {it}: acknowledged forgets lost"
-        verify_ok_or_torn(home)
+        report = verify_ok_or_torn(home)
         pending = {e.memory_id for e in forgetting.read_pending(home)}
+        assert set(report.purges_pending) == pending
         leftover = {m for m in holding(home, contents) if m in forgotten}
         assert leftover <= pending, f"iteration {it}: content of {leftover - pending} left behind"
         interrupted += bool(leftover)
