@@ -200,22 +200,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         state = "ok" if report.ok else "PROBLEMS"
         print(f"{home}: {state}: {report.events} events in {report.segments} segments")
-        for problem in report.problems:
-            print(f"  problem: {problem}")
-        for torn in report.torn_files:
-            print(f"  torn tail kept: log/torn/{torn}")
+        lines = [f"problem: {p}" for p in report.problems]
+        lines += [f"torn tail kept: log/torn/{t}" for t in report.torn_files]
         if report.redacted:
             ids = ", ".join(report.redacted)
-            print(f"  redacted (forgotten, content removed): {len(report.redacted)}: {ids}")
-        for checked in report.caches_checked:
-            print(f"  cache ok: {checked}")
-        for problem in report.cache_problems:
-            print(f"  cache problem: {problem}")
-        for ignored in report.caches_ignored:
-            print(f"  cache ignored (costs a replay, not answers): {ignored}")
+            lines.append(f"redacted (forgotten, content removed): {len(report.redacted)}: {ids}")
+        lines += [f"cache ok: {c}" for c in report.caches_checked]
+        lines += [f"cache problem: {p}" for p in report.cache_problems]
+        ignored = report.caches_ignored
+        lines += [f"cache ignored (costs a replay, not answers): {c}" for c in ignored]
         if report.purges_pending:
             ids = ", ".join(report.purges_pending)
-            print(f"  purge unfinished (the next open finishes it): {ids}")
+            lines.append(f"purge unfinished (the next open finishes it): {ids}")
+        for line in lines:
+            print(f"  {line}")
     return 0 if report.ok else 1
 
 
