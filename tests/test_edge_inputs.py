@@ -94,3 +94,16 @@ def test_as_of_true_is_refused_not_read_as_seq_1(tmp_path: Path) -> None:
             await refused(s, home, "changes", {"since": True}, "since")
 
     run(scenario)
+
+
+# -- keytrail log --type: a misspelt type is an error, not an empty log ------------------------
+
+
+def test_log_type_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    kt(home, "remember", "Alice likes tea", "-n", "Alice")
+    proc = kt(home, "log", "--type", "memory.remember", ok=False)  # for memory.remembered
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("keytrail: error: --type: no event type 'memory.remember'")
+    assert "memory.remembered" in proc.stderr  # the known types are listed
+    assert "memory.remembered" in kt(home, "log", "--type", "memory.remembered").stdout
