@@ -20,6 +20,7 @@ from keytrail.core.exporters import memory_jsonl_lines, namespace_events
 from keytrail.core.importers import check_import, detect_format
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.events import (
+    BY_TAG,
     AnyEvent,
     CorruptLog,
     DecodeError,
@@ -125,6 +126,12 @@ def _content(content: str) -> str:
 def cmd_log(args: argparse.Namespace) -> int:
     log = EventLog(log_home(args))
     types = set(args.type or [])
+    unknown = sorted(types - set(BY_TAG))
+    if unknown:
+        # A misspelt type would otherwise print nothing and look like an empty log.
+        raise InvalidInput(
+            "--type", f"no event type {unknown[0]!r}", limit=", ".join(sorted(BY_TAG))
+        )
 
     def show(events: Iterable[AnyEvent]) -> None:
         for event in events:
