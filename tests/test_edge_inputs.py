@@ -133,3 +133,20 @@ def test_a_forgotten_memory_is_hidden_from_reads_of_the_past(store: Store) -> No
     assert secret.memory_id not in [m.memory_id for m in recalled.memories]
     with pytest.raises(NotFound):
         read_memory_at(store, secret.memory_id, as_of=before)
+
+
+# -- keytrail import: a file that is not UTF-8 text is a user error -----------------------------
+
+
+def test_import_of_a_binary_file_is_a_one_line_error(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    kt(home, "remember", "Alice likes tea", "-n", "Alice")
+    before = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    binary = tmp_path / "graph.json"
+    binary.write_bytes(b'{"keys": {}, "memories": {"m": {"content": "\xff\xfe"}}}')
+    for fmt in ([], ["--format", "keymem"]):
+        proc = kt(home, "import", str(binary), *fmt, ok=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"keytrail: error: {binary}: not UTF-8 text")
+    after = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    assert after == before
