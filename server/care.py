@@ -358,11 +358,14 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     home = Settings.from_env(home=args.home).home
     label = args.input if args.input not in (None, "-") else "<stdin>"
-    if args.input in (None, "-"):
-        text = sys.stdin.read()
-    else:
-        with open(args.input, encoding="utf-8") as f:
-            text = f.read()
+    try:
+        if args.input in (None, "-"):
+            text = sys.stdin.read()
+        else:
+            with open(args.input, encoding="utf-8") as f:
+                text = f.read()
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(label, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     fmt = getattr(args, "format", None) or detect_format(text)
     if fmt != "keytrail":
         fresh = not (home / "log").is_dir()
