@@ -150,3 +150,12 @@ def test_import_of_a_binary_file_is_a_one_line_error(tmp_path: Path) -> None:
         assert proc.stderr.startswith(f"keytrail: error: {binary}: not UTF-8 text")
     after = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
     assert after == before
+
+
+# -- keytrail serve --port: out of range is a user error ----------------------------------------
+
+
+def test_serve_with_a_port_out_of_range_is_a_one_line_error(tmp_path: Path) -> None:
+    proc = kt(tmp_path / "store", "serve", "--http", "--port", "70000", ok=False, timeout=30)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == "keytrail: error: --port: 70000 is out of range (limit: 1 to 65535)\n"
