@@ -8,6 +8,7 @@ query-time or input-limit knob.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -278,6 +279,23 @@ def parse_toolsets(raw: str, field: str = "toolsets") -> tuple[str, ...]:
     return names
 
 
+#: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).
+#: Every other numeric setting must be at least 0, except thresholds (cosines, maybe negative).
+_POSITIVE = frozenset(
+    {
+        "KEYTRAIL_TIME_DECAY_DAYS",
+        "KEYTRAIL_HUB_MIN",
+        "KEYTRAIL_SNAPSHOT_EVERY",
+        "KEYTRAIL_SEGMENT_BYTES",
+        "KEYTRAIL_EMBED_DIM",
+        "KEYTRAIL_ALIAS_AFTER_READS",
+        "KEYTRAIL_HYBRID_CANDIDATES",
+        "KEYTRAIL_HYBRID_FANOUT",
+        "KEYTRAIL_HYBRID_RRF_K",
+    }
+)
+
+
 def _parse(var: str, raw: str, kind: type[Any]) -> Any:
     choices = _CHOICES.get(var)
     if choices is not None and raw not in choices:
@@ -285,9 +303,26 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
             var, f"not one of {', '.join(choices)}: {raw!r}", limit=", ".join(choices)
         )
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise InvalidInput(var, f"not a valid {kind.__name__}: {raw!r}") from None
+    if kind in (int, float):
+        _check_range(var, raw, value)
+    return value
+
+
+def _check_range(var: str, raw: str, value: float) -> None:
+    """Refuse a numeric setting no code path can use (nan, inf, a negative size, a zero divisor),
+    so it fails here, named, rather than as a traceback deep in a query."""
+    if not math.isfinite(value):
+        raise InvalidInput(var, f"{raw!r} is not a finite number")
+    if var.startswith("KEYTRAIL_THRESHOLD_"):
+        return
+    if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_"):
+        if value <= 0:
+            raise InvalidInput(var, f"{raw!r} is out of range", limit="above 0")
+    elif value < 0:
+        raise InvalidInput(var, f"{raw!r} is out of range", limit="0 or more")
 
 
 def _override(obj: Any, prefix: str, env: Mapping[str, str]) -> Any:

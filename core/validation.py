@@ -81,8 +81,12 @@ def keys(
         raise InvalidInput(field, "must be a list of strings")
     if len(labels) > limits.keys_per_memory:
         raise InvalidInput(field, f"has {len(labels)} keys", limit=f"{limits.keys_per_memory} keys")
+    # "items[3].keys" -> "items[3].key_types": a batch item's error names that item.
+    types_field = (
+        field.removesuffix("keys") + "key_types" if field.endswith("keys") else "key_types"
+    )
     if types is not None and not isinstance(types, Mapping):
-        raise InvalidInput("key_types", "must map key labels to a type")
+        raise InvalidInput(types_field, "must map key labels to a type")
     types = dict(types or {})
     specs: list[KeySpec] = []
     seen: set[str] = set()
@@ -92,14 +96,14 @@ def keys(
         kind = folded_types.pop(label.casefold(), "concept")
         if kind not in KEY_TYPES:
             raise InvalidInput(
-                "key_types", f"{label!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)
+                types_field, f"{label!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)
             )
         if label.casefold() not in seen:
             seen.add(label.casefold())
             specs.append(KeySpec(label, kind))
     if folded_types:
         raise InvalidInput(
-            "key_types", f"names keys that are not in {field}: {sorted(folded_types)}"
+            types_field, f"names keys that are not in {field}: {sorted(folded_types)}"
         )
     return specs
 

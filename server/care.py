@@ -20,6 +20,7 @@ from keytrail.core.exporters import memory_jsonl_lines, namespace_events
 from keytrail.core.importers import check_import, detect_format
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.events import (
+    BY_TAG,
     AnyEvent,
     CorruptLog,
     DecodeError,
@@ -125,6 +126,12 @@ def _content(content: str) -> str:
 def cmd_log(args: argparse.Namespace) -> int:
     log = EventLog(log_home(args))
     types = set(args.type or [])
+    unknown = sorted(types - set(BY_TAG))
+    if unknown:
+        # A misspelt type would otherwise print nothing and look like an empty log.
+        raise InvalidInput(
+            "--type", f"no event type {unknown[0]!r}", limit=", ".join(sorted(BY_TAG))
+        )
 
     def show(events: Iterable[AnyEvent]) -> None:
         for event in events:
@@ -351,11 +358,14 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     home = Settings.from_env(home=args.home).home
     label = args.input if args.input not in (None, "-") else "<stdin>"
-    if args.input in (None, "-"):
-        text = sys.stdin.read()
-    else:
-        with open(args.input, encoding="utf-8") as f:
-            text = f.read()
+    try:
+        if args.input in (None, "-"):
+            text = sys.stdin.read()
+        else:
+            with open(args.input, encoding="utf-8") as f:
+                text = f.read()
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(label, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     fmt = getattr(args, "format", None) or detect_format(text)
     if fmt != "keytrail":
         fresh = not (home / "log").is_dir()

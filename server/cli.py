@@ -59,6 +59,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     apply_setting_flags(args)
     from .mcp_server import run_http, run_stdio
 
+    if args.http and not 1 <= args.port <= 65535:
+        raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(

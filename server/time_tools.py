@@ -5,14 +5,15 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from keytrail.core import Store
 from keytrail.core import history as timeline
 from keytrail.core.history import Changes, History
 
+# StrictInt: in pydantic's lax mode `true` would pass as the seq 1 (core refuses booleans).
 AsOf = Annotated[
-    int | str | None,
+    StrictInt | str | None,
     Field(
         description="Answer as the store stood back then: a log seq (int) or an ISO-8601 time "
         "(e.g. '2026-03-01T09:00:00Z'). Omit for now. Records nothing, reinforces nothing."
@@ -33,7 +34,7 @@ ValidFrom = Annotated[
     ),
 ]
 Point = Annotated[
-    int | str | None,
+    StrictInt | str | None,
     Field(description="A log seq (int) or an ISO-8601 time."),
 ]
 

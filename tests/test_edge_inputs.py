@@ -1,0 +1,161 @@
+"""Edge-case input at the server's and the command line's edge, found by running them.
+
+Each test pins one bug that was found: a traceback where a user error belongs, an error that
+names the wrong field, or a bad value silently taken for a different one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli import kt
+from test_server import call, refused, run, stdio_session
+
+from keytrail.core import InvalidInput, RememberItem, Settings, Store
+
+# -- settings: every KEYTRAIL_* value is checked, naming the variable ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("KEYTRAIL_MAX_CONTENT_CHARS", "-5"),  # built the tool schemas with a negative length
+        ("KEYTRAIL_MAX_TOP_K", "0"),  # every recall refused with "limit: 1 to 0"
+        ("KEYTRAIL_TIME_DECAY_DAYS", "0"),  # ZeroDivisionError in every ranking
+        ("KEYTRAIL_TIME_DECAY_DAYS", "nan"),
+        ("KEYTRAIL_HYBRID_CANDIDATES", "0"),  # a panic inside the text index
+        ("KEYTRAIL_SEGMENT_BYTES", "-1"),
+        ("KEYTRAIL_SNAPSHOT_EVERY", "0"),
+        ("KEYTRAIL_HUB_MIN", "-3"),
+        ("KEYTRAIL_HYBRID_WEIGHT_DENSE", "-1"),
+        ("KEYTRAIL_HYBRID_RRF_K", "inf"),
+    ],
+)
+def test_a_setting_out_of_range_is_refused_naming_its_variable(variable: str, raw: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({variable: raw})
+    assert caught.value.field == variable
+    assert raw in caught.value.message
+
+
+def test_settings_that_may_be_zero_still_may() -> None:
+    zero = {
+        "KEYTRAIL_HYBRID_HOPS": "0",
+        "KEYTRAIL_HYBRID_WEIGHT_KEYS": "0",
+        "KEYTRAIL_HYBRID_CONTEXT_NEIGHBOUR": "0",
+        "KEYTRAIL_HYBRID_CONTEXT_SESSION": "0",
+        "KEYTRAIL_HYBRID_TIME_WEIGHT": "0",
+        "KEYTRAIL_HYBRID_MIN_SCORE": "0",
+        "KEYTRAIL_HYBRID_REINFORCE": "0",
+        "KEYTRAIL_HEBBIAN_DECAY": "0",
+        "KEYTRAIL_THRESHOLD_KEY_RECALL": "-0.2",  # a cosine may be negative
+    }
+    settings = Settings.from_env(zero)
+    assert settings.hybrid.hops == 0 and settings.threshold_overrides["key_recall"] == -0.2
+
+
+def test_serve_with_a_bad_setting_flag_is_a_one_line_error(tmp_path: Path) -> None:
+    proc = kt(tmp_path / "store", "serve", "--max-content-chars", "-5", ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("keytrail: error: KEYTRAIL_MAX_CONTENT_CHARS:")
+
+
+# -- remember_batch: an item's key_types error names that item ----------------------------------
+
+
+def test_batch_key_types_error_names_the_item(store: Store) -> None:
+    items = [
+        RememberItem(content="Alice likes tea", keys=["Alice"]),
+        RememberItem(content="Bob likes coffee", keys=["coffee"], key_types={"Bob": "name"}),
+    ]
+    with pytest.raises(InvalidInput) as caught:
+        store.remember_batch(items)
+    assert caught.value.field == "items[1].key_types"
+    assert store.state.seq == 1  # nothing written
+
+
+# -- as_of over MCP: a boolean is not a seq ---------------------------------------------------
+
+
+def test_as_of_true_is_refused_not_read_as_seq_1(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+
+    async def scenario() -> None:
+        async with stdio_session(home, tmp_path / "err.txt") as s:
+            await call(s, "remember", content="Alice likes tea", keys=["Alice"])
+            for tool, args in [
+                ("recall", {"query": "Alice"}),
+                ("list_memories", {}),
+                ("memory_stats", {}),
+            ]:
+                await refused(s, home, tool, {**args, "as_of": True}, "as_of")
+            await refused(s, home, "changes", {"since": True}, "since")
+
+    run(scenario)
+
+
+# -- keytrail log --type: a misspelt type is an error, not an empty log ------------------------
+
+
+def test_log_type_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    kt(home, "remember", "Alice likes tea", "-n", "Alice")
+    proc = kt(home, "log", "--type", "memory.remember", ok=False)  # for memory.remembered
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("keytrail: error: --type: no event type 'memory.remember'")
+    assert "memory.remembered" in proc.stderr  # the known types are listed
+    assert "memory.remembered" in kt(home, "log", "--type", "memory.remembered").stdout
+
+
+# -- forget vs time travel: a forgotten memory stays hidden from past reads too -----------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="past reads (as_of) fold the redacted log, in which a forgotten memory is still "
+    "active with content '': it is listed, with its keys, by read_memory/list_memories/"
+    "recall_memories as_of a seq before the forget. Hiding it needs the present's forgotten "
+    "ids in TimeView._visible, TimeView.read_memory and hybrid_recall's visibility check.",
+)
+def test_a_forgotten_memory_is_hidden_from_reads_of_the_past(store: Store) -> None:
+    from keytrail.core import NotFound
+    from keytrail.core.timetravel import read_memory_at, view
+
+    secret = store.remember("my bank PIN is 7391", ["bank", "PIN"])
+    store.remember("Alice likes tea", ["Alice"], {"Alice": "name"})
+    before = store.state.seq
+    store.forget(secret.memory_id, "user asked")
+    listed = view(store, before).list_memories(None, 50, 0)
+    assert secret.memory_id not in [m.memory_id for m in listed.memories]
+    recalled = store.recall_memories("bank PIN", as_of=before)
+    assert secret.memory_id not in [m.memory_id for m in recalled.memories]
+    with pytest.raises(NotFound):
+        read_memory_at(store, secret.memory_id, as_of=before)
+
+
+# -- keytrail import: a file that is not UTF-8 text is a user error -----------------------------
+
+
+def test_import_of_a_binary_file_is_a_one_line_error(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    kt(home, "remember", "Alice likes tea", "-n", "Alice")
+    before = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    binary = tmp_path / "graph.json"
+    binary.write_bytes(b'{"keys": {}, "memories": {"m": {"content": "\xff\xfe"}}}')
+    for fmt in ([], ["--format", "keymem"]):
+        proc = kt(home, "import", str(binary), *fmt, ok=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"keytrail: error: {binary}: not UTF-8 text")
+    after = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    assert after == before
+
+
+# -- keytrail serve --port: out of range is a user error ----------------------------------------
+
+
+def test_serve_with_a_port_out_of_range_is_a_one_line_error(tmp_path: Path) -> None:
+    proc = kt(tmp_path / "store", "serve", "--http", "--port", "70000", ok=False, timeout=30)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == "keytrail: error: --port: 70000 is out of range (limit: 1 to 65535)\n"
