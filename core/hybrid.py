@@ -208,8 +208,11 @@ def hybrid_recall(
     namespace: str | None = None,
     max_seq: int | None = None,
     sessions: Callable[[], SessionOrder] | None = None,
+    shown: Callable[[MemoryNode, datetime], bool] = visible,
 ) -> HybridOutcome:
-    """Rank memories for `query` from the state and indexes given (see the module docstring)."""
+    """Rank memories for `query` from the state and indexes given (see the module docstring).
+
+    `shown` decides which memories may be returned (a read of the past passes its own)."""
     memories = state.memories
     checked: dict[str, MemoryNode | None] = {}  # every signal and hop asks about the same ids
 
@@ -218,7 +221,7 @@ def hybrid_recall(
             return checked[memory_id]
         node = memories.get(memory_id)
         wrong_namespace = namespace is not None and node is not None and node.namespace != namespace
-        if node is None or wrong_namespace or not visible(node, now):
+        if node is None or wrong_namespace or not shown(node, now):
             node = None
         checked[memory_id] = node
         return node
@@ -697,6 +700,7 @@ class HybridQueries:
                 namespace=namespace,
                 max_seq=source.state.seq if source is not self else None,
                 sessions=self.session_order,
+                shown=past._visible if isinstance(past, TimeView) else visible,
             )
             if source is not self:
                 learn = False  # a read of the past reinforces nothing

@@ -321,6 +321,10 @@ class Queries:
             keys={k: keys[k].label for k in node.keys if k != via_key},
         )
 
+    def _forgotten(self, node: MemoryNode) -> bool:
+        """Forgotten, as this view sees it (a view of the past also counts later forgets)."""
+        return node.status == "forgotten"
+
     def check_read(self, node: MemoryNode, namespace: str | None, via_key_id: str | None) -> None:
         """What `read_memory` refuses, now or in the past: a memory outside the namespace asked
         for, and a via key that is unknown or has no link to the memory."""
@@ -366,7 +370,7 @@ class Queries:
         with self._mutex:
             self.refresh()
             node = self.state.memories.get(memory_id)
-            if node is None or node.status == "forgotten":
+            if node is None or self._forgotten(node):
                 raise NotFound("memory_id", "memory", memory_id)
             now = self.clock()
             memories, keys = self.state.memories, self.state.keys
@@ -465,7 +469,7 @@ class Queries:
             superseded = expired = forgotten = 0
             until = _NEVER
             for n in state.memories.values():
-                if n.status == "forgotten":
+                if self._forgotten(n):
                     forgotten += 1
                 elif n.status == "expired" or (n.expires_at is not None and n.expires_at <= now):
                     expired += 1

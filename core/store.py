@@ -14,6 +14,7 @@ import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -147,6 +148,7 @@ class Store(Queries, HybridQueries):
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
         self._forgotten_unindexed: list[str] = []
+        self._forgotten_ids: set[str] | None = None  # gathered on first use, then kept up
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
@@ -332,7 +334,20 @@ class Store(Queries, HybridQueries):
                     self._forgotten_digests.add(text_hash(node.content))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
+                if self._forgotten_ids is not None:
+                    self._forgotten_ids.add(event.memory_id)
             yield event
+
+    def forgotten_ids(self) -> AbstractSet[str]:
+        """Every memory forgotten by now. Forgetting is for good: reads of the past hide these
+        too, though the past state (folded from the log before the forget) still has them."""
+        with self._mutex:
+            self.refresh()
+            if self._forgotten_ids is None:
+                self._forgotten_ids = {
+                    m.id for m in self.state.memories.values() if m.status == "forgotten"
+                }
+            return self._forgotten_ids
 
     def refresh(self) -> GraphState:
         """Fold every event other processes appended since the last look; return the state."""

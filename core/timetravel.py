@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +23,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import Queries, valid_at_time
+from .queries import Queries, valid_at_time, visible
 from .results import MemoryView
 
 if TYPE_CHECKING:
@@ -189,7 +190,10 @@ class TimeView(Queries):
         now: datetime,
         valid_at: datetime | None = None,
         present: bool = False,
+        forgotten: AbstractSet[str] | None = None,
     ) -> None:
+        """`forgotten`: the memories to hide as forgotten (default: those the store has
+        forgotten by now, so a forget holds in the past too)."""
         self._store = store
         self._present = present
         self.state = state
@@ -199,10 +203,18 @@ class TimeView(Queries):
         self.thresholds = store.thresholds
         self._mutex = store._mutex
         self.valid_at = valid_at
-        if valid_at is not None:
-            self._visible = self._valid_then
+        self._shown_then = self._valid_then if valid_at is not None else visible
+        # Forgetting is for good: a memory forgotten since is hidden from the past as well.
+        self._forgotten_ids = store.forgotten_ids() if forgotten is None else forgotten
+        self._visible = self._shown
         self._now = now
         self.clock = self._clock
+
+    def _shown(self, node: MemoryNode, now: datetime) -> bool:
+        return node.id not in self._forgotten_ids and self._shown_then(node, now)
+
+    def _forgotten(self, node: MemoryNode) -> bool:
+        return node.status == "forgotten" or node.id in self._forgotten_ids
 
     def _clock(self) -> datetime:
         return self._now
@@ -256,8 +268,10 @@ class TimeView(Queries):
         with self._mutex:
             self.refresh()
             node = self.state.memories.get(memory_id)
-            if node is None or node.status == "forgotten":
+            if node is None:
                 raise NotFound("memory_id", "memory", memory_id, "not at that point in time")
+            if self._forgotten(node):
+                raise NotFound("memory_id", "memory", memory_id, "it was forgotten")
             if node.status == "expired" or (
                 node.expires_at is not None and node.expires_at <= self._now
             ):

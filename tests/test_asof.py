@@ -1,5 +1,6 @@
 """as_of: every read as of a past point equals the same read on a fresh store replayed from the
-log up to that point; past reads write nothing; bad points are refused; snapshots are caches."""
+log up to that point (memories forgotten by now hidden there too); past reads write nothing;
+bad points are refused; snapshots are caches."""
 
 from __future__ import annotations
 
@@ -157,6 +158,7 @@ def test_as_of_equals_a_fresh_replay_of_the_log_prefix(
         assert head.memories, "the sequence remembered nothing"
         memory_ids = list(head.memories)
         key_ids = list(head.keys)
+        forgotten_now = {m for m, node in head.memories.items() if node.status == "forgotten"}
         events = EventLog(store.home).read_new()
         log_before = b"".join(p.read_bytes() for p in sorted(store.log.dir.glob("*.jsonl")))
         for i, pick in enumerate(picks):
@@ -178,12 +180,9 @@ def test_as_of_equals_a_fresh_replay_of_the_log_prefix(
                 key_ids,
                 lambda m, p=point: read_memory_at(store, m, as_of=p),  # type: ignore[misc]
             )
-            want = reads(
-                fresh,
-                memory_ids,
-                key_ids,
-                lambda m, f=fresh: fresh_view(f, m),  # type: ignore[misc]
-            )
+            # The prefix alone, except that what is forgotten by now stays hidden then too.
+            then = TimeView(fresh, fresh.refresh(), fresh.clock(), forgotten=forgotten_now)
+            want = reads(then, memory_ids, key_ids, then.read_memory)
             assert got == want, f"as_of {point!r} (seq {seq} of {head.seq})"
             shutil.rmtree(root / f"fresh{i}")
         # Reading the past appended nothing and reinforced nothing.
@@ -192,11 +191,6 @@ def test_as_of_equals_a_fresh_replay_of_the_log_prefix(
         )
         assert store.refresh().seq == head.seq
         store.close()
-
-
-def fresh_view(fresh: Store, memory_id: str) -> Any:
-    """read_memory on the replayed store, at its own clock, without recording it."""
-    return TimeView(fresh, fresh.refresh(), fresh.clock()).read_memory(memory_id)
 
 
 # -- reading the past writes nothing -----------------------------------------------------------
