@@ -108,7 +108,10 @@ def test_a_past_read_does_not_write_a_snapshot_holding_content_forgotten_meanwhi
     assert files_holding(home, SECRET) == []
 
 
-def test_a_reembed_running_across_a_forget_leaves_no_vector_of_it(home: Path) -> None:
+@pytest.mark.parametrize("forget_after", [1, 3])  # batches before the forget lands
+def test_a_reembed_running_across_a_forget_leaves_no_vector_of_it(
+    home: Path, forget_after: int
+) -> None:
     store = open_store(home)
     for i in range(3):
         store.remember(f"filler fact {i}", ["tea"])
@@ -117,7 +120,8 @@ def test_a_reembed_running_across_a_forget_leaves_no_vector_of_it(home: Path) ->
     forgotten: list[object] = []
 
     def forget_after_first_batch(done: int, total: int) -> None:
-        if done >= 1 and not forgotten:
+        # 1: the forget is folded before the secret's batch; 3: while that batch is embedded.
+        if done >= forget_after and not forgotten:
             forgotten.append(store.forget(secret))
 
     reembed.build(other_model, progress=forget_after_first_batch, batch=1)
