@@ -147,6 +147,9 @@ class Store(Queries, HybridQueries):
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
         self._forgotten_unindexed: list[str] = []
+        #: (memory id, text_hash of its content) of every forget folded since open, in order:
+        #: work that read contents before a forget (past states, a reembed) checks it
+        self.forgets_folded: list[tuple[str, str]] = []
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
@@ -329,7 +332,9 @@ class Store(Queries, HybridQueries):
                 # the memory on its next catch-up.
                 node = self.state.memories.get(event.memory_id)
                 if node is not None and node.content:
-                    self._forgotten_digests.add(text_hash(node.content))
+                    digest = text_hash(node.content)
+                    self._forgotten_digests.add(digest)
+                    self.forgets_folded.append((event.memory_id, digest))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
             yield event
@@ -351,13 +356,18 @@ class Store(Queries, HybridQueries):
             with self.log.lock() as app:
                 self._fold(app.pending)
                 result = decide(app)
-                self.vectors.flush()
-                if self._forgotten_digests:
-                    self.vectors.purge(self._forgotten_digests)
-                    self._forgotten_digests.clear()
+                self._persist_vectors()
                 if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                     self._save_snapshot(self.state)
             return result
+
+    def _persist_vectors(self) -> None:
+        """Under the lock, caught up: append unsaved rows, then erase those of contents other
+        processes forgot (rows embedded from the log before its redaction)."""
+        self.vectors.flush()
+        if self._forgotten_digests:
+            self.vectors.purge(self._forgotten_digests)
+            self._forgotten_digests.clear()
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -438,9 +448,10 @@ class Store(Queries, HybridQueries):
         """
         with self._mutex, self.log.lock() as app:
             self._fold(app.pending)
-            if covered is None:
-                self.vectors.flush()
-            else:
+            # A forget folded just now may name a text embedded before it (a reembed batch):
+            # its row must not reach the disk after that forget's purge.
+            self._persist_vectors()
+            if covered is not None:
                 self.vectors.record(*covered)
 
     # -- commands --------------------------------------------------------------------------
