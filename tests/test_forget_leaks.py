@@ -150,3 +150,30 @@ def test_a_deleted_observation_can_still_be_forgotten_for_good(home: Path) -> No
     store.forget(memory_id, reason="user asked")
     store.close()
     assert files_holding(home, SECRET) == []
+
+
+def test_a_search_racing_a_forget_does_not_write_the_content_into_the_text_index(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process forgets a memory between this one catching up and it updating the text
+    index: the update must not write the forgotten text into the index after its purge."""
+    writer = open_store(home)
+    secret = writer.remember(SECRET, ["bank"]).memory_id
+    searcher = open_store(home)
+    assert searcher.recall_memories("bank PIN").memories  # the index holds the secret
+    writer.remember("tea every morning", ["tea"])  # the index is behind: the next search writes
+    real_refresh = searcher.refresh
+    forgot: list[object] = []
+
+    def refresh_then_forget() -> Any:
+        state = real_refresh()
+        if not forgot:  # the other process forgets right after this one caught up
+            forgot.append(writer.forget(secret))
+        return state
+
+    monkeypatch.setattr(searcher, "refresh", refresh_then_forget)
+    searcher.recall_memories("bank PIN")
+    assert forgot
+    assert files_holding(home, SECRET) == []
+    searcher.close()
+    writer.close()
