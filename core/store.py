@@ -696,9 +696,16 @@ class Store(Queries, HybridQueries):
         """
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
+        def content(node: MemoryNode) -> str | None:
+            """What there is to erase of `node`: its content, or None if nothing is left."""
+            if node.status != "forgotten":
+                return node.content
+            # Deleted as an observation: hidden, but its log line still holds the text.
+            return forgetting.content_in_log(self.log, node.id, node.created_seq)
+
         def decide(app: Appender) -> Forgotten:
             node = self.state.memories.get(memory_id)
-            if node is None or node.status == "forgotten":
+            if node is None or content(node) is None:
                 raise NotFound(
                     "memory_id",
                     "memory",
@@ -706,13 +713,14 @@ class Store(Queries, HybridQueries):
                     "already forgotten" if node is not None else "",
                 )
             chain = forgetting.version_chain(self.state, node.id) if all_versions else [node.id]
-            nodes = [self.state.memories[m] for m in chain]
-            nodes = [n for n in nodes if n.status != "forgotten"]
+            found = [(n, content(n)) for n in (self.state.memories[m] for m in chain)]
+            nodes = [n for n, text in found if text is not None]
             entries = [
                 forgetting.PendingPurge(
-                    memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(n.content)
+                    memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(text)
                 )
-                for n in nodes
+                for n, text in found
+                if text is not None
             ]
             # Recorded before the events, so a crash anywhere after is finished on next open.
             forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])

@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store, reembed
+from keytrail.core import HashEmbedder, NotFound, Settings, Store, reembed
 from keytrail.core import timetravel as timetravel_module
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+from keytrail.core.maintenance import verify
 from keytrail.core.timetravel import read_memory_at
 from keytrail.events import EventLog
 from keytrail.projections import fold
@@ -133,23 +134,20 @@ def test_a_reembed_running_across_a_forget_leaves_no_vector_of_it(
         assert text_hash(SECRET) not in hashes, cache.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="delete_observations marks the observation forgotten in the fold (content blanked "
-    "in the state) but leaves its text in the log line that created it; Store.forget then "
-    "refuses it as 'already forgotten' (core/store.py forget: node.status == 'forgotten'), so "
-    "its text can never be erased. Fixing it needs forget to take such a memory and find its "
-    "content (for the vector key) in its creating log line.",
-)
 def test_a_deleted_observation_can_still_be_forgotten_for_good(home: Path) -> None:
     store = open_store(home)
     kg = KnowledgeGraph(store)
     kg.create_entities([EntityInput("Alice", "person", [SECRET])])
     (memory_id,) = store.state.memories
     kg.delete_observations([ObservationInput("Alice", [SECRET])])
-    store.forget(memory_id, reason="user asked")
+    gone = store.forget(memory_id, reason="user asked")
+    assert any(p.startswith("log/") for p in gone.purged)
+    with pytest.raises(NotFound, match="already forgotten"):
+        store.forget(memory_id)  # nothing is left to erase
     store.close()
     assert files_holding(home, SECRET) == []
+    report = verify(home)
+    assert report.ok and report.redacted == [memory_id], report.problems
 
 
 def test_a_search_racing_a_forget_does_not_write_the_content_into_the_text_index(
