@@ -22,7 +22,7 @@ from keytrail.core.maintenance import verify
 from keytrail.core.timetravel import read_memory_at
 from keytrail.events import EventLog
 from keytrail.projections import fold
-from keytrail.projections.vectors import text_hash
+from keytrail.projections.vectors import VectorCache, text_hash
 
 SECRET = "my bank PIN is 7391, tell nobody"
 
@@ -175,3 +175,31 @@ def test_a_search_racing_a_forget_does_not_write_the_content_into_the_text_index
     assert files_holding(home, SECRET) == []
     searcher.close()
     writer.close()
+
+
+def test_a_save_killed_before_erasing_a_forgotten_row_never_wrote_that_row(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reembed holds an unsaved vector of a text another process forgets meanwhile. Its next
+    save must not write that row and erase it afterwards: killed in between, the row would stay
+    on disk with no pending purge left to finish the job."""
+    store = open_store(home)
+    for i in range(3):
+        store.remember(f"filler fact {i}", ["tea"])
+    secret = store.remember(SECRET, ["bank"]).memory_id
+    other_model = open_store(home, dim=128)
+
+    def killed(self: object, digests: object) -> int:
+        raise KeyboardInterrupt("killed before the erase")  # what a kill leaves on disk
+
+    def forget_while_the_secret_is_embedded(done: int, total: int) -> None:
+        if done == 3:
+            store.forget(secret)
+            monkeypatch.setattr(VectorCache, "purge", killed)
+
+    with pytest.raises(KeyboardInterrupt):
+        reembed.build(other_model, progress=forget_while_the_secret_is_embedded, batch=1)
+    monkeypatch.undo()
+    hashes = (home / "cache" / "vectors" / "hash_v1_128" / "hashes.txt").read_text()
+    assert text_hash(SECRET) not in hashes
+    store.close()
