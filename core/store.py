@@ -363,7 +363,11 @@ class Store(Queries, HybridQueries):
 
     def _persist_vectors(self) -> None:
         """Under the lock, caught up: append unsaved rows, then erase those of contents other
-        processes forgot (rows embedded from the log before its redaction)."""
+        processes forgot (rows embedded from the log before its redaction). Unsaved rows of
+        those are dropped first, not written and then erased: a kill in between would keep
+        them, with no pending purge left to finish the job."""
+        if self._forgotten_digests:
+            self.vectors.discard_unsaved(self._forgotten_digests)
         self.vectors.flush()
         if self._forgotten_digests:
             self.vectors.purge(self._forgotten_digests)

@@ -240,6 +240,18 @@ class VectorCache:
         self._persisted = self._count
         self._pending = []
 
+    def discard_unsaved(self, digests: set[str]) -> None:
+        """Drop the unsaved rows of `digests` (texts forgotten meanwhile): never written, they
+        need no erasing."""
+        if not any(d in digests for d in self._pending):
+            return
+        kept = [(d, self._matrix[self._rows[d]].copy()) for d in self._pending if d not in digests]
+        for digest in self._pending:
+            del self._rows[digest]
+        self._count, self._pending = self._persisted, []
+        for digest, vector in kept:
+            self._put(digest, vector)
+
     def purge(self, digests: set[str]) -> int:
         """Erase the rows of `digests` from disk (forgetting). Call only holding the store lock.
 
