@@ -627,6 +627,12 @@ class HybridQueries:
         """The text index, caught up with the state (call holding the mutex)."""
         index = self.text
         index._open()
+        if (
+            index.seq == self.state.seq
+            and index.seq >= self._text_observed_from
+            and not self._forgotten_unindexed
+        ):
+            return index  # nothing to write: no need to wait for another process's writes
         # Catch up holding the index's writers' lock: a forget appends its event before it
         # deletes the index under that lock, so the state indexed from here either has folded
         # the forget or is written before the deletion (never into the index after it).
