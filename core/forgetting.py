@@ -146,6 +146,18 @@ def purge(
     return [_relative(home, p) for p in touched]
 
 
+def content_in_log(log: EventLog, memory_id: str, created_seq: int) -> str | None:
+    """The content the log line that created a memory still holds (None once redacted).
+
+    A memory deleted as a knowledge-graph observation is folded as forgotten with its content
+    emptied, but its line keeps the text until a forget redacts it.
+    """
+    name = _segment_of(log, created_seq)
+    if name is None:
+        return None
+    return plan_redaction(log.dir / name, {memory_id}).contents.get(memory_id) or None
+
+
 def _relative(home: Path, path: str) -> str:
     p = Path(path)
     return str(p.relative_to(home)) if p.is_absolute() else path

@@ -630,24 +630,36 @@ class HybridQueries:
         """The text index, caught up with the state (call holding the mutex)."""
         index = self.text
         index._open()
-        if index.seq < self._text_observed_from:
-            # Forgotten before this process started watching: find them in the state.
-            forgotten: list[str] = [
-                m.id for m in self.state.memories.values() if m.status == "forgotten"
-            ]
-        else:
-            forgotten = self._forgotten_unindexed
-        try:
-            index.sync(self.state, forgotten)
-        except IndexAhead:
-            # Another process indexed events we have not folded yet: catch up and sync again.
-            # Still ahead after that means the log is older than the index (a restored store).
+        if (
+            index.seq == self.state.seq
+            and index.seq >= self._text_observed_from
+            and not self._forgotten_unindexed
+        ):
+            return index  # nothing to write: no need to wait for another process's writes
+        # Catch up holding the index's writers' lock: a forget appends its event before it
+        # deletes the index under that lock, so the state indexed from here either has folded
+        # the forget or is written before the deletion (never into the index after it).
+        with index.exclusive():
             self.refresh()
+            if index.seq < self._text_observed_from:
+                # Forgotten before this process started watching: find them in the state.
+                forgotten: list[str] = [
+                    m.id for m in self.state.memories.values() if m.status == "forgotten"
+                ]
+            else:
+                forgotten = self._forgotten_unindexed
             try:
                 index.sync(self.state, forgotten)
             except IndexAhead:
-                index.rebuild(self.state)
-        self._forgotten_unindexed = []
+                # Another process indexed events we have not folded yet: catch up and sync
+                # again. Still ahead after that means the log is older than the index (a
+                # restored store).
+                self.refresh()
+                try:
+                    index.sync(self.state, forgotten)
+                except IndexAhead:
+                    index.rebuild(self.state)
+            self._forgotten_unindexed = []
         return index
 
     def recall_memories(

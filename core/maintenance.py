@@ -270,9 +270,12 @@ class _Derived:
             if found is None:
                 self.ignored.append(f"{name}: no manifest and no dimension in its name")
                 continue
-            self.problems += [f"{name}: {problem}" for problem in found.problems]
+            # Rows a killed purge erased but had not zeroed: expected while its forget is
+            # pending (the next open finishes it, zeroing every erased row).
+            problems = found.problems + ([] if self.pending else found.unzeroed)
+            self.problems += [f"{name}: {problem}" for problem in problems]
             if found.manifest is None:
-                if not found.problems:
+                if not problems:
                     self.checked.append(f"{name} ({found.rows} rows, no coverage recorded)")
                 continue
             self._at(found.manifest.seq, name, partial(self._coverage, name, found))
@@ -296,7 +299,7 @@ class _Derived:
                 f"{name}: {len(missing)} labels or contents up to seq {state.seq} have no row, "
                 f"though its manifest says they all do ({_some(missing)})"
             )
-        elif not found.problems:
+        elif not found.problems and not (found.unzeroed and not self.pending):
             self.checked.append(f"{name} ({found.rows} rows, covers seq {state.seq})")
 
 

@@ -81,13 +81,18 @@ def build(store: Store, progress: Progress | None = None, batch: int = BUILD_BAT
         cache = store.vectors
         cache.refresh()
         missing = [t for t in texts if text_hash(t) not in cache]
+        forgets_seen = len(store.forgets_folded)
     if progress is not None:
         progress(0, len(missing))
     for start in range(0, len(missing), batch):
         chunk = missing[start : start + batch]
         vectors = store.embedder.embed(chunk)  # outside the lock: other writers go on
         with store._mutex:
-            cache.put_many([text_hash(t) for t in chunk], vectors)
+            # A text forgotten since the list was made must not be cached after its purge.
+            gone = {digest for _, digest in store.forgets_folded[forgets_seen:]}
+            digests = [text_hash(t) for t in chunk]
+            kept = [i for i, digest in enumerate(digests) if digest not in gone]
+            cache.put_many([digests[i] for i in kept], vectors[kept])
             store.save_vectors()
         if progress is not None:
             progress(start + len(chunk), len(missing))

@@ -149,6 +149,9 @@ class Store(Queries, HybridQueries):
         self._forgotten_digests: set[str] = set()
         self._forgotten_unindexed: list[str] = []
         self._forgotten_ids: set[str] | None = None  # gathered on first use, then kept up
+        #: (memory id, text_hash of its content) of every forget folded since open, in order:
+        #: work that read contents before a forget (past states, a reembed) checks it
+        self.forgets_folded: list[tuple[str, str]] = []
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
@@ -331,7 +334,9 @@ class Store(Queries, HybridQueries):
                 # the memory on its next catch-up.
                 node = self.state.memories.get(event.memory_id)
                 if node is not None and node.content:
-                    self._forgotten_digests.add(text_hash(node.content))
+                    digest = text_hash(node.content)
+                    self._forgotten_digests.add(digest)
+                    self.forgets_folded.append((event.memory_id, digest))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
                 if self._forgotten_ids is not None:
@@ -366,13 +371,22 @@ class Store(Queries, HybridQueries):
             with self.log.lock() as app:
                 self._fold(app.pending)
                 result = decide(app)
-                self.vectors.flush()
-                if self._forgotten_digests:
-                    self.vectors.purge(self._forgotten_digests)
-                    self._forgotten_digests.clear()
+                self._persist_vectors()
                 if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                     self._save_snapshot(self.state)
             return result
+
+    def _persist_vectors(self) -> None:
+        """Under the lock, caught up: append unsaved rows, then erase those of contents other
+        processes forgot (rows embedded from the log before its redaction). Unsaved rows of
+        those are dropped first, not written and then erased: a kill in between would keep
+        them, with no pending purge left to finish the job."""
+        if self._forgotten_digests:
+            self.vectors.discard_unsaved(self._forgotten_digests)
+        self.vectors.flush()
+        if self._forgotten_digests:
+            self.vectors.purge(self._forgotten_digests)
+            self._forgotten_digests.clear()
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -453,9 +467,10 @@ class Store(Queries, HybridQueries):
         """
         with self._mutex, self.log.lock() as app:
             self._fold(app.pending)
-            if covered is None:
-                self.vectors.flush()
-            else:
+            # A forget folded just now may name a text embedded before it (a reembed batch):
+            # its row must not reach the disk after that forget's purge.
+            self._persist_vectors()
+            if covered is not None:
                 self.vectors.record(*covered)
 
     # -- commands --------------------------------------------------------------------------
@@ -700,9 +715,16 @@ class Store(Queries, HybridQueries):
         """
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
+        def content(node: MemoryNode) -> str | None:
+            """What there is to erase of `node`: its content, or None if nothing is left."""
+            if node.status != "forgotten":
+                return node.content
+            # Deleted as an observation: hidden, but its log line still holds the text.
+            return forgetting.content_in_log(self.log, node.id, node.created_seq)
+
         def decide(app: Appender) -> Forgotten:
             node = self.state.memories.get(memory_id)
-            if node is None or node.status == "forgotten":
+            if node is None or content(node) is None:
                 raise NotFound(
                     "memory_id",
                     "memory",
@@ -710,13 +732,14 @@ class Store(Queries, HybridQueries):
                     "already forgotten" if node is not None else "",
                 )
             chain = forgetting.version_chain(self.state, node.id) if all_versions else [node.id]
-            nodes = [self.state.memories[m] for m in chain]
-            nodes = [n for n in nodes if n.status != "forgotten"]
+            found = [(n, content(n)) for n in (self.state.memories[m] for m in chain)]
+            nodes = [n for n, text in found if text is not None]
             entries = [
                 forgetting.PendingPurge(
-                    memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(n.content)
+                    memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(text)
                 )
-                for n in nodes
+                for n, text in found
+                if text is not None
             ]
             # Recorded before the events, so a crash anywhere after is finished on next open.
             forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])

@@ -85,6 +85,8 @@ class PastStates:
         self._store = store
         self._headers: dict[Path, tuple[int, Header | None]] = {}
         self._cache: OrderedDict[int, GraphState] = OrderedDict()
+        #: seq of a cached state -> how many of the store's `forgets_folded` it has blanked
+        self._blanked: dict[int, int] = {}
         self._lock = threading.Lock()
         self._first_at: datetime | None = None
 
@@ -118,17 +120,43 @@ class PastStates:
         The result is shared with later callers: treat it as read-only.
         """
         seq_limit = point.seq if isinstance(point, Point) else point
+        keep: LogPosition | None = None
         with self._lock:
             if isinstance(seq_limit, int) and seq_limit in self._cache:
                 self._cache.move_to_end(seq_limit)
-                return self._cache[seq_limit]
-            state = self._build(seq_limit)
-            self._cache[state.seq] = state
-            while len(self._cache) > PAST_STATES_CACHED:
-                self._cache.popitem(last=False)
-            return state
+                state = self._cache[seq_limit]
+            else:
+                state, keep = self._build(seq_limit)
+                self._cache[state.seq] = state
+                self._blanked[state.seq] = 0
+                while len(self._cache) > PAST_STATES_CACHED:
+                    self._blanked.pop(self._cache.popitem(last=False)[0], None)
+            self._blank(state)
+        if keep is not None:
+            # Outside our lock: keeping takes the store's mutex and log lock, and a caller may
+            # hold that mutex while it asks for a past state.
+            self._keep(state, keep)
+        return state
 
-    def _build(self, limit: int | datetime) -> GraphState:
+    def _blank(self, state: GraphState) -> None:
+        """Empty the content of memories forgotten since `state` was built or last blanked.
+
+        A forget redacts the line that created the memory, so a fresh replay of any prefix has
+        its content empty: a state built before the forget (cached, or folded from the log or a
+        snapshot the forget was still purging) must say the same. Hold `_lock`.
+        """
+        folded = self._store.forgets_folded
+        done = self._blanked.get(state.seq, 0)
+        for memory_id, _ in folded[done:]:
+            node = state.memories.get(memory_id)
+            if node is not None and node.content:
+                node.content = ""
+        if self._cache.get(state.seq) is state:
+            self._blanked[state.seq] = len(folded)
+
+    def _build(self, limit: int | datetime) -> tuple[GraphState, LogPosition | None]:
+        """The state at `limit`, and the position to keep it at as a snapshot (None: don't)."""
+
         def before(header: Header) -> bool:
             return header.seq <= limit if isinstance(limit, int) else header.at <= limit
 
@@ -162,22 +190,30 @@ class PastStates:
         if state.seq - start >= self._store.settings.snapshot_every and reached.seq == state.seq:
             # A long tail means no kept snapshot near here (e.g. an imported log): keep this
             # state, so the next read around this point starts from it.
-            self._keep(state, reached)
-        return state
+            return state, reached
+        return state, None
 
     def _keep(self, state: GraphState, position: LogPosition) -> None:
-        folder = self._store.snapshot_path.parent
-        snapshots.save(
-            folder / snapshots.archived_name(state.seq),
-            snapshots.Snapshot(
-                store_id=state.store_id,
-                seq=state.seq,
-                at=state.at,
-                segment=position.segment,
-                offset=position.offset,
-                state=state,
-            ),
-        )
+        """Save `state` as an archived snapshot, holding the log lock and caught up: a forget
+        by another process since the fold then is folded here and blanked before the save, and
+        one after it purges this file like any other snapshot."""
+        store = self._store
+        folder = store.snapshot_path.parent
+        with store._mutex, store.log.lock() as app:
+            store._fold(app.pending)
+            with self._lock:
+                self._blank(state)
+            snapshots.save(
+                folder / snapshots.archived_name(state.seq),
+                snapshots.Snapshot(
+                    store_id=state.store_id,
+                    seq=state.seq,
+                    at=state.at,
+                    segment=position.segment,
+                    offset=position.offset,
+                    state=state,
+                ),
+            )
 
 
 class TimeView(Queries):

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +66,10 @@ class VectorCache:
         self._count = 0
         self._persisted = 0  # rows already on disk
         self._pending: list[str] = []
+        #: (device, inode) of the vectors file our persisted rows are in, and the hash line of
+        #: the last of them: a cache deleted (and maybe made anew) under us shows in either
+        self._file: tuple[int, int] | None = None
+        self._last_line = b""
         self.refresh()
 
     def __len__(self) -> int:
@@ -78,20 +82,35 @@ class VectorCache:
         """Load rows other processes appended since the last look."""
         if self.dir is None:
             return
-        hashes_path, vectors_path = self._hashes_path, self._vectors_path
+        row_bytes = 4 * self.dim
         try:
             # One stat answers the usual question (nobody appended) without opening both files.
-            if os.stat(vectors_path).st_size // (4 * self.dim) <= self._persisted:
-                return
-            with open(hashes_path, "rb") as hf, open(vectors_path, "rb") as vf:
+            st = os.stat(self._vectors_path)
+        except FileNotFoundError:
+            st = None
+        if self._persisted and (
+            st is None
+            or (st.st_dev, st.st_ino) != self._file
+            or st.st_size < self._persisted * row_bytes
+        ):
+            self._start_over()
+        if st is None or st.st_size // row_bytes <= self._persisted:
+            return
+        try:
+            with open(self._hashes_path, "rb") as hf, open(self._vectors_path, "rb") as vf:
                 hf_size = os.fstat(hf.fileno()).st_size
-                rows_on_disk = os.fstat(vf.fileno()).st_size // (4 * self.dim)
+                vst = os.fstat(vf.fileno())
+                rows_on_disk = vst.st_size // row_bytes
+                hashes = hf.read(hf_size).split(b"\n")[:-1]
+                if self._persisted and (
+                    len(hashes) < self._persisted or hashes[self._persisted - 1] != self._last_line
+                ):
+                    self._start_over()  # same inode number, other rows: made anew
                 if rows_on_disk <= self._persisted:
                     return
-                hashes = hf.read(hf_size).split(b"\n")[:-1]
                 valid = min(len(hashes), rows_on_disk)
-                vf.seek(self._persisted * 4 * self.dim)
-                data = vf.read((valid - self._persisted) * 4 * self.dim)
+                vf.seek(self._persisted * row_bytes)
+                data = vf.read((valid - self._persisted) * row_bytes)
         except FileNotFoundError:
             return
         if valid <= self._persisted:
@@ -103,10 +122,32 @@ class VectorCache:
         self._matrix = np.concatenate([base, fresh])
         self._rows = {h.decode(): i for i, h in enumerate(hashes[:valid])}
         self._count = self._persisted = valid
+        self._file, self._last_line = (vst.st_dev, vst.st_ino), hashes[valid - 1]
         self._pending = []
         for digest, vector in pending:
             if digest not in self._rows:
                 self._put(digest, vector)
+
+    def _same_files(self) -> bool:
+        """Whether the hash line of our last persisted row is still ours (under the lock)."""
+        try:
+            with open(self._hashes_path, "rb") as hf:
+                line = os.pread(hf.fileno(), _HASH_LINE - 1, (self._persisted - 1) * _HASH_LINE)
+        except FileNotFoundError:
+            return False
+        return line == self._last_line
+
+    def _start_over(self) -> None:
+        """The files our persisted rows were in are gone, cut or made anew (the cache was
+        deleted; another process may have started it again): their row numbers mean nothing
+        now. Keep only our unsaved rows, to be written after whatever the files hold; the
+        vectors we had saved are embedded again when next needed."""
+        held = [(d, self._matrix[self._rows[d]].copy()) for d in self._pending]
+        self._rows, self._pending, self._file, self._last_line = {}, [], None, b""
+        self._matrix = np.zeros((0, self.dim), dtype=np.float32)
+        self._count = self._persisted = 0
+        for digest, vector in held:
+            self._put(digest, vector)
 
     def _put(self, digest: str, vector: npt.NDArray[np.float32]) -> None:
         if self._count == len(self._matrix):
@@ -176,11 +217,14 @@ class VectorCache:
         # Rows other processes appended since our last look go first: writing at a stale
         # `_persisted` would truncate them away and shift every later row onto the wrong text.
         self.refresh()
+        if self._persisted and not self._same_files():
+            self._start_over()
+            self.refresh()
         if not self._pending:
             return
         rows = self._matrix[self._persisted : self._count]
         # Anything past our rows is a torn row or line left by a crash: written over.
-        _write_at(
+        self._file = _write_at(
             self.dir,
             self._vectors_path,
             self._persisted * 4 * self.dim,
@@ -192,8 +236,21 @@ class VectorCache:
             self._persisted * _HASH_LINE,
             "".join(f"{d}\n" for d in self._pending).encode(),
         )
+        self._last_line = self._pending[-1].encode()
         self._persisted = self._count
         self._pending = []
+
+    def discard_unsaved(self, digests: set[str]) -> None:
+        """Drop the unsaved rows of `digests` (texts forgotten meanwhile): never written, they
+        need no erasing."""
+        if not any(d in digests for d in self._pending):
+            return
+        kept = [(d, self._matrix[self._rows[d]].copy()) for d in self._pending if d not in digests]
+        for digest in self._pending:
+            del self._rows[digest]
+        self._count, self._pending = self._persisted, []
+        for digest, vector in kept:
+            self._put(digest, vector)
 
     def purge(self, digests: set[str]) -> int:
         """Erase the rows of `digests` from disk (forgetting). Call only holding the store lock.
@@ -247,21 +304,24 @@ class VectorCache:
         return len(rows)
 
 
-def _write_at(directory: Path, path: str, offset: int, data: bytes) -> None:
-    """Make file `path` (in `directory`) exactly its first `offset` bytes followed by `data`."""
+def _write_at(directory: Path, path: str, offset: int, data: bytes) -> tuple[int, int]:
+    """Make file `path` (in `directory`) exactly its first `offset` bytes followed by `data`.
+    Returns the file's (device, inode)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     except FileNotFoundError:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        if os.fstat(fd).st_size != offset:
+        st = os.fstat(fd)
+        if st.st_size != offset:
             os.ftruncate(fd, offset)
         view, written = memoryview(data), 0
         while written < len(data):
             written += os.pwrite(fd, view[written:], offset + written)
     finally:
         os.close(fd)
+    return st.st_dev, st.st_ino
 
 
 def cached_fingerprints(directory: Path) -> list[tuple[str, int, int | None]]:
@@ -296,6 +356,10 @@ class CacheCheck:
     rows: int
     erased: int
     problems: list[str]
+    #: erased rows whose vector is not zeroed yet, said as a problem: what a purge killed
+    #: between its two steps leaves (the next purge zeroes them), so not a problem while a
+    #: forget's purge is pending
+    unzeroed: list[str] = field(default_factory=list)
 
 
 _HEX_HASH = re.compile(rb"[0-9a-f]{32}")
@@ -345,16 +409,22 @@ def check_cache(folder: Path) -> CacheCheck | None:
             # Zero is a text with nothing to embed (hashing "!!!"); NaN fails both tests.
             if not (norm == 0.0 or abs(norm - 1.0) <= 1e-3):
                 not_unit.append(row)
-    problems = [
-        f"{len(found)} {what} (rows {', '.join(map(str, found[:3]))}{', ...' * (len(found) > 3)})"
-        for found, what in (
-            (malformed, "malformed hash lines"),
-            (not_unit, "rows that are not unit vectors"),
-            (not_zero, "erased rows (forgotten texts) whose vector was not zeroed"),
+    problems, unzeroed = [
+        [
+            f"{len(found)} {what} (rows {', '.join(map(str, found[:3]))}"
+            f"{', ...' * (len(found) > 3)})"
+            for found, what in kinds
+            if found
+        ]
+        for kinds in (
+            (
+                (malformed, "malformed hash lines"),
+                (not_unit, "rows that are not unit vectors"),
+            ),
+            ((not_zero, "erased rows (forgotten texts) whose vector was not zeroed"),),
         )
-        if found
     ]
-    return CacheCheck(manifest, digests, rows, erased, problems)
+    return CacheCheck(manifest, digests, rows, erased, problems, unzeroed)
 
 
 class VectorSet:

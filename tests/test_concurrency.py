@@ -199,3 +199,54 @@ def test_two_vector_caches_on_one_directory_never_lose_or_mix_rows(tmp_path: Pat
             assert h[i] in cache, (cache, i)
             assert np.array_equal(cache.get(h[i]), vec(i)[0]), (cache, i)
     assert len(fresh) == 4
+
+
+def test_a_vector_cache_deleted_under_a_running_process_is_not_corrupted(tmp_path: Path) -> None:
+    """The cache is derivable and may be deleted at any time (`keytrail rebuild`, by hand) while
+    servers run. A process that had rows on disk must then not write its new rows at its old row
+    numbers (padding the new files with zeros and NUL hash lines) nor map the new files' rows to
+    its old vectors."""
+    import shutil
+
+    import numpy as np
+
+    from keytrail.projections import VectorCache, text_hash
+    from keytrail.projections.vectors import check_cache
+
+    h = [text_hash(f"text {i}") for i in range(7)]
+
+    def problems(folder: Path) -> list[str]:
+        checked = check_cache(folder)
+        assert checked is not None
+        return checked.problems
+
+    def vec(i: int) -> np.ndarray:
+        v = np.zeros((1, 8), dtype=np.float32)
+        v[0, i] = 1.0
+        return v
+
+    one = VectorCache(tmp_path, "hash:v1:8", 8)
+    one.put_many([h[0]], vec(0))
+    one.put_many([h[1]], vec(1))
+    one.flush()
+    shutil.rmtree(tmp_path / "hash_v1_8")  # deleted under the running process
+    one.put_many([h[2]], vec(2))
+    one.flush()
+    fresh = VectorCache(tmp_path, "hash:v1:8", 8)
+    assert problems(tmp_path / "hash_v1_8") == []
+    assert np.array_equal(fresh.get(h[2]), vec(2)[0])
+    for i in (0, 1):  # gone with the deleted files, or written again: never wrong
+        assert fresh.get(h[i]) is None or np.array_equal(fresh.get(h[i]), vec(i)[0]), i
+
+    # Deleted again, and another process writes more rows than this one had before.
+    shutil.rmtree(tmp_path / "hash_v1_8")
+    two = VectorCache(tmp_path, "hash:v1:8", 8)
+    two.put_many(h[3:6], np.concatenate([vec(3), vec(4), vec(5)]))
+    two.flush()
+    one.put_many([h[6]], vec(6))
+    one.flush()
+    fresh = VectorCache(tmp_path, "hash:v1:8", 8)
+    assert problems(tmp_path / "hash_v1_8") == []
+    for cache in (one, fresh):
+        for i in range(3, 7):
+            assert np.array_equal(cache.get(h[i]), vec(i)[0]), (cache, i)

@@ -17,6 +17,7 @@ from keytrail.core import HashEmbedder, Settings, Store, forgetting
 from keytrail.core.forgetting import PendingPurge
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.vectors import text_hash
 
 
 def open_store(home: Path) -> Store:
@@ -219,3 +220,32 @@ def test_the_command_line_reports_cache_problems_and_rebuild_mends_them(home: Pa
 
 def _fields(snapshot: snapshots.Snapshot) -> dict[str, object]:
     return {f: getattr(snapshot, f) for f in snapshot.__struct_fields__}
+
+
+def test_an_erased_row_whose_vector_a_killed_forget_had_not_zeroed_is_unfinished_work(
+    home: Path,
+) -> None:
+    """The vector purge erases the hash line, then zeroes the vector. A forget killed between
+    the two leaves its purge pending: verify lists it as unfinished (README), not as a broken
+    cache, and the next open finishes it."""
+    store = open_store(home)
+    try:
+        kept = store.remember("Erin keeps bees", ["bees"])
+        digest = text_hash("Erin keeps bees")
+        entry = PendingPurge(memory_id=kept.memory_id, created_seq=kept.seq, vector_digest=digest)
+        store.forget(kept.memory_id)
+    finally:
+        store.close()
+    assert verify(home).ok
+    # Put back what the kill would have left: the vector not yet zeroed, the purge pending.
+    folder = vectors_dir(home)
+    lines = (folder / "hashes.txt").read_bytes().split(b"\n")[:-1]
+    row = max(i for i, line in enumerate(lines) if line == b"-" * 32)
+    rows = np.fromfile(folder / "vectors.f32", dtype=np.float32).reshape(len(lines), -1)
+    rows[row] = HashEmbedder().embed(["Erin keeps bees"])[0]
+    rows.tofile(folder / "vectors.f32")
+    forgetting.write_pending(home, [entry])
+    report = verify(home)
+    assert report.ok and report.purges_pending == [kept.memory_id], report.cache_problems
+    open_store(home).close()  # finishes the purge
+    assert verify(home).ok
