@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import secrets
 import threading
@@ -69,6 +70,7 @@ from .results import (
 from .timetravel import PastStates, parse_optional_time
 
 T = TypeVar("T")
+logger = logging.getLogger("keytrail")
 SNAPSHOT_FILE = "keygraph.msgpack"
 TURN_ROLES = ("user", "assistant", "system", "tool")
 #: Called while opening with (bytes of the log folded so far, total bytes).
@@ -371,9 +373,20 @@ class Store(Queries, HybridQueries):
             with self.log.lock() as app:
                 self._fold(app.pending)
                 result = decide(app)
-                self._persist_vectors()
-                if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
-                    self._save_snapshot(self.state)
+                # From here the command is in the log, fsynced: what follows only keeps caches.
+                # A failure (a full disk) must not tell the caller the command failed, which
+                # invites a retry that records it twice; unsaved rows and erasures are retried
+                # at the next write, and a snapshot is only a shortcut.
+                try:
+                    self._persist_vectors()
+                    if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+                        self._save_snapshot(self.state)
+                except OSError as exc:
+                    logger.warning(
+                        "keytrail: seq %d recorded, but a cache was not updated: %s",
+                        self.state.seq,
+                        exc,
+                    )
             return result
 
     def _persist_vectors(self) -> None:

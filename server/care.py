@@ -240,7 +240,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             store.embed(contents[start : start + EMBED_BATCH])
             embed_bar(start + EMBED_BATCH, len(contents))
         embed_bar.finish()
-        store.vectors.flush()
+        store.save_vectors()  # under the log lock, like every other process's appends
         indexed = store.index_text()
         print(
             f"rebuilt {store.home}: {store.state.seq} events, {len(store.state.memories)} "

@@ -259,3 +259,33 @@ def test_a_damaged_cache_costs_a_replay_never_data(filled: Path, damage: object)
     for h, row in zip(hashes, rows, strict=True):
         if h in by_hash:
             assert np.allclose(row, by_hash[h], atol=1e-6)
+
+
+def test_a_cache_that_cannot_be_written_does_not_fail_a_recorded_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once its line is fsynced the command happened: a full disk while keeping the caches
+    (vector rows, a snapshot) is logged, not raised, so nobody retries it into a duplicate;
+    the rows are written at the next write that can."""
+    from keytrail.projections import snapshot as snapshots
+    from keytrail.projections.vectors import VectorCache
+
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash", snapshot_every=1), embedder=HashEmbedder())
+
+    def disk_full(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as full:
+        full.setattr(VectorCache, "flush", disk_full)
+        full.setattr(snapshots, "save", disk_full)
+        told = store.remember("Alice likes green tea", ["tea"])
+    assert "a cache was not updated" in caplog.text and "No space left" in caplog.text
+    logged = [m.memory_id for e in EventLog(home).read_new() for m in getattr(e, "memories", [])]
+    assert logged == [told.memory_id]  # recorded once, and the caller was told so
+
+    store.remember("Bob drinks coffee", ["coffee"])  # the disk has room again
+    store.close()
+    cache = VectorCache(home / "cache" / "vectors", "hash_v1_256", 256)
+    assert text_hash("Alice likes green tea") in cache and text_hash("Bob drinks coffee") in cache
+    assert verify(home).ok
