@@ -28,6 +28,7 @@ import keytrail
 from keytrail.events import (
     AnyEvent,
     Appender,
+    CorruptLog,
     EventLog,
     InvalidInput,
     MemoriesExpired,
@@ -151,6 +152,7 @@ class Store(Queries, HybridQueries):
         self._forgotten_digests: set[str] = set()
         self._forgotten_unindexed: list[str] = []
         self._forgotten_ids: set[str] | None = None  # gathered on first use, then kept up
+        self._unfoldable: CorruptLog | None = None  # a line that cannot be applied (see _folded)
         #: (memory id, text_hash of its content) of every forget folded since open, in order:
         #: work that read contents before a forget (past states, a reembed) checks it
         self.forgets_folded: list[tuple[str, str]] = []
@@ -226,8 +228,10 @@ class Store(Queries, HybridQueries):
                 break
         else:
             self.log.seek(LogPosition(None, 0, 0, state.at))
-        events = self.log.iter_new()
-        return fold(events if progress is None else self._reporting(events, progress), state)
+        events: Iterable[AnyEvent] = self.log.iter_new()
+        if progress is not None:
+            events = self._reporting(events, progress)
+        return self._folded(events, state)
 
     def _tidy(self) -> None:
         """Under the lock: finish an interrupted forget, save a due snapshot."""
@@ -272,11 +276,13 @@ class Store(Queries, HybridQueries):
         # Snapshots are written holding the lock and caught up: one written from a state older
         # than a forget would bring the forgotten content back to disk.
         with self._mutex:
-            if self.state.seq > self._snapshot_seq:
-                with self.log.lock() as app:
-                    self._fold(app.pending)
-                    self._save_snapshot(self.state)
-            self.log.close()
+            try:
+                if self.state.seq > self._snapshot_seq and self._unfoldable is None:
+                    with self.log.lock() as app:
+                        self._fold(app.pending)
+                        self._save_snapshot(self.state)
+            finally:
+                self.log.close()
 
     def __enter__(self) -> Store:
         return self
@@ -325,7 +331,25 @@ class Store(Queries, HybridQueries):
     # -- staying current -------------------------------------------------------------------
 
     def _fold(self, events: Iterable[AnyEvent]) -> None:
-        fold(self._noting_forgets(events), self.state)
+        if self._unfoldable is not None:
+            raise self._unfoldable
+        self._folded(self._noting_forgets(events), self.state)
+
+    def _folded(self, events: Iterable[AnyEvent], state: GraphState) -> GraphState:
+        """`fold`, refusing a line that decodes but cannot be applied (it names something that
+        never existed: a log edited by hand, or spliced from another store). The log's cursor is
+        past that line by then, so the store refuses every later fold too rather than go on
+        without it."""
+        try:
+            return fold(events, state)
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            at = self.log.position
+            path = self.log.dir / (at.segment or "")
+            with open(path, "rb") as f:
+                line = f.read(at.offset).count(b"\n")
+            reason = f"seq {at.seq} cannot be applied: it refers to missing {exc}"
+            self._unfoldable = CorruptLog(at.segment or "", line, reason)
+            raise self._unfoldable from None
 
     def _noting_forgets(self, events: Iterable[AnyEvent]) -> Iterator[AnyEvent]:
         """Pass events through to the fold, noting each forget on the way (one pass)."""

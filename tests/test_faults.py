@@ -289,3 +289,32 @@ def test_a_cache_that_cannot_be_written_does_not_fail_a_recorded_command(
     cache = VectorCache(home / "cache" / "vectors", "hash_v1_256", 256)
     assert text_hash("Alice likes green tea") in cache and text_hash("Bob drinks coffee") in cache
     assert verify(home).ok
+
+
+def test_a_line_that_cannot_be_applied_stops_the_store_naming_it(tmp_path: Path) -> None:
+    """A line that decodes but names something that never existed (a hand edit, a splice from
+    another store) is refused with its segment and line, at open and when another process's
+    append brings it; the store never goes on without it."""
+    from datetime import timedelta
+
+    from keytrail.core import CorruptLog
+    from keytrail.events import MemoryRead, encode_line
+
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    store.remember("Alice likes green tea", ["tea"])
+    segment = sorted((home / "log").glob("*.jsonl"))[-1]
+    head = store.state
+    bad = MemoryRead(seq=head.seq + 1, at=head.at + timedelta(seconds=1), memory_id="m_nowhere")
+    with open(segment, "ab") as f:  # as another process would append it
+        f.write(encode_line(bad))
+    for _ in range(2):  # and again: the cursor is past the line, the refusal stays
+        with pytest.raises(CorruptLog) as refused:
+            store.recall("tea")
+        assert refused.value.segment == segment.name and refused.value.line == 3
+        assert "seq 3 cannot be applied" in refused.value.message and "m_nowhere" in str(
+            refused.value
+        )
+    store.close()  # closes its files; writes no snapshot of a state it could not finish
+    with pytest.raises(CorruptLog, match="line 3"):
+        Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
