@@ -128,6 +128,18 @@ def test_direct_share_bounds(make_store: Callable[..., Store], share: float) -> 
         assert ids["s1"][0] in {m.memory_id for m in result.memories}
 
 
+def test_a_direct_share_above_one_still_returns_at_most_top_k(
+    make_store: Callable[..., Store],
+) -> None:
+    """KEYTRAIL_HYBRID_DIRECT_SHARE=2 is accepted; the head must still stop at top_k."""
+    from keytrail.core.config import HybridParams
+
+    store = make_store(hybrid=HybridParams(direct_share=2.0))
+    store.remember_batch([RememberItem(f"Quartz note number {i}", ["quartz"]) for i in range(10)])
+    result = store.recall_memories("quartz note", top_k=3, hops=0, learn=False)
+    assert len(result.memories) == 3
+
+
 def test_a_store_without_sessions_never_walks_for_turn_order(store: Store) -> None:
     store.remember_batch([RememberItem(t) for t in TALK])  # no session_id
     assert store.recall_memories("moving new job", learn=False).memories
