@@ -3,9 +3,10 @@
 A conversation remembered turn by turn (`session_id` set) is read best in context: the answer
 to a question often sits in the turn next to the one that matches it. `SessionOrder` keeps, per
 (namespace, session), the memory ids in the order they were remembered (a correction takes
-the place of the turn it corrects), derived from the key graph (nothing new is written to the log). Memories are only ever added to the state's
-`memories` mapping, in fold order, so catching up walks just the ones added since last time;
-the first catch-up walks them all (and so decodes a lazily opened state's memories once).
+the place of the turn it corrects), derived from the key graph (nothing new is written to the
+log). Memories are only ever added to the state's `memories` mapping, in fold order, so
+catching up walks just the ones added since last time; the first catch-up walks them all (and
+so decodes a lazily opened state's memories once).
 """
 
 from __future__ import annotations
