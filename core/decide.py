@@ -265,13 +265,16 @@ class Batch:
         sims = store.embed_contents(candidates) @ vector
         order = np.argsort(-sims)
         fingerprint = store.embedder.fingerprint
-        top = float(sims[order[0]])
-        if top >= store.thresholds.dedup and specifics(content) == specifics(
-            candidates[ids[order[0]]]
-        ):
-            return Similar(
-                memory_id=ids[order[0]], similarity=round(top, 6), fingerprint=fingerprint
-            ), []
+        # The duplicate is the nearest candidate above the line that keeps the specifics: a
+        # nearer one differing in a number or weekday must not hide it.
+        wanted = specifics(content)
+        for i in order:
+            if sims[i] < store.thresholds.dedup:
+                break
+            if specifics(candidates[ids[i]]) == wanted:
+                return Similar(
+                    memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint
+                ), []
         flagged = [
             Similar(memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint)
             for i in order[:3]

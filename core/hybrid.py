@@ -292,7 +292,9 @@ def hybrid_recall(
     explored = set(key_edges)
     _expand(state, found, hops, params, eligible, modulate, explored)
 
-    head = _head(found, math.ceil(top_k * params.direct_share), gate, params, sessions)
+    # direct_share is a free setting (KEYTRAIL_HYBRID_DIRECT_SHARE): never a head past top_k
+    head_size = min(top_k, math.ceil(top_k * params.direct_share))
+    head = _head(found, head_size, gate, params, sessions)
     tail: list[_Candidate] = []
     if len(head) < top_k:
         if sessions is not None and (params.context_neighbour or params.context_session):
@@ -691,6 +693,8 @@ class HybridQueries:
         hops = check.count("hops", params.hops if hops is None else hops, 0, MAX_HOPS)
         if not isinstance(explain, bool):
             raise InvalidInput("explain", "must be true or false")
+        if not isinstance(learn, bool):
+            raise InvalidInput("learn", "must be true or false")
         query_vector = self.embedder.embed([query])[0]
         past = view(self, as_of) if as_of is not None else None  # type: ignore[arg-type]
         with self._mutex:

@@ -87,6 +87,11 @@ def literal_candidates(text: str) -> list[str]:
     bare = [_POSSESSIVE.sub("", w) for w in words]
     if bare != words:
         grams = list(dict.fromkeys(grams + _ngrams(bare)))
+    # The whole query as a learned alias holds it (punctuation kept, any length): without it a
+    # name key's alias learned from a question could never match again.
+    whole = " ".join(text.casefold().split())
+    if whole not in grams:
+        grams.append(whole)
     return grams
 
 

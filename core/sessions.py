@@ -2,10 +2,11 @@
 
 A conversation remembered turn by turn (`session_id` set) is read best in context: the answer
 to a question often sits in the turn next to the one that matches it. `SessionOrder` keeps, per
-(namespace, session), the memory ids in the order they were remembered, derived from the key
-graph (nothing new is written to the log). Memories are only ever added to the state's
-`memories` mapping, in fold order, so catching up walks just the ones added since last time;
-the first catch-up walks them all (and so decodes a lazily opened state's memories once).
+(namespace, session), the memory ids in the order they were remembered (a correction takes
+the place of the turn it corrects), derived from the key graph (nothing new is written to the
+log). Memories are only ever added to the state's `memories` mapping, in fold order, so
+catching up walks just the ones added since last time; the first catch-up walks them all (and
+so decodes a lazily opened state's memories once).
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ class SessionOrder:
                     continue
                 session = (node.namespace, node.session_id)
                 members = self._members.setdefault(session, [])
+                old = self._position.get(node.supersedes or "")
+                if node.supersede_reason == "correction" and old is not None and old[0] == session:
+                    # A correction replaces the turn where it was said: right after the old
+                    # version (never eligible together, so each read sees one in that place).
+                    at = old[1] + 1
+                    members.insert(at, memory_id)
+                    for index in range(at, len(members)):
+                        self._position[members[index]] = (session, index)
+                    continue
                 self._position[memory_id] = (session, len(members))
                 members.append(memory_id)
             self._seen = len(memories)

@@ -128,3 +128,25 @@ def test_a_past_read_sees_a_learned_alias_dropped_since(make_store: Callable[...
 
     past = view(store, learned_at).recall(QUERY).keys
     assert past and past[0].key_id == key_id
+
+
+def test_a_name_keys_learned_alias_finds_it_for_a_question_or_a_long_query(
+    make_store: Callable[..., Store],
+) -> None:
+    """A name key is matched only literally, so its learned alias must match literally too:
+    also when the query ends in "?" or has more words than a label n-gram (6)."""
+    store = make_store(alias_after_reads=2)
+    made = store.remember(
+        "Anna approves every purchase order", ["Anna"], key_types={"Anna": "name"}
+    )
+    memory_id, key_id = made.memory_id, made.keys[0].key_id
+    questions = ("Who signs off the budget?", "the person in charge of approving all team spending")
+    for query in questions:
+        for _ in range(2):
+            store.read_memory(memory_id, via_key_id=key_id, query=query)
+    assert store.state.keys[key_id].aliases == list(questions)
+    for query in questions:
+        assert [k.key_id for k in store.recall(query).keys] == [key_id], query
+        found = store.recall_memories(query, learn=False).memories
+        assert [m.memory_id for m in found] == [memory_id], query
+        assert "keys" in found[0].found_by, query

@@ -180,6 +180,7 @@ def test_bad_input_is_refused_and_changes_nothing(store: Store) -> None:
         ({"query": "x", "top_k": 0}, "top_k"),
         ({"query": "x", "hops": 6}, "hops"),
         ({"query": "x", "namespace": "bad space"}, "namespace"),
+        ({"query": "quartz", "learn": "no"}, "learn"),  # a truthy string must not learn
     ):
         with pytest.raises(InvalidInput) as info:
             store.recall_memories(**kwargs)  # type: ignore[arg-type]

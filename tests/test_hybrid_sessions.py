@@ -128,6 +128,42 @@ def test_direct_share_bounds(make_store: Callable[..., Store], share: float) -> 
         assert ids["s1"][0] in {m.memory_id for m in result.memories}
 
 
+def test_a_corrected_turn_keeps_its_place_in_the_session(store: Store) -> None:
+    """A correction replaces a turn where it was said, not after the session's last turn."""
+    ids = remember_sessions(store)
+    s1 = ids["s1"]
+    store.remember_batch([RememberItem(t, session_id="s1") for t in ("Ben: Later!", "Ana: Bye")])
+    fixed = store.correct(s1[2], "Ana: Porto, in March. The company found me a flat by the sea.")
+    memories = store.state.memories
+    order = SessionOrder().catch_up(store.state)
+
+    def current(memory_id: str) -> object:
+        node = memories.get(memory_id)
+        return node if node is not None and node.current() else None
+
+    def before_the_correction(memory_id: str) -> object:
+        return None if memory_id == fixed.memory_id else memories.get(memory_id)
+
+    assert order.neighbours(fixed.memory_id, current) == [s1[1], s1[3]]
+    assert order.neighbours(s1[1], current) == [s1[0], fixed.memory_id]
+    assert order.neighbours(s1[1], before_the_correction) == [s1[0], s1[2]]
+    # The turn after the question is the corrected answer, as it was before the correction.
+    result = store.recall_memories("No idea, tell me", top_k=4, hops=0, learn=False)
+    assert fixed.memory_id in {m.memory_id for m in result.memories}
+
+
+def test_a_direct_share_above_one_still_returns_at_most_top_k(
+    make_store: Callable[..., Store],
+) -> None:
+    """KEYTRAIL_HYBRID_DIRECT_SHARE=2 is accepted; the head must still stop at top_k."""
+    from keytrail.core.config import HybridParams
+
+    store = make_store(hybrid=HybridParams(direct_share=2.0))
+    store.remember_batch([RememberItem(f"Quartz note number {i}", ["quartz"]) for i in range(10)])
+    result = store.recall_memories("quartz note", top_k=3, hops=0, learn=False)
+    assert len(result.memories) == 3
+
+
 def test_a_store_without_sessions_never_walks_for_turn_order(store: Store) -> None:
     store.remember_batch([RememberItem(t) for t in TALK])  # no session_id
     assert store.recall_memories("moving new job", learn=False).memories

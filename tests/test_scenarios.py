@@ -263,6 +263,25 @@ def test_near_identical_text_with_other_specifics_is_flagged_not_deduplicated(
     assert s.state.memories[likes.memory_id].superseded_by is None
 
 
+def test_a_retold_fact_is_deduplicated_even_when_a_changed_fact_is_nearer(
+    real_store: Store,
+) -> None:
+    """The nearest memory differs in a weekday (0.987, flagged only); the next one says the
+    same thing (0.927, above dedup 0.90, same specifics): that one is the duplicate."""
+    s = real_store
+    monday = s.remember("The meeting with Anna is on Monday at 10am", keys=["meeting"])
+    tuesday = s.remember(
+        "The meeting with Anna is on Tuesday at 10am in the big room", keys=["meeting"]
+    )
+    retold = s.remember("The meeting with Anna is on Tuesday at 10am", keys=["meeting"])
+    assert retold.deduplicated is not None
+    assert retold.deduplicated.memory_id == tuesday.memory_id
+    assert retold.deduplicated.similarity >= s.thresholds.dedup
+    # Not a contradiction of what it repeats; the nearer Monday memory stands as it was.
+    assert tuesday.memory_id not in [f.memory_id for f in retold.possible_contradictions]
+    assert s.state.memories[monday.memory_id].superseded_by is None
+
+
 def test_stats_follow_expiry_and_new_events_without_a_rescan_in_between(tmp_path: Path) -> None:
     """memory_stats keeps its last answer only while nothing can have changed it."""
     clock = Clock()
