@@ -1,0 +1,104 @@
+"""Bugs found reviewing the knowledge graph, import/export and history (each pinned here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from keytrail.core import Store
+from keytrail.core.history import changes
+from keytrail.core.importers import import_text
+from keytrail.core.knowledge_graph import (
+    EntityInput,
+    KnowledgeGraph,
+    ObservationInput,
+)
+from keytrail.core.timetravel import view
+from keytrail.events import EventLog
+from keytrail.projections import fold
+from keytrail.server.cli import main
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+
+
+def test_changes_count_observations_created_imported_and_deleted(store: Store) -> None:
+    """`changes` lists memories added and forgotten: knowledge-graph observations are memories
+    too, whether made by create_entities, an import, or removed by a delete."""
+    kg = KnowledgeGraph(store)
+    since = store.state.seq
+    kg.create_entities(
+        [EntityInput("Alice", "person", ["likes tea"]), EntityInput("Bob", "person", ["is tall"])]
+    )
+    import_text(
+        store,
+        '{"type":"entity","name":"Cy","entityType":"cat","observations":["naps"]}',
+        "cats.jsonl",
+    )
+    ids = {m.content: m.id for m in store.state.memories.values()}
+    kg.delete_observations([ObservationInput("Alice", ["likes tea"])])
+    kg.delete_entities(["Bob"])
+    c = changes(store, since=since)
+    assert c.added == [ids["likes tea"], ids["is tall"], ids["naps"]]
+    assert c.forgotten == [ids["likes tea"], ids["is tall"]]
+
+
+def test_past_graph_reads_leave_out_forgotten_observations(store: Store) -> None:
+    """A forgotten observation is gone from the past too: not served as an empty string."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person", ["likes tea", "plays chess"])])
+    then = store.state.seq
+    chess = next(m for m in store.state.memories.values() if m.content == "plays chess")
+    store.forget(chess.id)
+    for page in (
+        kg.read_graph(as_of=then),
+        kg.open_nodes(["Alice"], as_of=then),
+        kg.search_nodes("alice", as_of=then),
+    ):
+        assert msgspec.to_builtins(page)["entities"][0]["observations"] == ["likes tea"]
+
+
+def test_past_reads_of_a_deleted_observation_do_not_depend_on_the_process(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """An as_of read answers the same in the process that deleted an observation and in one
+    opened afterwards."""
+    store = make_store()
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person", ["likes tea"])])
+    then = store.state.seq
+    assert view(store, then).list_memories().total == 1
+    kg.delete_observations([ObservationInput("Alice", ["likes tea"])])
+    same_process = view(store, then).list_memories().total
+    store.close()
+    reopened = make_store(home=store.home)
+    assert view(reopened, then).list_memories().total == same_process
+
+
+def test_namespace_export_with_a_dropped_learned_alias_imports(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    """A learned alias dropped on a key of another namespace is no part of a namespace's
+    export: the export must import into an empty store (and not carry the other's alias)."""
+    store = make_store(alias_after_reads=1, alias_unused_reads=2)
+    tea = store.remember("Green tea is calming", ["tea"])
+    store.remember("The team meets on Mondays", ["team"], namespace="work")
+    key = store.state.key_for_label("tea")
+    assert key is not None
+    store.read_memory(tea.memory_id, key.id, "hot drink")  # learns the alias
+    for _ in range(3):
+        store.read_memory(tea.memory_id, key.id)  # ...and drops it, unused
+    assert key.aliases == []
+    out = tmp_path / "work.jsonl"
+    assert main(["export", "--home", str(store.home), "--namespace", "work", "-o", str(out)]) == 0
+    assert "hot drink" not in out.read_text()
+    assert main(["import", "--home", str(tmp_path / "b"), str(out)]) == 0
+    copy = fold(EventLog(tmp_path / "b").iter_new())
+    assert [m.content for m in copy.memories.values()] == ["The team meets on Mondays"]
