@@ -163,12 +163,15 @@ def entity_keys(state: GraphState) -> Iterator[KeyNode]:
 def observation_nodes(
     state: GraphState, key: KeyNode, namespace: str, now: datetime
 ) -> list[MemoryNode]:
-    """The current memories of `namespace` linked to the entity's key, oldest first."""
+    """The current memories of `namespace` linked to the entity's key, oldest first.
+
+    Empty content marks a memory forgotten since (a past state holds it, blanked): left out.
+    """
     memories = state.memories
     return [
         node
         for mid in key.links
-        if (node := memories[mid]).namespace == namespace and visible(node, now)
+        if (node := memories[mid]).namespace == namespace and visible(node, now) and node.content
     ]
 
 
