@@ -102,3 +102,39 @@ def test_namespace_export_with_a_dropped_learned_alias_imports(
     assert main(["import", "--home", str(tmp_path / "b"), str(out)]) == 0
     copy = fold(EventLog(tmp_path / "b").iter_new())
     assert [m.content for m in copy.memories.values()] == ["The team meets on Mondays"]
+
+
+def _keymem(memory: str) -> str:
+    return (
+        '{"keys": {"k1": {"concept": "Dana", "key_type": "name"}}, "memories": {"m1": '
+        + memory
+        + '}, "links": [{"key_id": "k1", "memory_id": "m1"}]}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("memory", "where"),
+    [
+        ('{"content": "Dana likes tea", "created_at": 1e20}', "$.memories.m1.created_at"),
+        ('{"content": "Dana likes tea", "created_at": NaN}', "$.memories.m1.created_at"),
+        ('{"content": "Dana likes tea", "last_accessed": -1e19}', "$.memories.m1.last_accessed"),
+        ('{"content": "Dana likes tea", "ttl": 100000000000000000000}', "$.memories.m1.ttl"),
+        (
+            '{"content": "Dana likes tea", "created_at": "9999-12-31T23:59:59", "ttl": 86400}',
+            "$.memories.m1.ttl",
+        ),
+    ],
+)
+def test_keymem_times_out_of_range_are_refused_before_the_store_is_made(
+    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str], memory: str, where: str
+) -> None:
+    """A time or ttl no datetime can hold is a problem of the file, named by its JSON path and
+    found in the check: no traceback, and the store is not even created."""
+    source = tmp_path / "graph.json"
+    source.write_text(_keymem(memory), encoding="utf-8")
+    home = tmp_path / "fresh"
+    with pytest.raises(SystemExit) as exit_:
+        main(["import", "--home", str(home), str(source)])
+    assert exit_.value.code == 2
+    assert where in capsys.readouterr().err
+    assert not home.exists()
