@@ -138,3 +138,23 @@ def test_keymem_times_out_of_range_are_refused_before_the_store_is_made(
     assert exit_.value.code == 2
     assert where in capsys.readouterr().err
     assert not home.exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="observations.deleted forgets the whole memory; an observation shared with another "
+    "entity (a memory linked to both keys) needs unlinking like delete_entities does, which "
+    "takes a new field on the event",
+)
+def test_deleting_a_shared_observation_from_one_entity_keeps_it_on_the_other(
+    store: Store,
+) -> None:
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person"), EntityInput("Bob", "person")])
+    store.remember("Alice and Bob are friends", ["Alice", "Bob"])
+    kg.delete_observations([ObservationInput("Alice", ["Alice and Bob are friends"])])
+    opened = msgspec.to_builtins(kg.open_nodes(["Alice", "Bob"]))["entities"]
+    assert [(e["name"], e["observations"]) for e in opened] == [
+        ("Alice", []),
+        ("Bob", ["Alice and Bob are friends"]),
+    ]
