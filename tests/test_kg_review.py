@@ -15,6 +15,7 @@ from keytrail.core.knowledge_graph import (
     EntityInput,
     KnowledgeGraph,
     ObservationInput,
+    RelationInput,
 )
 from keytrail.core.timetravel import view
 from keytrail.events import EventLog
@@ -158,3 +159,23 @@ def test_deleting_a_shared_observation_from_one_entity_keeps_it_on_the_other(
         ("Alice", []),
         ("Bob", ["Alice and Bob are friends"]),
     ]
+
+
+def test_an_existing_key_made_an_entity_gets_no_duplicate_observation(store: Store) -> None:
+    """Duplicate observations are skipped: also when the key already had that memory."""
+    kg = KnowledgeGraph(store)
+    store.remember("Paris is nice", ["Paris"])
+    kg.create_entities([EntityInput("Paris", "city", ["Paris is nice", "Has the Louvre"])])
+    opened = msgspec.to_builtins(kg.open_nodes(["Paris"]))["entities"]
+    assert opened[0]["observations"] == ["Paris is nice", "Has the Louvre"]
+
+
+def test_delete_relations_says_every_relation_asked_for_matched(store: Store) -> None:
+    """The same relation named twice (any case) matched both times: nothing 'matched nothing'."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Al", "person"), EntityInput("Bob", "person")])
+    kg.create_relations([RelationInput("Al", "Bob", "knows")])
+    out = kg.delete_relations(
+        [RelationInput("Al", "Bob", "knows"), RelationInput("al", "BOB", "knows")]
+    )
+    assert (out.deleted_count, out.message) == (1, "Relations deleted successfully")
