@@ -404,9 +404,16 @@ class KnowledgeGraph:
                     weight=initial,
                 )
                 specs.append(spec)
+                # An existing key may hold some of these already: duplicates are skipped.
+                have = (
+                    set()
+                    if key is None
+                    else {n.content for n in observation_nodes(state, key, self.namespace, app.at)}
+                )
                 news += [
                     observation_memory(new_memory_id(state, taken), self.namespace, c, link)
                     for c in contents
+                    if c not in have
                 ]
                 out.append(Entity(name=spec.name, entity_type=entity_type, observations=contents))
             if not specs:
