@@ -614,17 +614,19 @@ class KnowledgeGraph:
         def decide(app: Appender) -> Deletion:
             state = store.state
             specs: dict[str, RelationSpec] = {}
+            matched = 0  # relations asked for that exist (one named twice counts twice)
             for src, dst, kind in checked:
                 a, b = entity_key(state, src), entity_key(state, dst)
                 if a is None or b is None:
                     continue
                 rid = relation_id(a.id, b.id, kind)
                 if rid in state.relations:
+                    matched += 1
                     specs[rid] = RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
             count = len(specs)
             message = (
                 "Relations deleted successfully"
-                if count == len(checked)
+                if matched == len(checked)
                 else f"Deleted {count} of {len(checked)} relations. The rest matched nothing."
             )
             seq = None
