@@ -25,6 +25,7 @@ from keytrail.events import (
     GraphImported,
     KeyAliased,
     KeyRetyped,
+    KeyUnaliased,
     LinksAdjusted,
     MemoriesExpired,
     MemoryCorrected,
@@ -90,7 +91,7 @@ class _NamespaceFilter:
         if isinstance(event, LinksAdjusted):
             adjustments = [a for a in event.adjustments if mine(a.memory_id)]
             return replace(event, adjustments=adjustments) if adjustments else None
-        if isinstance(event, KeyAliased | KeyRetyped):
+        if isinstance(event, KeyAliased | KeyRetyped | KeyUnaliased):
             return event if event.key_id in self.keys else None
         if isinstance(event, MemoriesExpired):
             ids = [m for m in event.memory_ids if mine(m)]

@@ -510,6 +510,16 @@ def changes(
                 expired += [m for m in event.memory_ids if in_ns(m)]
             elif isinstance(event, MemoryForgotten) and in_ns(event.memory_id):
                 forgotten.append(event.memory_id)
+            # The knowledge graph's observations are memories too: made with their entities
+            # or by an import, and removed (status forgotten) by its deletes.
+            elif isinstance(event, EntitiesCreated):
+                added += [m.memory_id for m in event.observations if in_ns(m.memory_id)]
+            elif isinstance(event, GraphImported):
+                added += [i.memory.memory_id for i in event.memories if in_ns(i.memory.memory_id)]
+            elif isinstance(event, ObservationsDeleted):
+                forgotten += [m for m in event.memory_ids if in_ns(m)]
+            elif isinstance(event, EntitiesDeleted):
+                forgotten += [m for m in event.forgotten if in_ns(m)]
             elif isinstance(event, KeyAliased) and namespace is None:
                 merged.append(
                     Merge(
@@ -531,7 +541,7 @@ def changes(
             corrected=corrected,
             read_most=[ReadCount(m, n) for m, n in reads.most_common(top)],
             expired=expired,
-            forgotten=forgotten,
+            forgotten=list(dict.fromkeys(forgotten)),  # a deleted observation, then forgotten
             keys_merged=merged,
         )
 

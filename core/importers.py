@@ -372,14 +372,17 @@ def _time(path: str, value: object) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):  # out of range, or NaN
+            raise InvalidInput(path, f"{value!r} is not a Unix time a date can hold") from None
     if not isinstance(value, str):
         raise InvalidInput(path, "must be an ISO-8601 time or a Unix timestamp")
     try:
         at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+    except (OverflowError, ValueError):
         raise InvalidInput(path, f"{value!r} is not an ISO-8601 time") from None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def _number(path: str, value: object, low: float, high: float) -> float:
@@ -439,6 +442,13 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         supersedes = obj.get("supersedes")
         if supersedes is not None and not isinstance(supersedes, str):
             raise InvalidInput(f"{path}.supersedes", "must be a memory id or null")
+        created_at = _time(f"{path}.created_at", obj.get("created_at"))
+        if ttl is not None:
+            # Checked here, not when writing: the expiry must be a date (from now if no time).
+            try:
+                (created_at or datetime.now(UTC)) + timedelta(seconds=ttl)
+            except OverflowError:
+                raise InvalidInput(f"{path}.ttl", f"{ttl} seconds ends past year 9999") from None
         try:
             namespace = check.namespace(obj.get("namespace"), settings.default_namespace)
         except InvalidInput as exc:
@@ -446,7 +456,7 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         memories[ident] = _KmMemory(
             id=ident,
             content=content.strip(),
-            created_at=_time(f"{path}.created_at", obj.get("created_at")),
+            created_at=created_at,
             depth=_number(f"{path}.depth", obj.get("depth", 0.0), 0.0, 1.0),
             access_count=access,
             last_read_at=_time(f"{path}.last_accessed", obj.get("last_accessed")),

@@ -163,12 +163,15 @@ def entity_keys(state: GraphState) -> Iterator[KeyNode]:
 def observation_nodes(
     state: GraphState, key: KeyNode, namespace: str, now: datetime
 ) -> list[MemoryNode]:
-    """The current memories of `namespace` linked to the entity's key, oldest first."""
+    """The current memories of `namespace` linked to the entity's key, oldest first.
+
+    Empty content marks a memory forgotten since (a past state holds it, blanked): left out.
+    """
     memories = state.memories
     return [
         node
         for mid in key.links
-        if (node := memories[mid]).namespace == namespace and visible(node, now)
+        if (node := memories[mid]).namespace == namespace and visible(node, now) and node.content
     ]
 
 
@@ -401,9 +404,16 @@ class KnowledgeGraph:
                     weight=initial,
                 )
                 specs.append(spec)
+                # An existing key may hold some of these already: duplicates are skipped.
+                have = (
+                    set()
+                    if key is None
+                    else {n.content for n in observation_nodes(state, key, self.namespace, app.at)}
+                )
                 news += [
                     observation_memory(new_memory_id(state, taken), self.namespace, c, link)
                     for c in contents
+                    if c not in have
                 ]
                 out.append(Entity(name=spec.name, entity_type=entity_type, observations=contents))
             if not specs:
@@ -604,17 +614,19 @@ class KnowledgeGraph:
         def decide(app: Appender) -> Deletion:
             state = store.state
             specs: dict[str, RelationSpec] = {}
+            matched = 0  # relations asked for that exist (one named twice counts twice)
             for src, dst, kind in checked:
                 a, b = entity_key(state, src), entity_key(state, dst)
                 if a is None or b is None:
                     continue
                 rid = relation_id(a.id, b.id, kind)
                 if rid in state.relations:
+                    matched += 1
                     specs[rid] = RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
             count = len(specs)
             message = (
                 "Relations deleted successfully"
-                if count == len(checked)
+                if matched == len(checked)
                 else f"Deleted {count} of {len(checked)} relations. The rest matched nothing."
             )
             seq = None

@@ -29,6 +29,7 @@ from keytrail.events import (
     AnyEvent,
     Appender,
     CorruptLog,
+    EntitiesDeleted,
     EventLog,
     InvalidInput,
     MemoriesExpired,
@@ -38,6 +39,7 @@ from keytrail.events import (
     MemoryRemembered,
     NewMemory,
     NotFound,
+    ObservationsDeleted,
     StoreCreated,
     StoreError,
     TurnRecorded,
@@ -367,6 +369,14 @@ class Store(Queries, HybridQueries):
                 self._forgotten_unindexed.append(event.memory_id)
                 if self._forgotten_ids is not None:
                     self._forgotten_ids.add(event.memory_id)
+            elif self._forgotten_ids is not None:
+                # The knowledge graph's deletes leave memories forgotten too, and
+                # `forgotten_ids` gathers them from the state on first use: keep it up the same
+                # way, or the past answers differently after a reopen.
+                if isinstance(event, ObservationsDeleted):
+                    self._forgotten_ids.update(event.memory_ids)
+                elif isinstance(event, EntitiesDeleted):
+                    self._forgotten_ids.update(event.forgotten)
             yield event
 
     def forgotten_ids(self) -> AbstractSet[str]:
