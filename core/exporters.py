@@ -101,7 +101,8 @@ class _NamespaceFilter:
             return replace(event, observations=self._mine(event.observations))
         if isinstance(event, ObservationsDeleted):
             ids = [m for m in event.memory_ids if mine(m)]
-            return replace(event, memory_ids=ids) if ids else None
+            cut = [u for u in event.unlinked if mine(u.memory_id)]
+            return replace(event, memory_ids=ids, unlinked=cut) if ids or cut else None
         if isinstance(event, EntitiesDeleted):
             return replace(
                 event,

@@ -219,7 +219,10 @@ def _only(event: AnyEvent, chain: set[str]) -> AnyEvent | None:
         return msgspec.structs.replace(event, memories=kept, relations=[])
     if isinstance(event, ObservationsDeleted):
         ids = [i for i in event.memory_ids if i in chain]
-        return msgspec.structs.replace(event, memory_ids=ids) if ids else None
+        cut = [u for u in event.unlinked if u.memory_id in chain]
+        if not ids and not cut:
+            return None
+        return msgspec.structs.replace(event, memory_ids=ids, unlinked=cut)
     if isinstance(event, EntitiesDeleted):
         gone = [i for i in event.forgotten if i in chain]
         cut = [u for u in event.unlinked if u.memory_id in chain]
@@ -250,7 +253,7 @@ def _affected(event: AnyEvent) -> list[str]:
     if isinstance(event, GraphImported):
         return [i.memory.memory_id for i in event.memories]
     if isinstance(event, ObservationsDeleted):
-        return list(event.memory_ids)
+        return [*event.memory_ids, *(u.memory_id for u in event.unlinked)]
     if isinstance(event, EntitiesDeleted):
         return [*event.forgotten, *(u.memory_id for u in event.unlinked)]
     return []
@@ -357,6 +360,11 @@ def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]
         for memory_id in event.memory_ids:
             if memory_id in chain:
                 out.append(Touch(**base, memory_id=memory_id, what="deleted as an observation"))
+        for cut in event.unlinked:
+            if cut.memory_id in chain:
+                entity = label(cut.key_id) or cut.key_id
+                what = f"deleted as an observation of {entity}, kept for its other entities"
+                out.append(Touch(**base, memory_id=cut.memory_id, what=what))
     elif isinstance(event, EntitiesDeleted):
         for memory_id in event.forgotten:
             if memory_id in chain:

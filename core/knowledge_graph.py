@@ -573,7 +573,8 @@ class KnowledgeGraph:
 
         def decide(app: Appender) -> Deletion:
             state = store.state
-            doomed: dict[str, None] = {}
+            # memory id -> the entity keys it is being deleted from, in the order asked
+            doomed: dict[str, dict[str, None]] = {}
             missing: list[str] = []
             requested = 0
             for name, contents in checked:
@@ -585,7 +586,19 @@ class KnowledgeGraph:
                 wanted = set(contents)
                 for node in observation_nodes(state, key, self.namespace, app.at):
                     if node.content in wanted:
-                        doomed[node.id] = None
+                        doomed.setdefault(node.id, {})[key.id] = None
+            # An observation shared with an entity it is not deleted from stays that entity's:
+            # only the links to the entities named go. Otherwise the memory is forgotten.
+            forgotten: list[str] = []
+            unlinked: list[KeyMemory] = []
+            for mid, from_keys in doomed.items():
+                if all(
+                    k in from_keys or state.keys[k].entity_type is None
+                    for k in state.memories[mid].keys
+                ):
+                    forgotten.append(mid)
+                else:
+                    unlinked += [KeyMemory(key_id=k, memory_id=mid) for k in from_keys]
             count = len(doomed)
             message = (
                 "Observations deleted successfully"
@@ -595,7 +608,8 @@ class KnowledgeGraph:
             )
             seq = None
             if doomed:
-                seq = store._append(app, ObservationsDeleted(memory_ids=list(doomed))).seq
+                event = ObservationsDeleted(memory_ids=forgotten, unlinked=unlinked)
+                seq = store._append(app, event).seq
             return Deletion(
                 success=True,
                 message=message,

@@ -373,6 +373,7 @@ class Store(Queries, HybridQueries):
                 # The knowledge graph's deletes leave memories forgotten too, and
                 # `forgotten_ids` gathers them from the state on first use: keep it up the same
                 # way, or the past answers differently after a reopen.
+                # Only what they forget: an observation `unlinked` from one entity stays.
                 if isinstance(event, ObservationsDeleted):
                     self._forgotten_ids.update(event.memory_ids)
                 elif isinstance(event, EntitiesDeleted):

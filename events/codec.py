@@ -26,9 +26,18 @@ _CRC_LEN = _PREFIX_LEN + 8 + 2  # prefix, 8 hex digits, closing quote and brace
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
+
+def _observations_deleted_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    # v1 forgot every memory it named; v2 also names observations only unlinked from an entity.
+    raw["unlinked"] = []
+    return raw
+
+
 #: (type tag, from version) -> pure function turning a decoded vN object into vN+1.
 #: Every entry must come with golden lines of the old version in tests/golden/.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("observations.deleted", 1): _observations_deleted_v1_to_v2,
+}
 
 
 #: event class -> the version new lines of it are written with (the hot path skips the tag)

@@ -211,9 +211,20 @@ class RelationsRemoved(Event, frozen=True, kw_only=True, tag="relations.removed"
 
 
 class ObservationsDeleted(Event, frozen=True, kw_only=True, tag="observations.deleted"):
-    """delete_observations: the observation memories are forgotten (content hidden)."""
+    """delete_observations: each observation is forgotten or unlinked, decided under the lock.
 
+    `memory_ids` are forgotten (content hidden): observations of no other entity. An observation
+    also linked to another entity key stays that entity's: only its link to the entity it was
+    deleted from goes (`unlinked`), like the cascade of `entities.deleted`.
+
+    v2 added `unlinked`. v1 lines forgot every memory named, so they upcast with it empty. The
+    bump (rather than a defaulted field alone) makes software that predates it refuse a v2 line
+    instead of folding it as if nothing were unlinked.
+    """
+
+    v: int = 2
     memory_ids: list[str]
+    unlinked: list[KeyMemory] = []
 
 
 class EntitiesDeleted(Event, frozen=True, kw_only=True, tag="entities.deleted"):

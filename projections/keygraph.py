@@ -21,6 +21,7 @@ from keytrail.events import (
     FoldRules,
     GraphImported,
     KeyAliased,
+    KeyMemory,
     KeyRetyped,
     KeyUnaliased,
     LinksAdjusted,
@@ -344,20 +345,26 @@ def _forget_node(state: GraphState, memory_id: str, seq: int) -> None:
     node.updated_seq = seq
 
 
+def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
+    """Cut key-memory links; the memory, its content and its other links stay."""
+    for link in links:
+        state.keys[link.key_id].links.pop(link.memory_id, None)
+        node = state.memories[link.memory_id]
+        node.keys = [k for k in node.keys if k != link.key_id]
+        node.updated_seq = seq
+
+
 def _observations_deleted(state: GraphState, event: ObservationsDeleted) -> None:
     for memory_id in event.memory_ids:
         _forget_node(state, memory_id, event.seq)
+    _unlink(state, event.unlinked, event.seq)
 
 
 def _entities_deleted(state: GraphState, event: EntitiesDeleted) -> None:
     _remove_relations(state, event.relations)
     for memory_id in event.forgotten:
         _forget_node(state, memory_id, event.seq)
-    for link in event.unlinked:
-        state.keys[link.key_id].links.pop(link.memory_id, None)
-        node = state.memories[link.memory_id]
-        node.keys = [k for k in node.keys if k != link.key_id]
-        node.updated_seq = event.seq
+    _unlink(state, event.unlinked, event.seq)
     for key_id in event.key_ids:
         state.keys[key_id].entity_type = None
 

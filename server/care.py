@@ -104,7 +104,12 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
             f"{r['from_key']} -{r['relation_type']}-> {r['to_key']}" for r in data["relations"]
         )
     if tag == "observations.deleted":
-        return ", ".join(data["memory_ids"])
+        forgotten = ", ".join(data["memory_ids"])
+        cut = data.get("unlinked", [])
+        if not cut:
+            return forgotten
+        unlinked = ", ".join(f"{u['memory_id']} from {u['key_id']}" for u in cut)
+        return f"{forgotten}; unlinked {unlinked}" if forgotten else f"unlinked {unlinked}"
     if tag == "entities.deleted":
         return (
             f"{', '.join(data['key_ids'])}; {len(data.get('forgotten', []))} observations "

@@ -386,7 +386,7 @@ def test_undecodable_lines_raise_decode_error(line: bytes, match: str) -> None:
         decode_line(line)
 
 
-# -- the upcaster chain (the mechanism; the product has no old versions yet) ---------------------
+# -- the upcaster chain (the mechanism, on a hypothetical memory.read v3) -------------------------
 
 
 def _read_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
@@ -481,7 +481,7 @@ def test_upcast_rejects_a_result_that_does_not_fit_the_type(
 
 
 def test_the_product_chain_is_complete() -> None:
-    """Every type above v1 has an upcaster from each older version (none exist yet)."""
+    """Every type above v1 has an upcaster from each older version."""
     for tag, current in CURRENT_VERSION.items():
         for version in range(1, current):
             assert (tag, version) in UPCASTERS, f"{tag}: no upcaster v{version} -> v{version + 1}"

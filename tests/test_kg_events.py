@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from keytrail.events import (
+    CURRENT_VERSION,
+    UPCASTERS,
     EntitiesCreated,
     EntitiesDeleted,
     EntitySpec,
@@ -31,6 +33,8 @@ from keytrail.events import (
 # Its own file (the glob events-v*.jsonl of test_events covers it), so the gap-free seqs of
 # events-v1.jsonl never collide with other branches' new lines.
 GOLDEN = Path(__file__).parent / "golden" / "events-v1-kg.jsonl"
+#: observations.deleted v2 (added `unlinked`), written by codec.encode_line when it was bumped.
+GOLDEN_V2 = Path(__file__).parent / "golden" / "events-v2-kg.jsonl"
 
 
 def _t(s: str) -> datetime:
@@ -128,10 +132,60 @@ def test_golden_kg_line_decodes_and_reencodes(index: int) -> None:
     reencoded = encode_line(EXPECTED_KG[index])
     old, new = json.loads(line), json.loads(reencoded)
     old.pop("crc"), new.pop("crc")
-    if _drop_added_nulls(old, new) == new:
+    tag, current = old["type"], CURRENT_VERSION[old["type"]]
+    if old["v"] < current:
+        # Written at an older version: it re-encodes at the current one, as its upcasters say.
+        for version in range(old["v"], current):
+            old = UPCASTERS[(tag, version)](dict(old))
+            old["v"] = version + 1
+        assert new == old
+    elif _drop_added_nulls(old, new) == new:
         # Same fields as when the line was written: the wire format is byte-for-byte stable.
         assert reencoded == line + b"\n"
     else:
         # Optional fields added since (e.g. NewMemory.valid_from) re-encode as null; the rest
         # is exactly as written.
         assert _drop_added_nulls(old, new) == old
+
+
+#: What each line of events-v2-kg.jsonl decodes to, in file order.
+EXPECTED_KG_V2: list[Any] = [
+    ObservationsDeleted(
+        seq=18,
+        at=_t("2026-03-02T10:00:06+00:00"),
+        memory_ids=["m_0a1b2c3d4e5f"],
+        unlinked=[KeyMemory(key_id="k_1a2b3c4d5e", memory_id="m_6f5e4d3c2b1a")],
+    ),
+    ObservationsDeleted(
+        seq=19,
+        at=_t("2026-03-02T10:00:07+00:00"),
+        memory_ids=[],
+        unlinked=[
+            KeyMemory(key_id="k_2b3c4d5e6f", memory_id="m_6f5e4d3c2b1a"),
+            KeyMemory(key_id="k_1a2b3c4d5e", memory_id="m_7a6b5c4d3e2f"),
+        ],
+    ),
+]
+
+
+def golden_kg_v2_lines() -> list[bytes]:
+    data = GOLDEN_V2.read_bytes()
+    assert data.endswith(b"\n")
+    return data[:-1].split(b"\n")
+
+
+@pytest.mark.parametrize("index", range(len(EXPECTED_KG_V2)))
+def test_golden_kg_v2_line_decodes_and_reencodes_byte_for_byte(index: int) -> None:
+    line = golden_kg_v2_lines()[index]
+    assert json.loads(line)["v"] == 2
+    assert decode_line(line) == EXPECTED_KG_V2[index]
+    assert encode_line(EXPECTED_KG_V2[index]) == line + b"\n"
+
+
+def test_a_v1_observations_deleted_line_keeps_its_meaning() -> None:
+    """v1 forgot every memory it named: upcast, the same ids are forgotten and none unlinked."""
+    v1 = next(x for x in golden_kg_lines() if json.loads(x)["type"] == "observations.deleted")
+    assert json.loads(v1)["v"] == 1
+    event = decode_line(v1)
+    assert isinstance(event, ObservationsDeleted)
+    assert (event.v, event.memory_ids, event.unlinked) == (2, ["m_0a1b2c3d4e5f"], [])

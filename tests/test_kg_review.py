@@ -141,12 +141,6 @@ def test_keymem_times_out_of_range_are_refused_before_the_store_is_made(
     assert not home.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="observations.deleted forgets the whole memory; an observation shared with another "
-    "entity (a memory linked to both keys) needs unlinking like delete_entities does, which "
-    "takes a new field on the event",
-)
 def test_deleting_a_shared_observation_from_one_entity_keeps_it_on_the_other(
     store: Store,
 ) -> None:

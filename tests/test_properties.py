@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
@@ -124,6 +124,14 @@ observe_op = st.tuples(
     st.lists(st.sampled_from(OBSERVATIONS), min_size=1, max_size=2),
 )
 delete_entity_op = st.tuples(st.just("delete_entities"), st.sampled_from(ENTITIES))
+# An observation text remembered under two entity names: an observation of both, which
+# delete_observations on one of them unlinks rather than forgets.
+share_op = st.tuples(
+    st.just("share"),
+    st.sampled_from(OBSERVATIONS),
+    st.sampled_from(ENTITIES),
+    st.sampled_from(ENTITIES),
+)
 FIXTURES = Path(__file__).parent / "fixtures"
 import_op = st.tuples(st.just("import"), st.sampled_from(["memory.jsonl", "keymem-graph.json"]))
 
@@ -132,6 +140,7 @@ op = st.one_of(
     relation_op,
     observe_op,
     delete_entity_op,
+    share_op,
     import_op,
     remember_op,
     remember_op,
@@ -238,6 +247,8 @@ def run(
                 KnowledgeGraph(store).add_observations([ObservationInput(item[1], item[2])])
             elif kind == "unobserve":
                 KnowledgeGraph(store).delete_observations([ObservationInput(item[1], item[2])])
+            elif kind == "share":
+                store.remember(item[1], [item[2], item[3]])
             elif kind == "delete_entities":
                 KnowledgeGraph(store).delete_entities([item[1]])
             elif kind == "import":
@@ -252,8 +263,19 @@ def run(
     return store
 
 
+#: Random ops rarely delete a shared observation (unlinked, not forgotten): always try one.
+SHARED_OBSERVATION_OPS: list[tuple[Any, ...]] = [
+    ("entities", [("Alice", "person", ["likes tea"]), ("Bob", "person", [])]),
+    ("share", "plays chess", "Alice", "Bob"),
+    ("reopen",),
+    ("unobserve", "Alice", ["plays chess", "likes tea"]),
+    ("unobserve", "Bob", ["plays chess"]),
+]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=4, max_size=30), snapshot_every=st.integers(2, 50))
+@example(ops=SHARED_OBSERVATION_OPS, snapshot_every=2)
 def test_replay_and_snapshot_plus_tail_equal_the_live_state(
     ops: list[tuple[Any, ...]], snapshot_every: int
 ) -> None:
@@ -405,7 +427,10 @@ EVENTS = {
         RelationsRemoved, relations=st.lists(relation, max_size=3), **envelope
     ),
     ObservationsDeleted: st.builds(
-        ObservationsDeleted, memory_ids=st.lists(ids, max_size=3), **envelope
+        ObservationsDeleted,
+        memory_ids=st.lists(ids, max_size=3),
+        unlinked=st.lists(st.builds(KeyMemory, key_id=ids, memory_id=ids), max_size=2),
+        **envelope,
     ),
     EntitiesDeleted: st.builds(
         EntitiesDeleted,
