@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import anyio
@@ -54,7 +55,8 @@ def test_reads_answer_while_another_process_holds_the_lock(tmp_path: Path) -> No
                 written.append(await call(session, "read_memory", memory_id=first["memory_id"]))
 
             log = EventLog(home)
-            with log.lock():  # another process's appender, mid-way through a long command
+            with ExitStack() as held:
+                held.enter_context(log.lock())  # another process's appender, mid-way through
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(write, s)
                     with anyio.fail_after(30):
@@ -69,6 +71,7 @@ def test_reads_answer_while_another_process_holds_the_lock(tmp_path: Path) -> No
                     assert any(k["key_id"] == key_id for k in keys["keys"])
                     assert memories["memories"][0]["memory_id"] == first["memory_id"]
                     assert written == []  # the write did wait
+                    held.close()  # the lock is free: the write goes on
             log.close()
             assert written and written[0]["content"] == "Dana lives in Lyon"
             done = await anyio.to_thread.run_sync(
