@@ -8,9 +8,12 @@ appenders' lock for a long time (an import) stalls only this server's writes, ne
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections import Counter
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -19,7 +22,8 @@ from mcp import ClientSession
 from test_kg_server import kg_session
 from test_server import REPO, call, run, server_env
 
-from keytrail.events import EventLog
+from keytrail.core.maintenance import verify
+from keytrail.events import EventLog, MemoryRemembered
 
 
 def waiters_on(lock_file: Path) -> int:
@@ -88,5 +92,74 @@ def test_reads_answer_while_another_process_holds_the_lock(tmp_path: Path) -> No
             assert (await call(s, "list_memories"))["total"] == 2
             nodes = await call(s, "open_nodes", names=["Imported Person"])
             assert nodes["entities"][0]["observations"] == ["arrived by import"]
+
+    run(test)
+
+
+def child_pids() -> set[int]:
+    pids: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            pids |= {int(p) for p in f.read().split()}
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc")
+def test_a_server_killed_mid_batch_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """SIGKILL one server while its remember_batch is in flight: the other server goes on, sees
+    every acknowledged call once, nothing of the unacknowledged batch, and the store verifies."""
+    home, errlog = tmp_path / "store", tmp_path / "err.txt"
+
+    def batch(tag: str, n: int) -> list[dict[str, object]]:
+        return [{"content": f"{tag} item {j}", "keys": [tag, f"item {j}"]} for j in range(n)]
+
+    async def test() -> None:
+        acked: list[str] = []
+        async with kg_session(home, errlog) as b:
+            before = child_pids()
+            killed = False
+            try:
+                async with kg_session(home, errlog) as a:
+                    (pid,) = child_pids() - before
+                    acked.append(
+                        (await call(a, "remember", content="one", keys=["one"]))["memory_id"]
+                    )
+                    done = await call(a, "remember_batch", items=batch("first", 10))
+                    acked += [m["memory_id"] for m in done["memories"]]
+                    turn = await call(b, "record_turn", session_id="s1", role="user", content="hi")
+                    assert turn["turn"] == 1
+                    log = EventLog(home)
+                    with log.lock():  # hold the writers back, so the batch is surely in flight
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(
+                                partial(call, a, "remember_batch", items=batch("killed", 100))
+                            )
+                            with anyio.fail_after(30):
+                                await wait_for_a_waiter(home / "lock")
+                            os.kill(pid, signal.SIGKILL)
+                            killed = True
+                    log.close()
+            except Exception:
+                if not killed:  # only the killed server's session may end in an error
+                    raise
+            assert killed
+            # b answers, from a store holding every acknowledged write once and nothing else.
+            page = await call(b, "list_memories", limit=100)
+            assert sorted(m["memory_id"] for m in page["memories"]) == sorted(acked)
+            for memory_id in acked:
+                assert (await call(b, "read_memory", memory_id=memory_id))["memory_id"] == memory_id
+            labels = {k["label"] for k in (await call(b, "browse_keys", limit=100))["keys"]}
+            assert "first" in labels and "killed" not in labels
+            turn = await call(b, "record_turn", session_id="s1", role="user", content="again")
+            assert turn["turn"] == 2
+        written = Counter(
+            m.memory_id
+            for e in EventLog(home).read_new()
+            if isinstance(e, MemoryRemembered)
+            for m in e.memories
+        )
+        assert sorted(written) == sorted(acked) and set(written.values()) == {1}
+        report = verify(home)
+        assert report.ok, report.problems
 
     run(test)
