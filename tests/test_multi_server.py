@@ -22,6 +22,7 @@ from mcp import ClientSession
 from test_kg_server import kg_session
 from test_server import REPO, call, run, server_env
 
+from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog, MemoryRemembered
 
@@ -163,3 +164,39 @@ def test_a_server_killed_mid_batch_loses_nothing_acknowledged(tmp_path: Path) ->
         assert report.ok, report.problems
 
     run(test)
+
+
+def test_a_running_server_finishes_another_process_interrupted_forget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed between appending `memory.forgotten` and erasing the content leaves a
+    pending purge. A server that stays open (Claude Desktop, for days) must finish it at its
+    next write, not leave the forgotten text on disk until someone forgets again or reopens."""
+    from keytrail.core import forgetting
+
+    home = tmp_path / "store"
+    secret = "the door code is 4417"
+    desktop = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    code = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    memory_id = code.remember(secret, ["door"]).memory_id
+
+    def killed(*args: object, **kwargs: object) -> list[str]:
+        raise OSError("killed before the purge")
+
+    monkeypatch.setattr(forgetting, "purge", killed)
+    with pytest.raises(OSError):
+        code.forget(memory_id)
+    code.log.close()  # the process is gone
+    monkeypatch.undo()
+    assert forgetting.pending_path(home).exists()
+
+    desktop.remember("the user likes tea", ["tea"])  # any write, holding the lock
+    leftover = [
+        p.relative_to(home)
+        for p in home.rglob("*")
+        if p.is_file() and secret.encode() in p.read_bytes()
+    ]
+    assert leftover == []
+    assert not forgetting.pending_path(home).exists()
+    desktop.close()
+    assert verify(home).ok
