@@ -427,6 +427,11 @@ class Store(Queries, HybridQueries):
                 # at the next write, and a snapshot is only a shortcut.
                 try:
                     self._persist_vectors()
+                    if forgetting.pending_path(self.home).exists():
+                        # Under the lock no forget is under way: this is one whose process
+                        # died mid-purge. Finish it now, not at the next forget or open, which
+                        # a server left running may not see for days.
+                        self._finish_forgetting()
                     if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                         self._save_snapshot(self.state)
                 except OSError as exc:
