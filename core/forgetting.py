@@ -17,8 +17,8 @@ memories of the same `remember_batch` line keep theirs):
 Crash safety: the memory's id and vector digest are written to `forget.pending` before the
 `memory.forgotten` event is appended, and removed only after every file is done. Each step is
 atomic (temp file + rename, or an idempotent in-place overwrite) and safe to repeat, so an
-interrupted purge is finished by the next open of the store or the next forget, whichever comes
-first. All of it runs holding the appenders' lock.
+interrupted purge is finished by the next open of the store or the next write of any process
+that has it open, whichever comes first. All of it runs holding the appenders' lock.
 """
 
 from __future__ import annotations

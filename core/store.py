@@ -32,6 +32,7 @@ from keytrail.events import (
     EntitiesDeleted,
     EventLog,
     InvalidInput,
+    LockBusy,
     MemoriesExpired,
     MemoryCorrected,
     MemoryForgotten,
@@ -403,9 +404,21 @@ class Store(Queries, HybridQueries):
         return stamped
 
     def _write(self, decide: Callable[[Appender], T]) -> T:
-        """Run `decide` under the log lock, caught up; then persist new vectors, maybe snapshot."""
+        """Run `decide` under the log lock, caught up; then persist new vectors, maybe snapshot.
+
+        While another process holds the lock (a long import), wait for it without holding this
+        store's mutex, so that this process's reads go on answering meanwhile.
+        """
+        while True:
+            try:
+                return self._write_now(decide)
+            except LockBusy:
+                self.log.wait_for_lock()
+
+    def _write_now(self, decide: Callable[[Appender], T]) -> T:
+        """`_write`, or `LockBusy` at once if another process holds the log lock."""
         with self._mutex:
-            with self.log.lock() as app:
+            with self.log.lock(wait=False) as app:
                 self._fold(app.pending)
                 result = decide(app)
                 # From here the command is in the log, fsynced: what follows only keeps caches.
@@ -414,6 +427,11 @@ class Store(Queries, HybridQueries):
                 # at the next write, and a snapshot is only a shortcut.
                 try:
                     self._persist_vectors()
+                    if forgetting.pending_path(self.home).exists():
+                        # Under the lock no forget is under way: this is one whose process
+                        # died mid-purge. Finish it now, not at the next forget or open, which
+                        # a server left running may not see for days.
+                        self._finish_forgetting()
                     if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                         self._save_snapshot(self.state)
                 except OSError as exc:

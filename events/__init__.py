@@ -1,7 +1,7 @@
 """The event log: event types, line encoding, upcasting, and the segmented append-only log."""
 
 from .codec import UPCASTERS, DecodeError, decode_line, encode_event, encode_line, event_tag, upcast
-from .errors import CorruptLog, InvalidInput, KeytrailError, NotFound, StoreError
+from .errors import CorruptLog, InvalidInput, KeytrailError, LockBusy, NotFound, StoreError
 from .log import Appender, EventLog, LogPosition, segment_name, utc_now
 from .types import (
     BY_TAG,
@@ -70,6 +70,7 @@ __all__ = [
     "KeytrailError",
     "LinkDelta",
     "LinksAdjusted",
+    "LockBusy",
     "LogPosition",
     "MemoriesExpired",
     "MemoryCorrected",

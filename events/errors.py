@@ -62,3 +62,11 @@ class CorruptLog(KeytrailError):
 
 class StoreError(KeytrailError):
     """The store is in a state the operation cannot work with (wrong directory, bad cache...)."""
+
+
+class LockBusy(StoreError):
+    """Another process holds the appenders' lock (only from `EventLog.lock(wait=False)`)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"the store's lock {path} is held by another process", path=path)
+        self.path = path

@@ -33,7 +33,7 @@ from typing import NoReturn
 import msgspec
 
 from .codec import DecodeError, Upcaster, decode_line, encode_line
-from .errors import CorruptLog, StoreError
+from .errors import CorruptLog, LockBusy, StoreError
 from .types import EPOCH, AnyEvent, Event
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -246,10 +246,14 @@ class EventLog:
     # -- appending -------------------------------------------------------------------------
 
     @contextmanager
-    def lock(self) -> Iterator[Appender]:
-        """Hold the appenders' lock: cut a torn tail, catch up, then append as often as needed."""
+    def lock(self, *, wait: bool = True) -> Iterator[Appender]:
+        """Hold the appenders' lock: cut a torn tail, catch up, then append as often as needed.
+
+        With `wait=False`, raise `LockBusy` at once if another process holds it (the caller
+        can then wait with `wait_for_lock` while holding nothing of its own).
+        """
         with self._threads:
-            fd = self._acquire()
+            fd = self._acquire(wait)
             try:
                 if self._untouched():
                     pending: list[AnyEvent] = []
@@ -261,7 +265,19 @@ class EventLog:
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _acquire(self) -> int:
+    def wait_for_lock(self) -> None:
+        """Block until no other process holds the appenders' lock, without taking it.
+
+        Through a file of its own: this process's kept-open lock file may be held by another
+        of its threads, which would not make this wait.
+        """
+        fd = os.open(self._lock_str, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            os.close(fd)  # closing the file releases its flock
+
+    def _acquire(self, wait: bool = True) -> int:
         """flock the lock file (opened once per process, again if replaced); return its fd."""
         while True:
             held = self._lock_file
@@ -270,7 +286,10 @@ class EventLog:
                 fd = os.open(self._lock_str, os.O_RDWR | os.O_CREAT, 0o644)
                 held = self._lock_file = (fd, os.fstat(fd).st_ino, os.getpid())
             fd, inode, _ = held
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LockBusy(self._lock_str) from None
             try:
                 if os.stat(self._lock_str).st_ino == inode:
                     return fd
