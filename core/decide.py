@@ -267,10 +267,12 @@ class Batch:
         fingerprint = store.embedder.fingerprint
         # The duplicate is the nearest candidate above the line that keeps the specifics: a
         # nearer one differing in a number or weekday must not hide it.
-        wanted = specifics(content)
+        wanted: frozenset[str] | None = None  # read only when a candidate is above the line
         for i in order:
             if sims[i] < store.thresholds.dedup:
                 break
+            if wanted is None:
+                wanted = specifics(content)
             if specifics(candidates[ids[i]]) == wanted:
                 return Similar(
                     memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint

@@ -156,6 +156,7 @@ class Store(Queries, HybridQueries):
         self._forgotten_unindexed: list[str] = []
         self._forgotten_ids: set[str] | None = None  # gathered on first use, then kept up
         self._unfoldable: CorruptLog | None = None  # a line that cannot be applied (see _folded)
+        self._pending_purge = str(forgetting.pending_path(self.home))  # checked on every write
         #: (memory id, text_hash of its content) of every forget folded since open, in order:
         #: work that read contents before a forget (past states, a reembed) checks it
         self.forgets_folded: list[tuple[str, str]] = []
@@ -427,7 +428,7 @@ class Store(Queries, HybridQueries):
                 # at the next write, and a snapshot is only a shortcut.
                 try:
                     self._persist_vectors()
-                    if forgetting.pending_path(self.home).exists():
+                    if os.path.exists(self._pending_purge):
                         # Under the lock no forget is under way: this is one whose process
                         # died mid-purge. Finish it now, not at the next forget or open, which
                         # a server left running may not see for days.

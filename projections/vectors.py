@@ -131,10 +131,13 @@ class VectorCache:
     def _same_files(self) -> bool:
         """Whether the hash line of our last persisted row is still ours (under the lock)."""
         try:
-            with open(self._hashes_path, "rb") as hf:
-                line = os.pread(hf.fileno(), _HASH_LINE - 1, (self._persisted - 1) * _HASH_LINE)
+            fd = os.open(self._hashes_path, os.O_RDONLY)  # no file object: this runs every write
         except FileNotFoundError:
             return False
+        try:
+            line = os.pread(fd, _HASH_LINE - 1, (self._persisted - 1) * _HASH_LINE)
+        finally:
+            os.close(fd)
         return line == self._last_line
 
     def _start_over(self) -> None:
