@@ -299,17 +299,7 @@ class Store(Queries, HybridQueries):
         if pos.seq != state.seq:
             return
         self._archive_latest_snapshot(state.seq)
-        snapshots.save(
-            self.snapshot_path,
-            snapshots.Snapshot(
-                store_id=state.store_id,
-                seq=state.seq,
-                at=state.at,
-                segment=pos.segment,
-                offset=pos.offset,
-                state=state,
-            ),
-        )
+        snapshots.save(self.snapshot_path, snapshots.Snapshot.of(state, pos.segment, pos.offset))
         self._snapshot_seq = state.seq
 
     def _archive_latest_snapshot(self, next_seq: int) -> None:

@@ -205,14 +205,7 @@ class PastStates:
                 self._blank(state)
             snapshots.save(
                 folder / snapshots.archived_name(state.seq),
-                snapshots.Snapshot(
-                    store_id=state.store_id,
-                    seq=state.seq,
-                    at=state.at,
-                    segment=position.segment,
-                    offset=position.offset,
-                    state=state,
-                ),
+                snapshots.Snapshot.of(state, position.segment, position.offset),
             )
 
 

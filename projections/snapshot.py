@@ -67,6 +67,18 @@ class Snapshot(msgspec.Struct, kw_only=True):
     offset: int = 0
     state: GraphState
 
+    @classmethod
+    def of(cls, state: GraphState, segment: str | None, offset: int) -> Snapshot:
+        """A snapshot of `state`, which the log reflects up to `offset` in `segment`."""
+        return cls(
+            store_id=state.store_id,
+            seq=state.seq,
+            at=state.at,
+            segment=segment,
+            offset=offset,
+            state=state,
+        )
+
     @property
     def header(self) -> Header:
         return Header(

@@ -8,12 +8,11 @@ descriptor and caches, exactly as separate processes would.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
+from test_forget import files_holding
 
 from keytrail.core import HashEmbedder, NotFound, Settings, Store, reembed
 from keytrail.core import timetravel as timetravel_module
@@ -31,17 +30,6 @@ def open_store(home: Path, dim: int = 256, **over: Any) -> Store:
     base: dict[str, Any] = dict(home=home, embedder="hash", snapshot_every=10_000)
     base.update(over)
     return Store(Settings(**base), embedder=HashEmbedder(dim))
-
-
-def files_holding(home: Path, content: str) -> list[str]:
-    needles = [content.encode(), msgspec.json.encode(content)[1:-1]]
-    found = []
-    for root, _dirs, names in os.walk(home):
-        for name in names:
-            data = (Path(root) / name).read_bytes()
-            if any(n in data for n in needles):
-                found.append(str((Path(root) / name).relative_to(home)))
-    return found
 
 
 def fresh_prefix_state(home: Path, seq: int) -> Any:

@@ -284,14 +284,7 @@ def _keep_interval_snapshots(store: Store, every: int) -> None:
                 pos = log.position
                 snapshots.save(
                     folder / snapshots.archived_name(state.seq),
-                    snapshots.Snapshot(
-                        store_id=state.store_id,
-                        seq=state.seq,
-                        at=state.at,
-                        segment=pos.segment,
-                        offset=pos.offset,
-                        state=state,
-                    ),
+                    snapshots.Snapshot.of(state, pos.segment, pos.offset),
                 )
 
 
