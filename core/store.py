@@ -15,7 +15,6 @@ import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,7 +28,6 @@ from keytrail.events import (
     AnyEvent,
     Appender,
     CorruptLog,
-    EntitiesDeleted,
     EventLog,
     InvalidInput,
     LockBusy,
@@ -40,7 +38,6 @@ from keytrail.events import (
     MemoryRemembered,
     NewMemory,
     NotFound,
-    ObservationsDeleted,
     StoreCreated,
     StoreError,
     TurnRecorded,
@@ -154,7 +151,6 @@ class Store(Queries, HybridQueries):
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
         self._forgotten_unindexed: list[str] = []
-        self._forgotten_ids: set[str] | None = None  # gathered on first use, then kept up
         self._unfoldable: CorruptLog | None = None  # a line that cannot be applied (see _folded)
         self._pending_purge = str(forgetting.pending_path(self.home))  # checked on every write
         #: (memory id, text_hash of its content) of every forget folded since open, in order:
@@ -359,29 +355,7 @@ class Store(Queries, HybridQueries):
                     self.forgets_folded.append((event.memory_id, digest))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
-                if self._forgotten_ids is not None:
-                    self._forgotten_ids.add(event.memory_id)
-            elif self._forgotten_ids is not None:
-                # The knowledge graph's deletes leave memories forgotten too, and
-                # `forgotten_ids` gathers them from the state on first use: keep it up the same
-                # way, or the past answers differently after a reopen.
-                # Only what they forget: an observation `unlinked` from one entity stays.
-                if isinstance(event, ObservationsDeleted):
-                    self._forgotten_ids.update(event.memory_ids)
-                elif isinstance(event, EntitiesDeleted):
-                    self._forgotten_ids.update(event.forgotten)
             yield event
-
-    def forgotten_ids(self) -> AbstractSet[str]:
-        """Every memory forgotten by now. Forgetting is for good: reads of the past hide these
-        too, though the past state (folded from the log before the forget) still has them."""
-        with self._mutex:
-            self.refresh()
-            if self._forgotten_ids is None:
-                self._forgotten_ids = {
-                    m.id for m in self.state.memories.values() if m.status == "forgotten"
-                }
-            return self._forgotten_ids
 
     def refresh(self) -> GraphState:
         """Fold every event other processes appended since the last look; return the state."""

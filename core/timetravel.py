@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -219,10 +218,10 @@ class TimeView(Queries):
         now: datetime,
         valid_at: datetime | None = None,
         present: bool = False,
-        forgotten: AbstractSet[str] | None = None,
+        forgotten_by: GraphState | None = None,
     ) -> None:
-        """`forgotten`: the memories to hide as forgotten (default: those the store has
-        forgotten by now, so a forget holds in the past too)."""
+        """`forgotten_by`: the state whose forgets hold in this view too (default: the store's
+        present state, so that a memory forgotten since is hidden from the past as well)."""
         self._store = store
         self._present = present
         self.state = state
@@ -233,17 +232,20 @@ class TimeView(Queries):
         self._mutex = store._mutex
         self.valid_at = valid_at
         self._shown_then = self._valid_then if valid_at is not None else visible
-        # Forgetting is for good: a memory forgotten since is hidden from the past as well.
-        self._forgotten_ids = store.forgotten_ids() if forgotten is None else forgotten
+        # Memories are never dropped from a state, so the present knows every past memory.
+        self._forgotten_by = store.refresh() if forgotten_by is None else forgotten_by
         self._visible = self._shown
         self._now = now
         self.clock = self._clock
 
     def _shown(self, node: MemoryNode, now: datetime) -> bool:
-        return node.id not in self._forgotten_ids and self._shown_then(node, now)
+        return not self._forgotten(node) and self._shown_then(node, now)
 
     def _forgotten(self, node: MemoryNode) -> bool:
-        return node.status == "forgotten" or node.id in self._forgotten_ids
+        if node.status == "forgotten":
+            return True
+        later = self._forgotten_by.memories.get(node.id)
+        return later is not None and later.status == "forgotten"
 
     def _clock(self) -> datetime:
         return self._now

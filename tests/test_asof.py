@@ -158,7 +158,6 @@ def test_as_of_equals_a_fresh_replay_of_the_log_prefix(
         assert head.memories, "the sequence remembered nothing"
         memory_ids = list(head.memories)
         key_ids = list(head.keys)
-        forgotten_now = {m for m, node in head.memories.items() if node.status == "forgotten"}
         events = EventLog(store.home).read_new()
         log_before = b"".join(p.read_bytes() for p in sorted(store.log.dir.glob("*.jsonl")))
         for i, pick in enumerate(picks):
@@ -181,7 +180,7 @@ def test_as_of_equals_a_fresh_replay_of_the_log_prefix(
                 lambda m, p=point: read_memory_at(store, m, as_of=p),  # type: ignore[misc]
             )
             # The prefix alone, except that what is forgotten by now stays hidden then too.
-            then = TimeView(fresh, fresh.refresh(), fresh.clock(), forgotten=forgotten_now)
+            then = TimeView(fresh, fresh.refresh(), fresh.clock(), forgotten_by=head)
             want = reads(then, memory_ids, key_ids, then.read_memory)
             assert got == want, f"as_of {point!r} (seq {seq} of {head.seq})"
             shutil.rmtree(root / f"fresh{i}")
