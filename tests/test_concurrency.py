@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
@@ -40,6 +41,13 @@ store.close()
 """
 
 PROCS, EACH = 4, 500
+
+
+def vec(i: int) -> np.ndarray:
+    """Row i of an 8-dimensional identity matrix, as a one-row matrix (a vector cache's input)."""
+    v = np.zeros((1, 8), dtype=np.float32)
+    v[0, i] = 1.0
+    return v
 
 
 @pytest.mark.slow
@@ -170,16 +178,9 @@ def test_two_vector_caches_on_one_directory_never_lose_or_mix_rows(tmp_path: Pat
     """Each process appends its rows to the shared vector files under the store lock. A process
     whose view of the files is stale must not truncate the others' rows, nor, on its next look,
     give one text the vector of another."""
-    import numpy as np
-
     from keytrail.projections import VectorCache, text_hash
 
     h = [text_hash(f"text {i}") for i in range(4)]
-
-    def vec(i: int) -> np.ndarray:
-        v = np.zeros((1, 8), dtype=np.float32)
-        v[0, i] = 1.0
-        return v
 
     one = VectorCache(tmp_path, "fp", 8)
     one.put_many([h[0]], vec(0))
@@ -208,8 +209,6 @@ def test_a_vector_cache_deleted_under_a_running_process_is_not_corrupted(tmp_pat
     its old vectors."""
     import shutil
 
-    import numpy as np
-
     from keytrail.projections import VectorCache, text_hash
     from keytrail.projections.vectors import check_cache
 
@@ -219,11 +218,6 @@ def test_a_vector_cache_deleted_under_a_running_process_is_not_corrupted(tmp_pat
         checked = check_cache(folder)
         assert checked is not None
         return checked.problems
-
-    def vec(i: int) -> np.ndarray:
-        v = np.zeros((1, 8), dtype=np.float32)
-        v[0, i] = 1.0
-        return v
 
     one = VectorCache(tmp_path, "hash:v1:8", 8)
     one.put_many([h[0]], vec(0))
