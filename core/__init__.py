@@ -1,6 +1,14 @@
 """The domain: the Store with its commands and queries, configuration, embedders, scoring."""
 
-from keytrail.events import CorruptLog, InvalidInput, KeytrailError, NotFound, StoreError
+from keytrail.events import (
+    CorruptLog,
+    InvalidInput,
+    KeytrailError,
+    NoStore,
+    NotFound,
+    StoreError,
+    require_log,
+)
 
 from .config import Limits, Settings
 from .embedders import Embedder, FastEmbedder, HashEmbedder, make_embedder
@@ -17,6 +25,7 @@ __all__ = [
     "InvalidInput",
     "KeytrailError",
     "Limits",
+    "NoStore",
     "NotFound",
     "RememberItem",
     "Settings",
@@ -26,5 +35,6 @@ __all__ = [
     "make_embedder",
     "open_store",
     "profile_for",
+    "require_log",
     "to_dict",
 ]

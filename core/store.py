@@ -37,10 +37,12 @@ from keytrail.events import (
     MemoryRead,
     MemoryRemembered,
     NewMemory,
+    NoStore,
     NotFound,
     StoreCreated,
     StoreError,
     TurnRecorded,
+    require_log,
     utc_now,
 )
 from keytrail.events.log import Clock, LogPosition
@@ -123,10 +125,20 @@ class Store(Queries, HybridQueries):
         embedder: Embedder | None = None,
         clock: Clock = utc_now,
         progress: OpenProgress | None = None,
+        create: bool = True,
     ) -> None:
+        """Open the store at `home` (default: the settings' home).
+
+        With `create` (the default) a missing store is made: the directory and a
+        `store.created` event. Without it, a home that holds no store raises NoStore before
+        anything is written or an embedder is loaded (see `open_existing`).
+        """
         self.settings = settings or Settings.from_env()
         self.home = Path(home if home is not None else self.settings.home)
-        self.home.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.home.mkdir(parents=True, exist_ok=True)
+        else:
+            require_log(self.home)
         self.clock = clock
         self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
         self.embedder = embedder or make_embedder(
@@ -162,6 +174,11 @@ class Store(Queries, HybridQueries):
         self.past = PastStates(self)
         self.state = self._open_state(progress)
         if self.state.seq == 0:
+            if not create:
+                # Segments but not one complete line: a first open that died before its
+                # store.created was whole. Only a writer may finish making the store.
+                self.log.close()
+                raise NoStore(str(self.home), "its log holds no complete event")
             self._create()
         # The text index catches up lazily, when a query needs it (see HybridQueries).
         self.text = TextIndex(self.home / "index" / "text")
@@ -171,6 +188,15 @@ class Store(Queries, HybridQueries):
             or forgetting.pending_path(self.home).exists()
         ):
             self._tidy()
+
+    @classmethod
+    def open_existing(cls, settings: Settings | None = None, **kwargs: Any) -> Store:
+        """Open a store that must already exist; NoStore, with nothing written, if it does not.
+
+        For whoever only looks at a store: a mistyped home must be refused, not answered from
+        a new empty store made there.
+        """
+        return cls(settings, create=False, **kwargs)
 
     # -- opening ---------------------------------------------------------------------------
 

@@ -1,8 +1,16 @@
 """The event log: event types, line encoding, upcasting, and the segmented append-only log."""
 
 from .codec import UPCASTERS, DecodeError, decode_line, encode_event, encode_line, event_tag, upcast
-from .errors import CorruptLog, InvalidInput, KeytrailError, LockBusy, NotFound, StoreError
-from .log import Appender, EventLog, LogPosition, segment_name, utc_now
+from .errors import (
+    CorruptLog,
+    InvalidInput,
+    KeytrailError,
+    LockBusy,
+    NoStore,
+    NotFound,
+    StoreError,
+)
+from .log import Appender, EventLog, LogPosition, require_log, segment_name, utc_now
 from .types import (
     BY_TAG,
     CURRENT_VERSION,
@@ -78,6 +86,7 @@ __all__ = [
     "MemoryRead",
     "MemoryRemembered",
     "NewMemory",
+    "NoStore",
     "NotFound",
     "ObservationsDeleted",
     "RelationSpec",
@@ -92,6 +101,7 @@ __all__ = [
     "encode_event",
     "encode_line",
     "event_tag",
+    "require_log",
     "segment_name",
     "upcast",
     "utc_now",

@@ -64,6 +64,19 @@ class StoreError(KeytrailError):
     """The store is in a state the operation cannot work with (wrong directory, bad cache...)."""
 
 
+class NoStore(StoreError):
+    """A directory that was to hold an existing store holds none (missing, empty, or other files).
+
+    Raised before anything is written there: a read of a mistyped home must not leave an empty
+    store behind and answer from it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"no keytrail store at {path} ({reason})", path=path, reason=reason)
+        self.path = path
+        self.reason = reason
+
+
 class LockBusy(StoreError):
     """Another process holds the appenders' lock (only from `EventLog.lock(wait=False)`)."""
 

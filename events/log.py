@@ -33,7 +33,7 @@ from typing import NoReturn
 import msgspec
 
 from .codec import DecodeError, Upcaster, decode_line, encode_line
-from .errors import CorruptLog, LockBusy, StoreError
+from .errors import CorruptLog, LockBusy, NoStore, StoreError
 from .types import EPOCH, AnyEvent, Event
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -49,6 +49,26 @@ def utc_now() -> datetime:
 
 def segment_name(first_seq: int) -> str:
     return f"{first_seq:020d}.jsonl"
+
+
+def require_log(root: Path | str) -> Path:
+    """`root`, if it holds a store's log: a log/ directory with at least one segment in it.
+
+    Otherwise NoStore, saying what is there instead. It only looks, so refusing a mistyped home
+    leaves nothing behind (EventLog itself creates log/).
+    """
+    root = Path(root)
+    if not root.exists():
+        reason = "no such directory"
+    elif not root.is_dir():
+        reason = "not a directory"
+    elif not (root / "log").is_dir():
+        reason = "no log/ directory in it"
+    elif not any(_SEGMENT_RE.match(name) for name in os.listdir(root / "log")):
+        reason = "its log/ directory holds no segment"
+    else:
+        return root
+    raise NoStore(str(root), reason)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -9,12 +9,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
-from keytrail.core import InvalidInput, Settings, StoreError
+from keytrail.core import InvalidInput, Settings
 from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, namespace_events
 from keytrail.core.importers import check_import, detect_format
@@ -34,16 +33,9 @@ from keytrail.events import (
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
-from .shell import emit_json, open_store, preview, settings_from
+from .shell import emit_json, existing_home, open_store, preview, settings_from
 
 EMBED_BATCH = 256
-
-
-def log_home(args: argparse.Namespace) -> Path:
-    home = Settings.from_env(home=args.home).home
-    if not (home / "log").is_dir():
-        raise StoreError(f"no store at {home} (no log directory)", path=str(home))
-    return home
 
 
 def mentions(value: Any, ident: str) -> bool:
@@ -129,7 +121,7 @@ def _content(content: str) -> str:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    log = EventLog(log_home(args))
+    log = EventLog(existing_home(args))
     types = set(args.type or [])
     unknown = sorted(types - set(BY_TAG))
     if unknown:
@@ -203,7 +195,7 @@ def follow(
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    home = log_home(args)
+    home = existing_home(args)
     bar = ProgressBar("verify")
     report = verify(home, bar)
     bar.finish()
@@ -231,7 +223,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    log_home(args)
+    existing_home(args)
     drop_cache(settings.home)
     bar = ProgressBar("replay")
     with open_store(args, progress=bar) as store:
@@ -259,7 +251,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if getattr(args, "format", None) == "memory-jsonl":
         return export_memory_jsonl(args)
-    log = EventLog(log_home(args))
+    log = EventLog(existing_home(args))
     events: Iterable[AnyEvent] = log.iter_new()
     if args.namespace is not None:
         events = namespace_events(events, check.namespace(args.namespace, "default"))
@@ -335,7 +327,7 @@ def read_export(source: TextIO, label: str) -> list[AnyEvent]:
 
 def export_memory_jsonl(args: argparse.Namespace) -> int:
     """The knowledge graph as the reference server's memory.jsonl (stdout or -o FILE)."""
-    home = log_home(args)
+    home = existing_home(args)
     settings = Settings.from_env(home=args.home)
     namespace = check.namespace(args.namespace or settings.kg_namespace, settings.default_namespace)
     state = fold(EventLog(home).iter_new())

@@ -2,7 +2,9 @@
 
 Every verb takes the store options (--home, --embedder, --model, --model-path, --namespace),
 which override the matching KEYTRAIL_* variables. A keytrail error prints
-`keytrail: error: <message>` on stderr and exits with status 2, without a traceback.
+`keytrail: error: <message>` on stderr and exits with status 2, without a traceback; so does
+a verb that needs an existing store when its home holds none (only `serve`, `remember` and
+`import` make one: see shell.CREATING_VERBS).
 """
 
 import argparse
@@ -13,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import keytrail
-from keytrail.core import InvalidInput, KeytrailError
+from keytrail.core import InvalidInput, KeytrailError, NoStore
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.timetravel import read_memory_at, view
@@ -21,7 +23,7 @@ from keytrail.core.timetravel import read_memory_at, view
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
-from .shell import emit_json, open_store, settings_from, short_time
+from .shell import CREATING_VERBS, emit_json, open_store, settings_from, short_time
 from .time_cli import add_time_options, add_time_verbs
 
 DEFAULT_PORT = 8765
@@ -260,6 +262,24 @@ def cmd_forget(args: argparse.Namespace) -> int:
 # -- the parser ------------------------------------------------------------------------------
 
 
+#: Said in the help: which verbs make a store, which refuse a home without one.
+CREATES_NOTE = "Creates the store when --home (KEYTRAIL_HOME) holds none."
+NEEDS_NOTE = (
+    "Needs an existing store: on a home without one it exits with status 2 and creates nothing."
+)
+STORE_SPLIT = (
+    f"{', '.join(CREATING_VERBS)} create the store when --home (KEYTRAIL_HOME) holds none; "
+    "every other verb needs an existing store, and on a home without one exits with status 2 "
+    "and creates nothing."
+)
+#: Said after a NoStore error: how to get a store where one was expected.
+NO_STORE_HINT = (
+    "check --home / KEYTRAIL_HOME; a store is created by `keytrail "
+    + "`, `keytrail ".join(CREATING_VERBS)
+    + "`"
+)
+
+
 def store_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("store options (override KEYTRAIL_* variables)")
@@ -283,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keytrail",
         description="Event-sourced associative memory for LLM agents, served over MCP.",
+        epilog=f"{STORE_SPLIT} Exit status: 0 done, 1 verify found problems, 2 error (the "
+        "message says what).",
     )
     parser.add_argument("--version", action="version", version=f"keytrail {keytrail.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -291,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     def verb(
         name: str, help_: str, func: Callable[[argparse.Namespace], int], json_flag: bool = True
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_, parents=common)
+        note = CREATES_NOTE if name in CREATING_VERBS else NEEDS_NOTE
+        p = sub.add_parser(name, help=help_, description=f"{help_}. {note}", parents=common)
         p.set_defaults(func=func)
         if json_flag:
             p.add_argument("--json", action="store_true", help="print JSON")
@@ -475,6 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+    except NoStore as exc:
+        fail(f"{exc.message}; {NO_STORE_HINT}")
     except KeytrailError as exc:
         fail(exc.message)
     except BrokenPipeError:

@@ -4,9 +4,10 @@ import argparse
 import json
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
-from keytrail.core import Settings, Store, StoreError, to_dict
+from keytrail.core import Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 
 
@@ -23,11 +24,27 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+#: The verbs that make a store when their home holds none: each can do its job on an empty
+#: store. Every other verb needs an existing one and refuses a home without it (NoStore), so a
+#: mistyped --home or KEYTRAIL_HOME is an error, not an empty store made there and answered from.
+CREATING_VERBS = ("serve", "remember", "import")
+
+
+def creates_store(args: argparse.Namespace) -> bool:
+    return getattr(args, "command", None) in CREATING_VERBS
+
+
+def existing_home(args: argparse.Namespace) -> Path:
+    """The home of a verb that reads the log directly; NoStore if it holds no store."""
+    return require_log(Settings.from_env(home=args.home).home)
+
+
 def open_store(args: argparse.Namespace, *, build_projection: bool = True, **kwargs: Any) -> Store:
-    """Open the store; unless told not to, bring its embedding projection up to the log."""
+    """Open the store (made first only for CREATING_VERBS); unless told not to, bring its
+    embedding projection up to the log."""
     settings = settings_from(args)
     try:
-        store = Store(settings, **kwargs)
+        store = Store(settings, create=creates_store(args), **kwargs)
     except OSError as exc:
         raise StoreError(f"cannot open store at {settings.home}: {exc}") from exc
     if build_projection:

@@ -96,7 +96,9 @@ def test_quick_verbs(home: Path) -> None:
 
 
 def test_errors_are_one_line_and_exit_2(home: Path) -> None:
-    kt(home, "stats")
+    proc = kt(home, "stats", ok=False)  # a read never makes a store (test_cli_home.py)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not home.exists()
+    kt(home, "remember", "Carol is here", "-n", "Carol")
     proc = kt(home, "read", "m_missing", ok=False)
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: memory_id: no memory 'm_missing'\n"
@@ -104,7 +106,7 @@ def test_errors_are_one_line_and_exit_2(home: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: keys[0]:")
     assert "Traceback" not in proc.stderr
     proc = kt(home.parent / "nothing-here", "log", ok=False)
-    assert proc.returncode == 2 and "no store" in proc.stderr
+    assert proc.returncode == 2 and "no keytrail store at" in proc.stderr
 
 
 def test_log_filters(home: Path) -> None:

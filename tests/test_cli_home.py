@@ -1,0 +1,268 @@
+"""A verb that needs a store refuses a home that holds none, and creates nothing there.
+
+A mistyped --home or KEYTRAIL_HOME must be an error naming the path, not an empty store made
+at the wrong place and answered from ("0 memories", "verify: ok"). Only the verbs that can do
+their job on an empty store (serve, remember, import) make one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import NoStore, Settings, Store
+from keytrail.events import segment_name
+from keytrail.server.cli import build_parser, main
+from keytrail.server.shell import CREATING_VERBS
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: Every verb that needs an existing store, with arguments that would make it run. {memory}
+#: and {key} are filled in with real ids where a store exists.
+NEEDS_A_STORE: dict[str, list[list[str]]] = {
+    "stats": [[]],
+    "log": [[], ["--follow"]],
+    "verify": [[]],
+    "rebuild": [[]],
+    "reembed": [[], ["--list"]],
+    "recall": [["fruit"]],
+    "read-key": [["{key}"]],
+    "read": [["{memory}"]],
+    "correct": [["{memory}", "Alice likes raspberries"]],
+    "forget": [["{memory}"]],
+    "export": [[], ["--format", "memory-jsonl"], ["-o", "{out}"]],
+    "history": [["{memory}"]],
+    "changes": [[]],
+    "recall-memories": [["fruit"]],
+}
+CASES = [(verb, args) for verb, arg_lists in NEEDS_A_STORE.items() for args in arg_lists]
+
+
+def case_id(case: tuple[str, list[str]]) -> str:
+    return " ".join([case[0], *case[1]])
+
+
+def all_verbs() -> set[str]:
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return set(verbs.choices)
+
+
+@pytest.fixture(autouse=True)
+def hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("KEYTRAIL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+
+
+def files_under(path: Path) -> list[str]:
+    """Every path under `path` (itself included), with sizes: what 'nothing written' compares."""
+    if not path.exists():
+        return []
+    found = [
+        f"{p.relative_to(path.parent)} {p.stat().st_size if p.is_file() else '-'}"
+        for p in path.rglob("*")
+    ]
+    return sorted([str(path.name), *found])
+
+
+def run(
+    home: Path, verb: str, args: list[str], capsys: pytest.CaptureFixture[str], **ids: str
+) -> tuple[int, str, str]:
+    argv = [verb, *(a.format(**ids) for a in args), "--home", str(home)]
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_verb_is_either_creating_or_needs_a_store() -> None:
+    # A new verb has to be put on one side, with a case above if it needs a store.
+    assert all_verbs() == set(NEEDS_A_STORE) | set(CREATING_VERBS)
+    assert not set(NEEDS_A_STORE) & set(CREATING_VERBS)
+
+
+def not_a_store(tmp_path: Path, kind: str) -> Path:
+    """A home that holds no store: missing, empty, a file, or someone else's files."""
+    home = tmp_path / "home"
+    if kind == "missing":
+        return home
+    if kind == "file":
+        home.write_text("not a directory\n")
+        return home
+    home.mkdir()
+    if kind == "unrelated":
+        (home / "notes.txt").write_text("my notes\n")
+        (home / "log").mkdir()  # a log/ that holds no segment is not a store's log
+        (home / "log" / "app.log").write_text("2026-01-01 started\n")
+    return home
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "unrelated", "file"])
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_a_verb_that_needs_a_store_refuses_a_home_without_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, list[str]], kind: str
+) -> None:
+    home = not_a_store(tmp_path, kind)
+    out_file = tmp_path / "out.jsonl"
+    before = files_under(tmp_path)
+    code, out, err = run(
+        home, *case, capsys, memory="m_0123456789ab", key="k_0123456789", out=str(out_file)
+    )
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"keytrail: error: no keytrail store at {home} (")
+    assert "keytrail remember" in lines[0] and "KEYTRAIL_HOME" in lines[0]
+    assert files_under(tmp_path) == before  # no directory, lock, log or output file
+
+
+def test_the_refusal_from_a_shell(tmp_path: Path) -> None:
+    """As a user sees it: one line on stderr, status 2, and the mistyped home still absent."""
+    home = tmp_path / "typo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "stats"],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        f"keytrail: error: no keytrail store at {home} (no such directory); check --home / "
+        "KEYTRAIL_HOME; a store is created by `keytrail serve`, `keytrail remember`, "
+        "`keytrail import`\n"
+    )
+    assert not home.exists()
+
+
+def test_help_says_which_verbs_create_a_store(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = " ".join(capsys.readouterr().out.split())
+    assert "serve, remember, import create the store" in top
+    assert "every other verb needs an existing store" in top
+    with pytest.raises(SystemExit):
+        main(["stats", "--help"])
+    assert "Needs an existing store" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["remember", "--help"])
+    assert "Creates the store" in " ".join(capsys.readouterr().out.split())
+
+
+def test_remember_on_a_missing_home_creates_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "new" / "store"
+    code, out, _ = run(home, "remember", ["Alice likes strawberries", "-k", "fruit"], capsys)
+    assert code == 0 and "remembered m_" in out
+    assert (home / "log" / segment_name(1)).is_file()
+    code, out, _ = run(home, "stats", ["--json"], capsys)
+    assert code == 0 and json.loads(out)["memories"] == 1
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_import_creates_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    source = tmp_path / "source"
+    assert run(source, "remember", ["Alice likes tea", "-n", "Alice"], capsys)[0] == 0
+    dump = tmp_path / "dump.jsonl"
+    assert run(source, "export", ["-o", str(dump)], capsys)[0] == 0
+    graph = tmp_path / "memory.jsonl"
+    graph.write_text(
+        json.dumps(
+            {
+                "type": "entity",
+                "name": "Bob",
+                "entityType": "person",
+                "observations": ["likes coffee"],
+            }
+        )
+        + "\n"
+    )
+    for name, file in (("copy", dump), ("graph", graph)):
+        home = tmp_path / name
+        if kind == "empty":
+            home.mkdir()
+        code, _, err = run(home, "import", [str(file)], capsys)
+        assert code == 0, err
+        assert run(home, "verify", [], capsys)[0] == 0
+
+
+def test_serve_on_a_missing_home_creates_the_store(tmp_path: Path) -> None:
+    home = tmp_path / "served"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
+    # stdin at its end: the server opens the store, then stops when the client goes.
+    subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert (home / "log" / segment_name(1)).is_file()
+    with Store.open_existing(Settings.from_env(home=home, embedder="hash")) as store:
+        assert store.state.seq == 1
+
+
+def test_every_verb_still_works_on_an_existing_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "store"
+    code, out, _ = run(
+        home,
+        "remember",
+        ["Alice likes strawberries", "-n", "Alice", "-k", "fruit", "--json"],
+        capsys,
+    )
+    assert code == 0
+    made = json.loads(out)
+    ids = {
+        "memory": made["memory_id"],
+        "key": made["keys"][0]["key_id"],
+        "out": str(tmp_path / "out.jsonl"),
+    }
+    # forget last: the verbs after it would find nothing to name
+    order = sorted(CASES, key=lambda c: {"correct": 1, "forget": 2}.get(c[0], 0))
+    for verb, args in order:
+        if "--follow" in args:
+            continue  # runs until interrupted: test_follow covers it
+        code, out, err = run(home, verb, args, capsys, **ids)
+        assert code == 0, (verb, args, err)
+        assert "no keytrail store" not in err
+
+
+def test_store_open_existing_refuses_without_writing(tmp_path: Path) -> None:
+    settings = Settings.from_env(home=tmp_path / "none", embedder="hash")
+    with pytest.raises(NoStore) as err:
+        Store.open_existing(settings)
+    assert err.value.path == str(tmp_path / "none") and err.value.reason == "no such directory"
+    assert err.value.to_dict()["path"] == str(tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+    # A first open that died before store.created was whole: segments but no complete event.
+    half = tmp_path / "half"
+    (half / "log").mkdir(parents=True)
+    (half / "log" / segment_name(1)).write_bytes(b'{"seq":1,"at":')
+    before = files_under(half)
+    with pytest.raises(NoStore, match="holds no complete event"):
+        Store.open_existing(Settings.from_env(home=half, embedder="hash"))
+    assert files_under(half) == before
+    # A writer's open finishes making it, and from then on it opens as an existing store.
+    Store(Settings.from_env(home=half, embedder="hash")).close()
+    with Store.open_existing(Settings.from_env(home=half, embedder="hash")) as store:
+        assert store.state.seq == 1
