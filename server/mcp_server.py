@@ -3,7 +3,8 @@
 Tools are plain synchronous functions over `Store`; the SDK runs each call on a worker thread,
 so a slow embedding or an fsync never blocks the event loop (the Store serialises itself with
 its own lock). A `KeytrailError` becomes a `ToolError`: the client sees `isError` with the
-message, which names the field and the limit. Nothing is ever returned as error text.
+message, which names the field and the limit. Nothing is ever returned as error text. An
+argument a tool does not have is refused the same way (see strict_arguments.py).
 """
 
 import hmac
@@ -39,6 +40,7 @@ from keytrail.core.timetravel import read_memory_at, view
 from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
 
 from .output_schemas import FlatSchemaServer
+from .strict_arguments import StrictArgumentsServer
 from .time_tools import AsOf, ValidAt, ValidFrom, register_time_tools
 
 T = TypeVar("T")
@@ -198,6 +200,10 @@ def _hints(
     )
 
 
+class KeytrailServer(StrictArgumentsServer, FlatSchemaServer):
+    """The SDK's MCPServer with flat output schemas and tools that refuse unknown arguments."""
+
+
 @dataclass(frozen=True)
 class BatchRemembered:
     """What `remember_batch` returns: one outcome per item, in order."""
@@ -210,7 +216,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     `toolsets` (default: the store's settings, KEYTRAIL_TOOLSETS) picks the tool sets served.
     """
-    server: MCPServer[Any] = FlatSchemaServer(
+    server: MCPServer[Any] = KeytrailServer(
         "keytrail",
         title="keytrail associative memory",
         description="Event-sourced associative memory: recall keys, walk to memories.",

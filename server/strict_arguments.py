@@ -1,0 +1,94 @@
+"""Tools refuse arguments they do not know.
+
+The SDK builds each tool's argument model with pydantic's default `extra="ignore"`, so a
+misspelled argument is dropped and the call runs with that parameter's default:
+`remember(..., namspace="work")` stores into the default namespace and reports success
+(python-sdk issue #3067, open, with no hook to change it). `StrictArgumentsServer` checks
+every call's argument names against the tool's published input schema before the SDK binds
+them, and publishes that schema with `additionalProperties: false`. The check and what clients
+are told come from the same schema, so they cannot disagree, and a new tool is covered without
+being touched. Only public `MCPServer` methods are overridden.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult, Tool
+
+from keytrail.core import KeytrailError
+
+
+class UnknownArguments(KeytrailError, ToolError):
+    """A tool call named arguments the tool does not have. Nothing ran, nothing was written.
+
+    A `ToolError` too, so the SDK reports it as an anticipated failure (`isError`, logged
+    at INFO) rather than as a crash.
+    """
+
+    def __init__(self, tool: str, unknown: list[str], accepted: list[str]) -> None:
+        names = ", ".join(repr(name) for name in unknown)
+        what = f"unknown argument{'s' if len(unknown) > 1 else ''} {names} for {tool}"
+        guesses = [g for name in unknown for g in difflib.get_close_matches(name, accepted, 1)]
+        if guesses:
+            what += f" (did you mean {', '.join(repr(g) for g in guesses)}?)"
+        allowed = f"accepted: {', '.join(accepted)}" if accepted else "it takes no arguments"
+        # Prefixed like the SDK's own argument errors, so every refused call reads alike.
+        super().__init__(
+            f"Error executing tool {tool}: {what}; {allowed}",
+            tool=tool,
+            unknown=unknown,
+            accepted=accepted,
+        )
+        self.tool = tool
+        self.unknown = unknown
+        self.accepted = accepted
+
+
+class StrictArgumentsServer(MCPServer[Any]):
+    """An MCPServer whose tools refuse unknown arguments and say so in their input schemas."""
+
+    _accepted_by_tool: dict[str, list[str]] | None = None
+
+    def add_tool(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().add_tool(fn, *args, **kwargs)
+        self._accepted_by_tool = None
+
+    def remove_tool(self, name: str) -> None:
+        super().remove_tool(name)
+        self._accepted_by_tool = None
+
+    async def list_tools(self) -> list[Tool]:
+        return [
+            tool.model_copy(
+                update={"input_schema": {**tool.input_schema, "additionalProperties": False}}
+            )
+            for tool in await super().list_tools()
+        ]
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        accepted = (await self._accepted()).get(name)
+        # An unknown tool name is left to the SDK, which refuses it with its own message.
+        if accepted is not None:
+            unknown = [arg for arg in arguments if arg not in accepted]
+            if unknown:
+                raise UnknownArguments(name, unknown, accepted)
+        return await super().call_tool(name, arguments, context)
+
+    async def _accepted(self) -> dict[str, list[str]]:
+        """Each tool's argument names, in signature order, as its input schema lists them.
+
+        Built on the first call after the tool set changes; a call then costs a dict lookup.
+        """
+        if self._accepted_by_tool is None:
+            self._accepted_by_tool = {
+                tool.name: list(tool.input_schema.get("properties", {}))
+                for tool in await super().list_tools()
+            }
+        return self._accepted_by_tool

@@ -1,0 +1,191 @@
+"""Tools refuse arguments they do not know, over a real in-memory MCP client session.
+
+The SDK's default drops an unknown argument and runs the tool with that parameter's default,
+so a misspelled `namespace` would store a memory in the wrong place and report success.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
+
+from keytrail.core import Store
+from keytrail.server.mcp_server import build_server
+from keytrail.server.strict_arguments import StrictArgumentsServer
+
+ALL_TOOLSETS = ("keygraph", "knowledge_graph")
+
+
+def log_bytes(store: Store) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((store.settings.home / "log").glob("*.jsonl")))
+
+
+def text_of(result: CallToolResult) -> str:
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+def data(result: CallToolResult) -> Any:
+    assert not result.is_error, text_of(result)
+    return result.structured_content
+
+
+@asynccontextmanager
+async def session(store: Store) -> AsyncIterator[Client]:
+    async with Client(build_server(store, ALL_TOOLSETS)) as client:
+        yield client
+
+
+async def refused(client: Client, store: Store, name: str, args: dict[str, Any]) -> str:
+    """The call is an MCP tool error and the log is byte-identical afterwards."""
+    before = log_bytes(store)
+    result = await client.call_tool(name, args)
+    assert result.is_error, f"{name}({args}) should be refused: {result.structured_content}"
+    assert log_bytes(store) == before, f"{name}({args}) changed the log"
+    return text_of(result)
+
+
+@pytest.fixture
+def direct_recall(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")  # so recall_memories is served too
+
+
+def test_a_misspelled_namespace_stores_nothing_and_says_what_is_accepted(store: Store) -> None:
+    async def test() -> None:
+        async with session(store) as client:
+            args = {"content": "Dana lives in Lyon", "keys": ["Dana", "Lyon"]}
+            message = await refused(client, store, "remember", {**args, "namspace": "work"})
+            assert message == (
+                "Error executing tool remember: unknown argument 'namspace' for remember "
+                "(did you mean 'namespace'?); accepted: content, keys, key_types, namespace, "
+                "ttl_seconds, related_to, source, session_id, valid_from"
+            )
+            stored = data(await client.call_tool("remember", {**args, "namespace": "work"}))
+            assert stored["namespace"] == "work"
+            page = data(await client.call_tool("list_memories", {"namespace": "work"}))
+            assert page["total"] == 1
+
+    anyio.run(test)
+
+
+def test_a_misspelled_read_argument_is_refused_and_reads_nothing(store: Store) -> None:
+    async def test() -> None:
+        async with session(store) as client:
+            memory = data(await client.call_tool("remember", {"content": "Mia plays the cello"}))
+            message = await refused(client, store, "recall", {"query": "cello", "limt": 3})
+            assert "unknown argument 'limt' for recall" in message
+            assert "accepted: query, top_k, namespace, context, as_of, valid_at" in message
+            # read_memory records each read in the log: refused, it records nothing.
+            read = {"memory_id": memory["memory_id"], "via_keyid": "k_0"}
+            message = await refused(client, store, "read_memory", read)
+            assert "'via_keyid'" in message and "did you mean 'via_key_id'?" in message
+            before = log_bytes(store)
+            data(await client.call_tool("read_memory", {"memory_id": memory["memory_id"]}))
+            assert log_bytes(store) != before  # the same read, spelled right, is recorded
+
+    anyio.run(test)
+
+
+def test_every_unknown_argument_is_named(store: Store) -> None:
+    async def test() -> None:
+        async with session(store) as client:
+            args = {"query": "x", "limt": 3, "namspace": "a"}
+            message = await refused(client, store, "recall", args)
+            assert "unknown arguments 'limt', 'namspace' for recall" in message
+            message = await refused(client, store, "cleanup_expired", {"now": "2026"})
+            assert message.endswith(
+                "unknown argument 'now' for cleanup_expired; it takes no arguments"
+            )
+            # An unknown tool is still the SDK's own error.
+            assert "Unknown tool" in await refused(client, store, "no_such_tool", {"x": 1})
+
+    anyio.run(test)
+
+
+def test_every_tool_publishes_and_enforces_no_additional_properties(
+    store: Store, direct_recall: None
+) -> None:
+    """Loops over what is listed, so a tool added later is covered without being named here."""
+
+    async def test() -> None:
+        async with session(store) as client:
+            data(await client.call_tool("remember", {"content": "Dana lives in Lyon"}))
+            tools = (await client.list_tools()).tools
+            assert {"remember", "recall_memories", "create_entities"} <= {t.name for t in tools}
+            for tool in tools:
+                assert tool.input_schema.get("additionalProperties") is False, tool.name
+                accepted = ", ".join(tool.input_schema.get("properties", {}))
+                message = await refused(client, store, tool.name, {"not_an_argument": 1})
+                assert "unknown argument 'not_an_argument'" in message, (tool.name, message)
+                assert (f"accepted: {accepted}" if accepted else "no arguments") in message
+
+    anyio.run(test)
+
+
+def test_a_tool_set_change_updates_what_is_accepted() -> None:
+    """Tools added or removed after the first call are checked against their own schema."""
+    server = StrictArgumentsServer("tools")
+
+    @server.tool()
+    def first(a: int) -> int:
+        return a
+
+    async def test() -> None:
+        async with Client(server) as client:
+            assert data(await client.call_tool("first", {"a": 1})) == {"result": 1}
+
+            @server.tool()
+            def second(b: int) -> int:
+                return b
+
+            assert data(await client.call_tool("second", {"b": 2})) == {"result": 2}
+            assert "accepted: b" in text_of(await client.call_tool("second", {"a": 2}))
+            server.remove_tool("first")
+            assert "Unknown tool" in text_of(await client.call_tool("first", {"a": 1}))
+
+    anyio.run(test)
+
+
+def test_accepted_names_are_what_the_client_sends() -> None:
+    """A parameter that shadows a BaseModel method is aliased by the SDK, and the context
+    parameter is filled by the server, not sent: the check uses the wire names."""
+    server = StrictArgumentsServer("names")
+
+    @server.tool()
+    def shadowing(json: str, ctx: Context) -> str:
+        return f"{json} {type(ctx).__name__}"
+
+    async def test() -> None:
+        async with Client(server) as client:
+            (tool,) = (await client.list_tools()).tools
+            assert list(tool.input_schema["properties"]) == ["json"]
+            assert data(await client.call_tool("shadowing", {"json": "x"})) == {
+                "result": "x Context"
+            }
+            refused = await client.call_tool("shadowing", {"json": "x", "ctx": 1})
+            assert refused.is_error and "unknown argument 'ctx'" in text_of(refused)
+
+    anyio.run(test)
+
+
+def test_refusal_is_a_keytrail_error_with_fields(store: Store) -> None:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from keytrail.core import KeytrailError
+    from keytrail.server.strict_arguments import UnknownArguments
+
+    server = build_server(store, ALL_TOOLSETS)
+    with pytest.raises(UnknownArguments) as caught:
+        anyio.run(server.call_tool, "recall", {"query": "x", "limt": 3})
+    error = caught.value
+    assert isinstance(error, KeytrailError) and isinstance(error, ToolError)
+    fields = json.loads(json.dumps(error.to_dict()))
+    assert fields["tool"] == "recall" and fields["unknown"] == ["limt"]
+    assert fields["accepted"][:2] == ["query", "top_k"]
