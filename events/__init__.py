@@ -2,7 +2,7 @@
 
 from .codec import UPCASTERS, DecodeError, decode_line, encode_event, encode_line, event_tag, upcast
 from .errors import CorruptLog, InvalidInput, KeytrailError, LockBusy, NotFound, StoreError
-from .log import Appender, EventLog, LogPosition, segment_name, utc_now
+from .log import Appender, EventLog, LogPosition, PinnedLog, segment_name, utc_now
 from .types import (
     BY_TAG,
     CURRENT_VERSION,
@@ -80,6 +80,7 @@ __all__ = [
     "NewMemory",
     "NotFound",
     "ObservationsDeleted",
+    "PinnedLog",
     "RelationSpec",
     "RelationsAdded",
     "RelationsRemoved",
