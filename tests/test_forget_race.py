@@ -200,6 +200,7 @@ def test_an_export_taken_during_another_process_purge_does_not_carry_the_content
     forget.finish()
     assert not holds_the_forget_and_the_content(lines, secret)
     assert files_holding(an_import_of(lines, tmp_path, monkeypatch), SECRET) == []
+    assert files_holding(home, SECRET) == [] and verify(home).ok
 
 
 def test_an_export_running_across_a_forget_does_not_carry_both(
@@ -248,6 +249,7 @@ def test_the_log_verb_during_another_process_purge_does_not_show_the_content(
     printed = capsys.readouterr().out
     forget.finish()
     assert not holds_the_forget_and_the_content(printed.splitlines(), secret)
+    assert files_holding(home, SECRET) == [] and verify(home).ok
 
 
 def test_an_export_refuses_while_a_dead_process_left_a_purge_unfinished(
