@@ -31,7 +31,7 @@ from pathlib import Path
 
 import msgspec
 
-from keytrail.events import EventLog
+from keytrail.events import EventLog, PinnedLog
 from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
 from keytrail.projections import GraphState
 from keytrail.projections import snapshot as snapshots
@@ -89,6 +89,30 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def settled_log(home: Path) -> tuple[PinnedLog, list[PendingPurge]]:
+    """The log pinned for a reader that opens no store (export, log): every forget in it has
+    erased its content from it, and forgets appended later do not change it (`PinnedLog`).
+
+    Why this closes the window: a forget records `forget.pending`, appends its event, redacts,
+    and removes the record last, all holding the appenders' lock. Pinned files checked with no
+    record present and no segment replaced since the pin were pinned after every purge of a
+    forget they hold had finished; otherwise wait for that lock (the purge under way ends) and
+    pin again. A reader of plain files would read the creating line before its redaction and the
+    forget after it: an export holding both, which an import turns into a store whose log keeps
+    the content.
+
+    Also returns the purges a process that died mid-way left unfinished (the record is there
+    while nobody holds the lock): those files still hold their content until a store is opened.
+    """
+    while True:
+        pinned = PinnedLog(home)
+        if not pending_path(home).exists() and not pinned.replaced():
+            return pinned, []
+        pinned.close()
+        if pinned.wait_for_lock(pending_path(home).exists):
+            return PinnedLog(home), read_pending(home)
 
 
 def version_chain(state: GraphState, memory_id: str) -> list[str]:

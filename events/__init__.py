@@ -10,7 +10,15 @@ from .errors import (
     NotFound,
     StoreError,
 )
-from .log import Appender, EventLog, LogPosition, require_log, segment_name, utc_now
+from .log import (
+    Appender,
+    EventLog,
+    LogPosition,
+    PinnedLog,
+    require_log,
+    segment_name,
+    utc_now,
+)
 from .types import (
     BY_TAG,
     CURRENT_VERSION,
@@ -89,6 +97,7 @@ __all__ = [
     "NoStore",
     "NotFound",
     "ObservationsDeleted",
+    "PinnedLog",
     "RelationSpec",
     "RelationsAdded",
     "RelationsRemoved",

@@ -20,6 +20,7 @@ inode and the size this process last saw, and no segment starts at the next seq.
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import re
 import threading
@@ -28,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import msgspec
 
@@ -208,10 +209,13 @@ class EventLog:
             index += 1
             self._segment, self._offset = segments[index], 0
 
+    def _open_segment(self, name: str) -> BinaryIO:
+        return open(self.dir / name, "rb")
+
     def _read_segment(self, name: str) -> Iterator[AnyEvent]:
         path = self.dir / name
         upcasters = self.upcasters
-        with open(path, "rb") as f:
+        with self._open_segment(name) as f:
             while True:
                 base = self._offset
                 f.seek(base)
@@ -285,15 +289,17 @@ class EventLog:
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def wait_for_lock(self) -> None:
-        """Block until no other process holds the appenders' lock, without taking it.
+    def wait_for_lock(self, check: Callable[[], bool] | None = None) -> bool:
+        """Block until no other process holds the appenders' lock, without keeping it.
 
         Through a file of its own: this process's kept-open lock file may be held by another
-        of its threads, which would not make this wait.
+        of its threads, which would not make this wait. `check`, if given, runs in the moment
+        the lock is held (no writer is mid-way); its answer is returned.
         """
         fd = os.open(self._lock_str, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            return check() if check is not None else True
         finally:
             os.close(fd)  # closing the file releases its flock
 
@@ -467,3 +473,48 @@ class Appender:
         log._segment, log._offset = name, offset + len(line)
         log._seq, log._at = stamped.seq, stamped.at
         return stamped
+
+
+class PinnedLog(EventLog):
+    """The log as it stood when this was made, for a reader that must not see it change.
+
+    Every segment is opened at once and read through that file, up to the size it had then: a
+    segment a forget later redacts (its copy is renamed over it) still reads as it was, and
+    nothing appended afterwards is read. Close it to let go of the files. Never appends.
+    """
+
+    def __init__(self, root: Path, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        #: segment name -> (fd, inode, size) of the file as it was pinned
+        self._pinned: dict[str, tuple[int, int, int]] = {}
+        try:
+            for name in super().segments(fresh=True):
+                fd = os.open(self.dir / name, os.O_RDONLY)
+                st = os.fstat(fd)
+                self._pinned[name] = (fd, st.st_ino, st.st_size)
+        except BaseException:
+            self.close()
+            raise
+
+    def segments(self, *, fresh: bool = False) -> list[str]:
+        return list(self._pinned)
+
+    def _open_segment(self, name: str) -> BinaryIO:
+        fd, _, size = self._pinned[name]
+        return io.BytesIO(os.pread(fd, size, 0))
+
+    def replaced(self) -> bool:
+        """Whether a segment has been replaced (redacted by a forget) since it was pinned."""
+        for name, (_, inode, _) in self._pinned.items():
+            try:
+                if os.stat(self.dir / name).st_ino != inode:
+                    return True
+            except FileNotFoundError:
+                return True
+        return False
+
+    def close(self) -> None:
+        super().close()
+        pinned, self._pinned = getattr(self, "_pinned", {}), {}
+        for fd, _, _ in pinned.values():
+            os.close(fd)

@@ -9,11 +9,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
-from keytrail.core import InvalidInput, Settings
+from keytrail.core import InvalidInput, Settings, StoreError, forgetting
 from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, namespace_events
 from keytrail.core.importers import check_import, detect_format
@@ -120,8 +121,22 @@ def _content(content: str) -> str:
     return repr(preview(content, 40)) if content else "[content forgotten]"
 
 
+def pinned_log(home: Path, verb: str) -> EventLog:
+    """The log for a verb that reads it without opening a store, with every forget in it
+    purged (see `forgetting.settled_log`); a purge a dead process left is said on stderr."""
+    log, unfinished = forgetting.settled_log(home)
+    if unfinished:
+        ids = ", ".join(p.memory_id for p in unfinished)
+        print(
+            f"keytrail {verb}: a forget's purge was left unfinished ({ids}); their content may "
+            "show here until a command that opens the store (e.g. `keytrail stats`) finishes it",
+            file=sys.stderr,
+        )
+    return log
+
+
 def cmd_log(args: argparse.Namespace) -> int:
-    log = EventLog(existing_home(args))
+    home = existing_home(args)
     types = set(args.type or [])
     unknown = sorted(types - set(BY_TAG))
     if unknown:
@@ -143,13 +158,18 @@ def cmd_log(args: argparse.Namespace) -> int:
                 print(f"{event.seq:>7}  {at}  {event_tag(event):<18} {summary(event)}")
         sys.stdout.flush()
 
+    pinned = pinned_log(home, "log")
     try:
+        show(pinned.iter_new())
         if args.follow:
-            follow(log, show)
-        else:
-            show(log.iter_new())
+            # Go on from where the pinned read stopped, reading the files as they are now.
+            log = EventLog(home)
+            log.seek(pinned.position)
+            follow(log, show, first_read=False)
     except KeyboardInterrupt:
         pass
+    finally:
+        pinned.close()
     return 0
 
 
@@ -165,6 +185,7 @@ def follow(
     stop: threading.Event | None = None,
     *,
     safety_poll_ms: int = FOLLOW_SAFETY_POLL_MS,
+    first_read: bool = True,
 ) -> None:
     """Show what other processes append, as they append it, until interrupted or `stop` is set.
 
@@ -184,7 +205,8 @@ def follow(
         print(f"keytrail: cannot watch {log.dir} ({exc}); polling instead", file=sys.stderr)
         watcher = RustNotify([str(log.dir)], False, True, FOLLOW_POLL_MS, False, True)
     with watcher:
-        show(log.iter_new())
+        if first_read:
+            show(log.iter_new())
         while True:
             changes = watcher.watch(20, 10, safety_poll_ms, stop)
             if changes == "signal":
@@ -251,7 +273,16 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if getattr(args, "format", None) == "memory-jsonl":
         return export_memory_jsonl(args)
-    log = EventLog(existing_home(args))
+    home = existing_home(args)
+    log, unfinished = forgetting.settled_log(home)
+    if unfinished:
+        log.close()
+        ids = ", ".join(p.memory_id for p in unfinished)
+        raise StoreError(
+            f"a forget's purge was left unfinished by a process that died ({ids}): open the "
+            "store once (e.g. `keytrail stats`) to finish it, then export",
+            path=str(home),
+        )
     events: Iterable[AnyEvent] = log.iter_new()
     if args.namespace is not None:
         events = namespace_events(events, check.namespace(args.namespace, "default"))
@@ -275,6 +306,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             os.fsync(out.fileno())
     finally:
+        log.close()
         if out is not sys.stdout:
             out.close()
     bar.finish()
