@@ -7,6 +7,7 @@ Every decision it makes ends up in the event; the fold only applies it.
 
 from __future__ import annotations
 
+import itertools
 import re
 import secrets
 from typing import TYPE_CHECKING
@@ -28,6 +29,15 @@ _SPECIFIC = re.compile(
     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday"
     r"|january|february|march|april|may|june|july|august|september|october|november|december)\b"
 )
+
+
+#: At most this many stored memories are compared with a new one for dedup and contradiction.
+#: They are taken from the new memory's rarest keys first and each key's newest links first,
+#: so a remember costs the same at 100 or 100,000 memories under one key.
+COMPARE_LIMIT = 200
+#: Links looked at per key while filling the candidates: those of other namespaces and
+#: replaced versions are skipped, but not without end.
+COMPARE_SCAN_PER_KEY = 4 * COMPARE_LIMIT
 
 
 def specifics(content: str) -> frozenset[str]:
@@ -238,11 +248,16 @@ class Batch:
         """
         store = self.store
         now = store.clock()
+        memories = self.state.memories
         candidates: dict[str, str] = {}  # memory id -> content
-        for key_id in key_ids:
-            key = self.state.keys.get(key_id)
-            for memory_id in key.links if key is not None else ():
-                node = self.state.memories[memory_id]
+        # The rarest keys first, each key's newest links first, and a bound on both: a hub key
+        # ("user", on every memory) must not make each remember compare with the whole store.
+        linked = [key for kid in key_ids if (key := self.state.keys.get(kid)) is not None]
+        for key in sorted(linked, key=lambda k: len(k.links)):
+            for memory_id in itertools.islice(reversed(key.links), COMPARE_SCAN_PER_KEY):
+                if len(candidates) >= COMPARE_LIMIT:
+                    break
+                node = memories[memory_id]
                 if (
                     node.namespace == namespace
                     and node.current()

@@ -1,0 +1,66 @@
+"""A hub key (one an agent puts on most memories, such as "user") must not make commands grow
+with the store: dedup compares a new memory with a bounded set of candidates."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from keytrail.core import Store
+from keytrail.core.decide import COMPARE_LIMIT
+from keytrail.core.store import RememberItem
+from keytrail.projections.vectors import Matrix
+
+HUB_SIZE = 2 * COMPARE_LIMIT + 50
+
+
+def fact(i: int) -> str:
+    return f"fact number {i}: the user keeps item {i} in drawer {i % 7}"
+
+
+@pytest.fixture
+def hub_store(store: Store) -> Store:
+    """HUB_SIZE memories, each under the hub key "user" and one key of its own."""
+    items = [RememberItem(fact(i), keys=["user", f"item {i}"]) for i in range(HUB_SIZE)]
+    for start in range(0, len(items), 200):
+        store.remember_batch(items[start : start + 200])
+    return store
+
+
+def compared_sizes(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many stored contents each later dedup check embeds and compares."""
+    sizes: list[int] = []
+    embed_contents = store.embed_contents
+
+    def spy(contents: Mapping[str, str]) -> Matrix:
+        sizes.append(len(contents))
+        return embed_contents(contents)
+
+    monkeypatch.setattr(store, "embed_contents", spy)
+    return sizes
+
+
+def test_a_remember_under_a_hub_compares_a_bounded_number_of_memories(
+    hub_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = compared_sizes(hub_store, monkeypatch)
+    hub_store.remember("the user bought a new lamp", keys=["user", "lamp"])
+    hub_store.remember("the user repainted the hall", keys=["user"])
+    assert len(sizes) == 2
+    assert all(0 < n <= COMPARE_LIMIT for n in sizes), sizes
+
+
+def test_an_old_fact_retold_under_a_hub_is_found_through_its_rare_key(hub_store: Store) -> None:
+    # Fact 0 is the oldest memory under "user", far outside the hub's newest COMPARE_LIMIT.
+    oldest = next(m for m in hub_store.state.memories.values() if m.content == fact(0))
+    again = hub_store.remember(fact(0), keys=["user", "item 0"])
+    assert again.deduplicated is not None
+    assert again.deduplicated.memory_id == oldest.id
+
+
+def test_a_recent_fact_retold_under_the_hub_alone_is_found(hub_store: Store) -> None:
+    newest = next(m for m in hub_store.state.memories.values() if m.content == fact(HUB_SIZE - 1))
+    again = hub_store.remember(fact(HUB_SIZE - 1), keys=["user"])
+    assert again.deduplicated is not None
+    assert again.deduplicated.memory_id == newest.id
