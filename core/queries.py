@@ -6,10 +6,11 @@ are never older than the log was when the question was asked.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -118,6 +119,36 @@ class _StatsCache:
     stats: Stats
 
 
+@dataclass(frozen=True, slots=True)
+class _KeyCount:
+    """A key's shown memories in a namespace, counted at `since` over its first `links` links
+    while the state's `retired_seq` was `retired_seq`; good until `until`, the next expiry of
+    a counted memory."""
+
+    links: int
+    retired_seq: int
+    since: datetime
+    until: datetime
+    count: int
+
+
+def _count_shown(
+    memories: dict[str, MemoryNode], ids: Iterable[str], namespace: str | None, now: datetime
+) -> tuple[int, datetime]:
+    """How many of `ids` are `visible` at `now` (in `namespace`), and their earliest expiry."""
+    count, until = 0, _NEVER
+    for mid in ids:
+        node = memories[mid]
+        if node.current() and (namespace is None or node.namespace == namespace):
+            expires = node.expires_at
+            if expires is None:
+                count += 1
+            elif expires > now:
+                count += 1
+                until = min(until, expires)
+    return count, until
+
+
 class Queries:
     """The read side of `Store` (a mixin: it reads the store's state, settings and vectors)."""
 
@@ -132,6 +163,9 @@ class Queries:
     #: ordinary path calls `visible` itself, so it pays nothing for time travel.
     _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
     _stats_cache: _StatsCache | None = None
+    #: (key id, namespace) -> its last count, for `_count` on the present (see `_KeyCount`)
+    _key_counts: dict[tuple[str, str | None], _KeyCount] | None = None
+    _key_counts_state: GraphState | None = None
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -166,14 +200,44 @@ class Queries:
         )
 
     def _count(self, key: KeyNode, namespace: str | None, now: datetime) -> int:
-        memories = self.state.memories
+        """The memories `key` leads to that are shown at `now` (in `namespace`).
+
+        On the present the count is kept per key and, while no memory stopped counting, only
+        links added since are counted: a hub key ("user", on most memories) would otherwise
+        cost a walk over its every link on each recall that shows it.
+        """
+        state = self.state
+        memories = state.memories
         shown = self._visible
-        return sum(
-            1
-            for mid in key.links
-            if shown(node := memories[mid], now)
-            and (namespace is None or node.namespace == namespace)
+        if shown is not visible:  # a time view: its own rules, nothing kept
+            return sum(
+                1
+                for mid in key.links
+                if shown(node := memories[mid], now)
+                and (namespace is None or node.namespace == namespace)
+            )
+        if self._key_counts is None or self._key_counts_state is not state:
+            self._key_counts, self._key_counts_state = {}, state
+        links = len(key.links)
+        kept = self._key_counts.get((key.id, namespace))
+        if (
+            kept is not None
+            and kept.retired_seq == state.retired_seq
+            and kept.since <= now < kept.until
+            and kept.links <= links
+        ):
+            if kept.links == links:
+                return kept.count
+            # Links are only appended while retired_seq holds: the new ones are the tail.
+            tail = itertools.islice(reversed(key.links), links - kept.links)
+            added, until = _count_shown(memories, tail, namespace, now)
+            count, until = kept.count + added, min(kept.until, until)
+        else:
+            count, until = _count_shown(memories, key.links, namespace, now)
+        self._key_counts[(key.id, namespace)] = _KeyCount(
+            links, state.retired_seq, now, until, count
         )
+        return count
 
     def _key_ref(self, key_id: str, memory_id: str | None = None) -> KeyRef:
         key = self.state.keys[key_id]

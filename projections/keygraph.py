@@ -138,6 +138,10 @@ class GraphState(msgspec.Struct, kw_only=True):
 
     #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow
     labels_dropped: int = 0
+    #: the seq of the last event that made a linked memory stop counting (replaced, forgotten,
+    #: expired) or cut a link. Until it moves, every key's links only grow at the end, so a
+    #: reader may keep per-key counts and count only the new links.
+    retired_seq: int = 0
 
     def key_for_label(self, label: str) -> KeyNode | None:
         key_id = self.labels.get(label.casefold())
@@ -203,6 +207,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
         if old is not None:
             old.superseded_by = memory_id
             old.updated_seq = seq
+            state.retired_seq = seq
             node.supersedes = old.id
             node.supersede_reason = new.supersede_reason
             if new.supersede_reason == "duplicate":
@@ -223,6 +228,7 @@ def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     node = _add_memory(state, event.memory, event.seq, event.at)
     old.superseded_by = node.id
     old.updated_seq = event.seq
+    state.retired_seq = event.seq
     node.supersedes = old.id
     node.supersede_reason = "correction"
 
@@ -279,6 +285,7 @@ def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
     node.status = "forgotten"
     node.content = ""  # nothing derived from the log serves forgotten content
     node.updated_seq = event.seq
+    state.retired_seq = event.seq
 
 
 def _expired(state: GraphState, event: MemoriesExpired) -> None:
@@ -286,6 +293,7 @@ def _expired(state: GraphState, event: MemoriesExpired) -> None:
         node = state.memories[memory_id]
         node.status = "expired"
         node.updated_seq = event.seq
+        state.retired_seq = event.seq
 
 
 def _turn(state: GraphState, event: TurnRecorded) -> None:
@@ -343,6 +351,7 @@ def _forget_node(state: GraphState, memory_id: str, seq: int) -> None:
     node.status = "forgotten"
     node.content = ""
     node.updated_seq = seq
+    state.retired_seq = seq
 
 
 def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
@@ -352,6 +361,7 @@ def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
         node = state.memories[link.memory_id]
         node.keys = [k for k in node.keys if k != link.key_id]
         node.updated_seq = seq
+        state.retired_seq = seq
 
 
 def _observations_deleted(state: GraphState, event: ObservationsDeleted) -> None:

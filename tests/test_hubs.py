@@ -64,3 +64,20 @@ def test_a_recent_fact_retold_under_the_hub_alone_is_found(hub_store: Store) -> 
     again = hub_store.remember(fact(HUB_SIZE - 1), keys=["user"])
     assert again.deduplicated is not None
     assert again.deduplicated.memory_id == newest.id
+
+
+def test_a_hub_count_follows_remember_correct_and_forget(store: Store) -> None:
+    made = store.remember_batch([RememberItem(fact(i), keys=["user"]) for i in range(30)])
+
+    def user_count() -> int:
+        match = store.recall("user").keys[0]
+        assert match.label == "user"
+        return match.memory_count
+
+    assert user_count() == 30
+    store.remember("the user bought a lamp", keys=["user", "lamp"])
+    assert user_count() == 31
+    store.correct(made[0].memory_id, "fact number 0: the drawer is empty now")
+    assert user_count() == 31  # the old version no longer counts, the new one does
+    store.forget(made[1].memory_id)
+    assert user_count() == 30
