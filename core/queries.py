@@ -105,6 +105,8 @@ def _ngrams(words: list[str]) -> list[str]:
 
 
 _NEVER = datetime.max.replace(tzinfo=UTC)
+#: `related` looks at no more than this many of a key's links (the newest)
+RELATED_HUB_LINKS = 1000
 
 
 @dataclass(frozen=True)
@@ -443,24 +445,37 @@ class Queries:
                 raise NotFound("memory_id", "memory", memory_id)
             now = self.clock()
             memories, keys = self.state.memories, self.state.keys
-            scores: dict[str, float] = {}
-            shared: dict[str, list[str]] = {}
+
+            def shared_by(mid: str) -> bool:
+                other = memories[mid]
+                return other.namespace == node.namespace and self._visible(other, now)
+
+            # Candidates: every sharer of an ordinary key, and a hub's newest links only (its
+            # sharers all score the same small 1/df, and df comes from the kept count, so a
+            # hub costs no walk). Each candidate is then scored over all its shared keys.
+            idf: dict[str, float] = {}
+            candidates: dict[str, None] = {}
             for key_id in node.keys:
                 key = keys[key_id]
-                others = [
-                    mid
-                    for mid in key.links
-                    if mid != node.id
-                    and self._visible(memories[mid], now)
-                    and memories[mid].namespace == node.namespace
-                ]
-                df = len(others) + (1 if self._visible(node, now) else 0)
-                idf = 1.0 if df <= 1 else 1.0 / df
-                if key.type != "concept":
-                    idf *= 0.5
-                for mid in others:
-                    scores[mid] = scores.get(mid, 0.0) + idf
-                    shared.setdefault(mid, []).append(key_id)
+                hub = len(key.links) > RELATED_HUB_LINKS
+                links = (
+                    itertools.islice(reversed(key.links), RELATED_HUB_LINKS) if hub else key.links
+                )
+                found = [mid for mid in links if mid != node.id and shared_by(mid)]
+                if hub:
+                    df = self._count(key, node.namespace, now)
+                else:
+                    df = len(found) + (1 if self._visible(node, now) else 0)
+                idf[key_id] = (1.0 if df <= 1 else 1.0 / df) * (
+                    1.0 if key.type == "concept" else 0.5
+                )
+                candidates.update(dict.fromkeys(found))
+            scores: dict[str, float] = {}
+            shared: dict[str, list[str]] = {}
+            for mid in candidates:
+                via = [k for k in node.keys if mid in keys[k].links]
+                scores[mid] = sum(idf[k] for k in via)
+                shared[mid] = via
             edges = {
                 m
                 for m in (*node.related_to, *node.related_from)

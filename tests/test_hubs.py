@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from keytrail.core import Store
+from keytrail.core import Store, queries
 from keytrail.core.decide import COMPARE_LIMIT
 from keytrail.core.store import RememberItem
 from keytrail.projections.vectors import Matrix
@@ -64,6 +64,24 @@ def test_a_recent_fact_retold_under_the_hub_alone_is_found(hub_store: Store) -> 
     again = hub_store.remember(fact(HUB_SIZE - 1), keys=["user"])
     assert again.deduplicated is not None
     assert again.deduplicated.memory_id == newest.id
+
+
+def test_related_through_a_hub_scores_as_a_full_walk_would(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`related` looks at a hub's newest links only; every score it gives is still exact."""
+    items = [RememberItem(fact(i), keys=["user", f"shelf {i % 5}"]) for i in range(60)]
+    made = store.remember_batch(items)
+    target = made[10].memory_id
+    monkeypatch.setattr(queries, "RELATED_HUB_LINKS", 10**9)
+    full = {r.memory_id: r.score for r in store.related(target, limit=100).related}
+    monkeypatch.setattr(queries, "RELATED_HUB_LINKS", 15)  # "user" is a hub, shelves are not
+    bounded = store.related(target, limit=20).related
+    assert len(bounded) == 20
+    assert all(r.score == full[r.memory_id] for r in bounded)
+    # The memories sharing the rarer shelf key still come first, as in the full answer.
+    top = sorted(full.values(), reverse=True)[:11]
+    assert [r.score for r in bounded[:11]] == top
 
 
 def test_a_hub_count_follows_remember_correct_and_forget(store: Store) -> None:
