@@ -64,7 +64,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet
 from keytrail.projections.text import IndexAhead
 
 from . import validation as check
-from .queries import literal_candidates, visible
+from .queries import HUB_LINKS, literal_candidates, newest_links, visible
 from .results import KeyRef
 from .sessions import SessionOrder
 from .when import named_periods
@@ -465,18 +465,22 @@ def _keys(
     edges: list[tuple[str, str]] = []
     for key_id, similarity in matched.items():
         key = state.keys[key_id]
-        linked = [(mid, w) for mid, w in key.links.items() if eligible(mid) is not None]
+        links = key.links
+        linked = [(mid, links[mid]) for mid in newest_links(key) if eligible(mid) is not None]
         if not linked:
             continue
-        idf = 1.0 if len(linked) <= 1 else 1.0 / len(linked)
+        # A hub's count is all its links (a walk over them to count the eligible ones is
+        # what newest_links avoids): its IDF is near zero either way.
+        df = len(linked) if len(links) <= HUB_LINKS else len(links)
+        idf = 1.0 if df <= 1 else 1.0 / df
         if key.type != "concept":
             idf *= 0.5
         for memory_id, weight in linked:
             totals[memory_id] = totals.get(memory_id, 0.0) + similarity * idf * weight
-    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:limit]
-    kept = {mid for mid, _ in ranked}
+    ranked = heapq.nlargest(limit, totals.items(), key=lambda kv: kv[1])
     for key_id in matched:
-        edges.extend((key_id, mid) for mid in state.keys[key_id].links if mid in kept)
+        links = state.keys[key_id].links
+        edges.extend((key_id, mid) for mid, _ in ranked if mid in links)
     return ranked, edges
 
 
@@ -494,7 +498,8 @@ def _expand(
 
     def members(key_id: str) -> list[str]:
         if key_id not in counts:
-            counts[key_id] = [m for m in state.keys[key_id].links if eligible(m) is not None]
+            key = state.keys[key_id]
+            counts[key_id] = [m for m in newest_links(key) if eligible(m) is not None]
         return counts[key_id]
 
     frontier = heapq.nlargest(params.fanout, found.values(), key=lambda c: c.score)
@@ -509,8 +514,9 @@ def _expand(
                 if key_id not in state.keys:
                     continue
                 group = members(key_id)
-                specificity = 1.0 if len(group) <= 2 else 1.0 / len(group)
                 links = state.keys[key_id].links
+                size = len(group) if len(links) <= HUB_LINKS else len(links)  # as in _keys
+                specificity = 1.0 if size <= 2 else 1.0 / size
                 others = [m for m in group if m != node.id]
                 nearest = (
                     others

@@ -105,8 +105,16 @@ def _ngrams(words: list[str]) -> list[str]:
 
 
 _NEVER = datetime.max.replace(tzinfo=UTC)
-#: `related` looks at no more than this many of a key's links (the newest)
-RELATED_HUB_LINKS = 1000
+#: A key with more links than this is a walk no read should take whole: `related` and hybrid
+#: recall's key signal and hops look only at its newest this many links (their scores through
+#: such a key are a near-zero 1/count, so the rest would only add ties).
+HUB_LINKS = 1000
+
+
+def newest_links(key: KeyNode) -> Iterable[str]:
+    """The ids a read walks through `key`: all its links, or a hub's newest HUB_LINKS."""
+    links = key.links
+    return itertools.islice(reversed(links), HUB_LINKS) if len(links) > HUB_LINKS else links
 
 
 @dataclass(frozen=True)
@@ -457,11 +465,8 @@ class Queries:
             candidates: dict[str, None] = {}
             for key_id in node.keys:
                 key = keys[key_id]
-                hub = len(key.links) > RELATED_HUB_LINKS
-                links = (
-                    itertools.islice(reversed(key.links), RELATED_HUB_LINKS) if hub else key.links
-                )
-                found = [mid for mid in links if mid != node.id and shared_by(mid)]
+                hub = len(key.links) > HUB_LINKS
+                found = [mid for mid in newest_links(key) if mid != node.id and shared_by(mid)]
                 if hub:
                     df = self._count(key, node.namespace, now)
                 else:

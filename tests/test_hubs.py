@@ -3,11 +3,12 @@ with the store: dedup compares a new memory with a bounded set of candidates."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
-from keytrail.core import Store, queries
+from keytrail.core import Store, hybrid, queries
 from keytrail.core.decide import COMPARE_LIMIT
 from keytrail.core.store import RememberItem
 from keytrail.projections.vectors import Matrix
@@ -73,9 +74,9 @@ def test_related_through_a_hub_scores_as_a_full_walk_would(
     items = [RememberItem(fact(i), keys=["user", f"shelf {i % 5}"]) for i in range(60)]
     made = store.remember_batch(items)
     target = made[10].memory_id
-    monkeypatch.setattr(queries, "RELATED_HUB_LINKS", 10**9)
+    monkeypatch.setattr(queries, "HUB_LINKS", 10**9)
     full = {r.memory_id: r.score for r in store.related(target, limit=100).related}
-    monkeypatch.setattr(queries, "RELATED_HUB_LINKS", 15)  # "user" is a hub, shelves are not
+    monkeypatch.setattr(queries, "HUB_LINKS", 15)  # "user" is a hub, shelves are not
     bounded = store.related(target, limit=20).related
     assert len(bounded) == 20
     assert all(r.score == full[r.memory_id] for r in bounded)
@@ -99,3 +100,41 @@ def test_a_hub_count_follows_remember_correct_and_forget(store: Store) -> None:
     assert user_count() == 31  # the old version no longer counts, the new one does
     store.forget(made[1].memory_id)
     assert user_count() == 30
+
+
+class Unwalkable(dict[str, float]):
+    """A hub's links that fail a read walking all of them (newest first is allowed)."""
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("a read walked every link of the hub")
+
+    def items(self) -> Any:
+        raise AssertionError("a read walked every link of the hub")
+
+    def keys(self) -> Any:
+        raise AssertionError("a read walked every link of the hub")
+
+    def values(self) -> Any:
+        raise AssertionError("a read walked every link of the hub")
+
+
+def test_reads_through_a_hub_walk_only_its_newest_links(
+    hub_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = hub_store
+    monkeypatch.setattr(queries, "HUB_LINKS", 40)
+    monkeypatch.setattr(hybrid, "HUB_LINKS", 40)
+    hub = s.state.key_for_label("user")
+    assert hub is not None and len(hub.links) > 40
+    target = next(m for m in s.state.memories.values() if m.content == fact(7))
+    # The first count of the hub (in all namespaces, and in the memory's) walks it once; the
+    # counts are kept from then on.
+    before = s.recall("user drawer").keys
+    first = s.related(target.id, limit=5).related
+    hub.links = Unwalkable(hub.links)
+    assert s.recall("user drawer").keys == before
+    related = s.related(target.id, limit=5).related
+    assert related == first
+    assert related[0].memory_id != target.id and len(related) == 5
+    found = s.recall_memories("what does the user keep in drawer 0, item 7?", learn=False)
+    assert target.id in [m.memory_id for m in found.memories[:3]]
