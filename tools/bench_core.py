@@ -9,6 +9,9 @@ to a file on the same disk, measured in the same run: all lines at the end
 (`bare_write_fsync_p50_ms`) and, because a shared disk's fsync latency swings, also one right
 after each timed remember (`..._between`). `remember_without_fsync_p50_ms` is the time a
 remember spends outside fsync: keytrail's own work.
+
+With `--hub` every memory also carries the key "user", as an agent's memories often do, and
+the reads through that hub (recall, read_key, related, recall_memories) are timed as well.
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=20_000, help="distinct key labels")
     parser.add_argument("--sample", type=int, default=500, help="timed operations per point")
     parser.add_argument(
+        "--hub",
+        action="store_true",
+        help='every memory also carries the key "user", as an agent\'s memories often do; '
+        "times reads through that hub too",
+    )
+    parser.add_argument(
         "--dir", default=None, help="where to build the store (default: a temp dir)"
     )
     args = parser.parse_args()
@@ -89,7 +98,7 @@ def main() -> None:
     labels = [f"topic {i}" for i in range(args.keys)]
 
     def keys() -> list[str]:
-        return rng.sample(labels, 3)
+        return rng.sample(labels, 3) + (["user"] if args.hub else [])
 
     # Time spent in fsync inside each remember, and a bare write+fsync after each one: the disk's
     # fsync latency on a shared machine swings by 50x within minutes, so only pairs taken
@@ -166,6 +175,34 @@ def main() -> None:
         store.read_memory(mid, kid if page.memories else None)
         read_memory_s.append(time.perf_counter() - t)
 
+    hub_reads: dict[str, float] = {}
+    if args.hub:
+        hub = store.state.key_for_label("user")
+        assert hub is not None
+        timed: dict[str, list[float]] = {
+            "recall": [],
+            "read_key": [],
+            "related": [],
+            "recall_memories": [],
+        }
+        for _ in range(min(args.sample, 100)):
+            t = time.perf_counter()
+            store.recall_memories(
+                " ".join(rng.choice(WORDS) for _ in range(3)) + " " + rng.choice(labels),
+                learn=False,
+            )
+            timed["recall_memories"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            store.recall("user " + rng.choice(WORDS))
+            timed["recall"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            store.read_key(hub.id, offset=rng.randrange(100))
+            timed["read_key"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            store.related(rng.choice(ids))
+            timed["related"].append(time.perf_counter() - t)
+        hub_reads = {f"hub_{name}_p50_ms": round(p50(s), 3) for name, s in timed.items()}
+
     events = store.state.seq
     t = time.perf_counter()
     replayed = fold(EventLog(home).iter_new())
@@ -200,6 +237,7 @@ def main() -> None:
                 "recall_p50_ms": round(p50(recall_s), 3),
                 "read_key_p50_ms": round(p50(read_key_s), 3),
                 "read_memory_p50_ms": round(p50(read_memory_s), 3),
+                **hub_reads,
                 "replay_seconds": round(replay_s, 3),
                 "replay_events_per_s": round(events / replay_s),
                 "open_from_snapshot_seconds": round(open_s, 3),
