@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from keytrail.events import CorruptLog, EventLog
+from keytrail.events import CorruptLog, EventLog, MemoryForgotten
 from keytrail.events.redact import redacted_ids
 from keytrail.projections import GraphState, apply, text_hash
 from keytrail.projections import snapshot as snapshots
@@ -66,12 +66,15 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     derived.reached(state)  # files of an empty store (seq 0)
     count = 0
     redacted: list[str] = []
+    forgotten: dict[str, int] = {}  # memory id -> seq of its (last) memory.forgotten
     try:
         # A second pass picks up what other processes appended meanwhile, so a cache written
         # after this verify began is not mistaken for one ahead of the log.
         for _ in range(2 if derived.beyond(state.seq) else 1):
             for event in log.iter_new():
                 redacted += redacted_ids(event)
+                if type(event) is MemoryForgotten:
+                    forgotten[event.memory_id] = event.seq
                 try:
                     apply(state, event)
                 except (KeyError, IndexError, TypeError) as exc:
@@ -100,6 +103,7 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
             for m in redacted
             if state.memories[m].status != "forgotten"
         ]
+        problems += _unerased(log, state, forgotten, set(redacted), home)
     # Bytes after the last newline of the last segment: a torn tail the next appender will cut.
     if segments and not problems:
         last = log.dir / segments[-1]
@@ -126,6 +130,29 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         caches_ignored=derived.ignored,
         purges_pending=sorted(derived.pending),
     )
+
+
+def _unerased(
+    log: EventLog, state: GraphState, forgotten: dict[str, int], redacted: set[str], home: Path
+) -> list[str]:
+    """Forgotten memories whose creating line still holds their content.
+
+    A forget redacts that line before it is acknowledged (or leaves a pending purge that the
+    next open finishes), so content there means a redaction undone, e.g. a log segment put back
+    from a backup. What verify read may be a moment old: a forget under way in another process
+    is let be, and the line is read again before anything is reported.
+    """
+    suspects = [m for m in forgotten if m not in redacted]
+    if not suspects:
+        return []
+    pending = {p.memory_id for p in forgetting.read_pending(home)}
+    return [
+        f"memory {m}: forgotten at seq {forgotten[m]}, but the line that created it still "
+        f"holds its content; `keytrail forget {m}` erases it again"
+        for m in suspects
+        if m not in pending
+        and forgetting.content_in_log(log, m, state.memories[m].created_seq) is not None
+    ]
 
 
 class _Stop(Exception):

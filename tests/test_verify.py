@@ -249,3 +249,40 @@ def test_an_erased_row_whose_vector_a_killed_forget_had_not_zeroed_is_unfinished
     assert report.ok and report.purges_pending == [kept.memory_id], report.cache_problems
     open_store(home).close()  # finishes the purge
     assert verify(home).ok
+
+
+def test_forgotten_content_put_back_in_the_log_is_a_problem_and_forget_erases_it_again(
+    tmp_path: Path,
+) -> None:
+    """A segment restored from a backup taken before a forget brings the content back."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    gone = store.remember("The door code is 4711", ["door"])
+    store.remember("Alice likes green tea", ["tea"])
+    segment = next((home / "log").glob("*.jsonl"))
+    backup = segment.read_bytes()
+    store.forget(gone.memory_id)
+    store.close()
+    assert verify(home).ok
+    # The backup's lines, then what was appended after it (a redaction keeps every length).
+    segment.write_bytes(backup + segment.read_bytes()[len(backup) :])
+    assert b"4711" in segment.read_bytes()
+
+    def kt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "keytrail.server.cli", *args],
+            env=env_for(home),
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    bad = kt("verify")
+    assert bad.returncode == 1
+    assert f"memory {gone.memory_id}: forgotten at seq" in bad.stdout
+    assert f"`keytrail forget {gone.memory_id}` erases it again" in bad.stdout
+    erased = kt("forget", gone.memory_id)
+    assert erased.returncode == 0, erased.stderr
+    assert b"4711" not in segment.read_bytes()
+    assert kt("verify").returncode == 0
