@@ -52,6 +52,18 @@ def vectors_dir(home: Path) -> Path:
     return next((home / "cache" / "vectors").iterdir())
 
 
+def keytrail(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command line on the store at `home`."""
+    return subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", *args],
+        env=env_for(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_a_healthy_store_checks_every_cache_and_writes_nothing(home: Path) -> None:
     before = files(home)
     report = verify(home)
@@ -191,17 +203,7 @@ def test_damaged_vector_rows_and_a_coverage_gap_are_problems(home: Path) -> None
 
 
 def test_the_command_line_reports_cache_problems_and_rebuild_mends_them(home: Path) -> None:
-    def kt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "keytrail.server.cli", *args],
-            env=env_for(home),
-            cwd=str(REPO),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    ok = kt("verify")
+    ok = keytrail(home, "verify")
     assert ok.returncode == 0 and "cache ok: index/text (seq 6, 3 memories)" in ok.stdout
     path = home / "cache" / "snapshot" / "keygraph.msgpack"
     loaded = snapshots.load(path)
@@ -209,12 +211,12 @@ def test_the_command_line_reports_cache_problems_and_rebuild_mends_them(home: Pa
     state = snapshots.materialize(loaded.state)
     next(iter(state.keys.values())).label = "renamed behind the log's back"
     snapshots.save(path, snapshots.Snapshot(**{**_fields(loaded), "state": state}))
-    bad = kt("verify")
+    bad = keytrail(home, "verify")
     assert bad.returncode == 1 and "ok:" in bad.stdout  # the log is fine, a cache is not
     assert "cache problem: cache/snapshot/keygraph.msgpack: differs from the log" in bad.stdout
-    rebuilt = kt("rebuild")
+    rebuilt = keytrail(home, "rebuild")
     assert rebuilt.returncode == 0 and "3 memories in the text index" in rebuilt.stdout
-    again = kt("verify")
+    again = keytrail(home, "verify")
     assert again.returncode == 0 and "cache problem" not in again.stdout
 
 
@@ -268,21 +270,11 @@ def test_forgotten_content_put_back_in_the_log_is_a_problem_and_forget_erases_it
     segment.write_bytes(backup + segment.read_bytes()[len(backup) :])
     assert b"4711" in segment.read_bytes()
 
-    def kt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "keytrail.server.cli", *args],
-            env=env_for(home),
-            cwd=str(REPO),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    bad = kt("verify")
+    bad = keytrail(home, "verify")
     assert bad.returncode == 1
     assert f"memory {gone.memory_id}: forgotten at seq" in bad.stdout
     assert f"`keytrail forget {gone.memory_id}` erases it again" in bad.stdout
-    erased = kt("forget", gone.memory_id)
+    erased = keytrail(home, "forget", gone.memory_id)
     assert erased.returncode == 0, erased.stderr
     assert b"4711" not in segment.read_bytes()
-    assert kt("verify").returncode == 0
+    assert keytrail(home, "verify").returncode == 0
