@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from keytrail.core import Store, hybrid, queries
-from keytrail.core.decide import COMPARE_LIMIT, Batch
+from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch
 from keytrail.core.queries import visible
 from keytrail.core.store import RememberItem
 from keytrail.projections.vectors import Matrix
@@ -190,3 +190,25 @@ def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_or
     assert any(len(expected) > 2 for expected, _ in compared)
     for expected, got in compared:
         assert got == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="compare scans a key's newest COMPARE_SCAN_PER_KEY links across all namespaces: "
+    "a small namespace whose memories share only keys crowded by a big one loses dedup",
+)
+def test_a_fact_retold_in_a_small_namespace_beside_a_big_one_is_deduplicated(
+    store: Store,
+) -> None:
+    told = store.remember("the user keeps a spare key in the shed", keys=["user"], namespace="home")
+    items = [
+        RememberItem(fact(i), keys=["user", f"item {i}"], namespace="work")
+        for i in range(COMPARE_SCAN_PER_KEY + 10)
+    ]
+    for start in range(0, len(items), 200):
+        store.remember_batch(items[start : start + 200])
+    again = store.remember(
+        "the user keeps a spare key in the shed", keys=["user"], namespace="home"
+    )
+    assert again.deduplicated is not None
+    assert again.deduplicated.memory_id == told.memory_id
