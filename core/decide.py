@@ -264,6 +264,7 @@ class Batch:
                     and (node.expires_at is None or node.expires_at > now)
                 ):
                     candidates[memory_id] = node.content
+        candidates = self._walk_order(candidates, key_ids)
         superseded = {n.supersedes for n, _ in self.new_memories.values() if n.supersedes}
         for memory_id, (new, _) in self.new_memories.items():
             if (
@@ -298,6 +299,28 @@ class Batch:
             if sims[i] >= store.thresholds.contradiction
         ]
         return None, flagged
+
+    def _walk_order(self, found: dict[str, str], key_ids: list[str]) -> dict[str, str]:
+        """`found` in the order a walk of every key (as named, links oldest first) meets them.
+
+        Identical texts embed to equal vectors whose products with the new one differ only in
+        float noise that depends on each row's place, so this order picks which of them a fact
+        told again deduplicates into: it must not change with the bounded scan's order.
+        """
+        place: dict[str, int] = {}
+        for i, key_id in enumerate(key_ids):
+            place.setdefault(key_id, i)
+        memories = self.state.memories
+
+        def walked(memory_id: str) -> tuple[int, int]:
+            node = memories[memory_id]
+            first = min(place[k] for k in node.keys if k in place)
+            # A key's links are appended as memories are created: created_seq is their order.
+            return first, node.created_seq
+
+        # Reversed first: links of one seq (a batch) were scanned newest first.
+        ordered = sorted(reversed(found), key=walked)
+        return {memory_id: found[memory_id] for memory_id in ordered}
 
     def inherited_links(self, memory_id: str, present: list[KeyLink]) -> list[KeyLink]:
         """The links of `memory_id` not already in `present`, with their current weights."""

@@ -108,10 +108,13 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     if segments and not problems:
         last = log.dir / segments[-1]
         if last.stat().st_size != log.position.offset and log.position.segment == segments[-1]:
-            problems.append(
-                f"{segments[-1]}: torn last line ({last.stat().st_size - log.position.offset} "
-                "bytes after the last complete line; the next write cuts it)"
-            )
+            torn_tail = _torn_tail(log)
+            if torn_tail is not None:
+                name, size = torn_tail
+                problems.append(
+                    f"{name}: torn last line ({size} bytes after the last complete line; "
+                    "the next write cuts it)"
+                )
     torn_dir = log.dir / "torn"
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
     if progress is not None:
@@ -130,6 +133,35 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         caches_ignored=derived.ignored,
         purges_pending=sorted(derived.pending),
     )
+
+
+def _torn_tail(log: EventLog) -> tuple[str, int] | None:
+    """The last segment and the bytes after its last newline, if any, seen while no appender
+    is mid-way: verify reads without the lock, so bytes past what it folded may be lines
+    another process appended since (or is appending right now), not a torn line."""
+
+    def tail() -> tuple[str, int] | None:
+        segments = log.segments(fresh=True)
+        if not segments:
+            return None
+        with open(log.dir / segments[-1], "rb") as f:
+            data = f.read()
+        size = len(data) - (data.rfind(b"\n") + 1)
+        return (segments[-1], size) if size else None
+
+    # Waiting takes the lock file, which a store always has: never create one (verify writes
+    # nothing); without it no appender can be under way either.
+    if not log.lock_path.exists():
+        return tail()
+    found: tuple[str, int] | None = None
+
+    def look() -> bool:
+        nonlocal found
+        found = tail()
+        return True
+
+    log.wait_for_lock(look)
+    return found
 
 
 def _unerased(

@@ -3,13 +3,15 @@ with the store: dedup compares a new memory with a bounded set of candidates."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from keytrail.core import Store, hybrid, queries
-from keytrail.core.decide import COMPARE_LIMIT
+from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch
+from keytrail.core.queries import visible
 from keytrail.core.store import RememberItem
 from keytrail.projections.vectors import Matrix
 
@@ -138,3 +140,75 @@ def test_reads_through_a_hub_walk_only_its_newest_links(
     assert related[0].memory_id != target.id and len(related) == 5
     found = s.recall_memories("what does the user keep in drawer 0, item 7?", learn=False)
     assert target.id in [m.memory_id for m in found.memories[:3]]
+
+
+def full_walk(batch: Batch, namespace: str, key_ids: list[str]) -> list[str]:
+    """The stored candidates as compare took them before its bounds: every key in the order
+    named, each key's links oldest first."""
+    now, memories, found = batch.store.clock(), batch.state.memories, {}
+    for key_id in key_ids:
+        key = batch.state.keys.get(key_id)
+        for memory_id in key.links if key is not None else ():
+            node = memories[memory_id]
+            if node.namespace == namespace and visible(node, now):
+                found[memory_id] = None
+    return list(found)
+
+
+def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the bounds the candidates must be the full walk's and in its order: identical
+    texts embed to equal vectors whose products differ only in float noise, which depends on
+    each row's place in the matrix, so the order decides which of them a retold fact
+    deduplicates into (and which contradictions are listed)."""
+    compared: list[tuple[list[str], list[str]]] = []
+    compare, embed_contents = Batch.compare, store.embed_contents
+    taken: list[list[str]] = []
+
+    def spy(contents: Mapping[str, str]) -> Matrix:
+        taken.append(list(contents))
+        return embed_contents(contents)
+
+    def checked(
+        batch: Batch, namespace: str, content: str, vector: Matrix, key_ids: list[str]
+    ) -> Any:
+        expected = full_walk(batch, namespace, key_ids)
+        taken.clear()
+        outcome = compare(batch, namespace, content, vector, key_ids)
+        compared.append((expected, taken[0] if taken else []))
+        return outcome
+
+    monkeypatch.setattr(store, "embed_contents", spy)
+    monkeypatch.setattr(Batch, "compare", checked)
+    rnd = random.Random(8)
+    texts = ["the user likes coffee", "the cat is {} years old", "meeting on {}"]
+    keys = ["user", "coffee", "cat", "meeting", "work"]
+    for _ in range(40):
+        text = rnd.choice(texts).format(rnd.choice(["2", "3", "Monday"]))
+        store.remember(text, keys=rnd.sample(keys, rnd.randint(1, 3)), namespace="a")
+    assert any(len(expected) > 2 for expected, _ in compared)
+    for expected, got in compared:
+        assert got == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="compare scans a key's newest COMPARE_SCAN_PER_KEY links across all namespaces: "
+    "a small namespace whose memories share only keys crowded by a big one loses dedup",
+)
+def test_a_fact_retold_in_a_small_namespace_beside_a_big_one_is_deduplicated(
+    store: Store,
+) -> None:
+    told = store.remember("the user keeps a spare key in the shed", keys=["user"], namespace="home")
+    items = [
+        RememberItem(fact(i), keys=["user", f"item {i}"], namespace="work")
+        for i in range(COMPARE_SCAN_PER_KEY + 10)
+    ]
+    for start in range(0, len(items), 200):
+        store.remember_batch(items[start : start + 200])
+    again = store.remember(
+        "the user keeps a spare key in the shed", keys=["user"], namespace="home"
+    )
+    assert again.deduplicated is not None
+    assert again.deduplicated.memory_id == told.memory_id

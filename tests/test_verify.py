@@ -7,13 +7,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import tantivy
 from test_cli import REPO, env_for
 
-from keytrail.core import HashEmbedder, Settings, Store, forgetting
+from keytrail.core import HashEmbedder, Settings, Store, forgetting, maintenance
 from keytrail.core.forgetting import PendingPurge
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.projections import snapshot as snapshots
@@ -278,3 +279,27 @@ def test_forgotten_content_put_back_in_the_log_is_a_problem_and_forget_erases_it
     assert erased.returncode == 0, erased.stderr
     assert b"4711" not in segment.read_bytes()
     assert keytrail(home, "verify").returncode == 0
+
+
+def test_a_line_another_process_appends_while_verify_runs_is_no_torn_tail(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify reads without the appenders' lock: a whole line appended after its fold (here a
+    forget by another process, between the fold and the tail check) is the log growing, not a
+    torn tail."""
+    other = open_store(home)
+    try:
+        victim = other.remember("The alarm code is 1234", ["alarm"]).memory_id
+        unerased = maintenance._unerased
+
+        def appended_meanwhile(*args: Any) -> list[str]:
+            other.forget(victim)
+            return unerased(*args)
+
+        monkeypatch.setattr(maintenance, "_unerased", appended_meanwhile)
+        report = verify(home)
+    finally:
+        other.close()
+    assert report.problems == []
+    monkeypatch.undo()
+    assert verify(home).ok
