@@ -10,11 +10,13 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from keytrail.events import KeyLink, NewMemory, Similar
+from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.vectors import Matrix
 
 from . import validation as check
@@ -79,6 +81,37 @@ def may_alias(label: str, other: str, similarity: float, merge: float, near_same
     if similarity < merge or specifics(label) != specifics(other):
         return False
     return stems(label) == stems(other) or similarity >= near_same
+
+
+class LinksByNamespace:
+    """The links of each key past the dedup scan bound, split by their memory's namespace.
+
+    Kept between commands (one per store) and topped up with the links added since: a key's
+    links only grow at the end until one is cut (`GraphState.links_cut`), which rebuilds it.
+    """
+
+    def __init__(self) -> None:
+        self._state: GraphState | None = None
+        #: key id -> (links indexed, links_cut then, namespace -> memory ids oldest first)
+        self._keys: dict[str, tuple[int, int, dict[str, list[str]]]] = {}
+
+    def of(self, state: GraphState, key: KeyNode, namespace: str) -> list[str]:
+        """The ids `key` links to in `namespace`, oldest first (do not change the list)."""
+        if self._state is not state:
+            self._state, self._keys = state, {}
+        count = len(key.links)
+        kept = self._keys.get(key.id)
+        if kept is None or kept[1] != state.links_cut or kept[0] > count:
+            split: dict[str, list[str]] = {}
+            new: Iterable[str] = key.links
+        else:
+            split = kept[2]
+            new = list(itertools.islice(reversed(key.links), count - kept[0]))[::-1]
+        memories = state.memories
+        for memory_id in new:
+            split.setdefault(memories[memory_id].namespace, []).append(memory_id)
+        self._keys[key.id] = (count, state.links_cut, split)
+        return split.get(namespace, [])
 
 
 class Batch:
@@ -254,7 +287,14 @@ class Batch:
         # ("user", on every memory) must not make each remember compare with the whole store.
         linked = [key for kid in key_ids if (key := self.state.keys.get(kid)) is not None]
         for key in sorted(linked, key=lambda k: len(k.links)):
-            for memory_id in itertools.islice(reversed(key.links), COMPARE_SCAN_PER_KEY):
+            # A key past the scan bound is read through its links in this namespace alone: a
+            # big namespace's newest links must not hide a small one's memories.
+            newest = (
+                reversed(store.links_by_namespace.of(self.state, key, namespace))
+                if len(key.links) > COMPARE_SCAN_PER_KEY
+                else reversed(key.links)
+            )
+            for memory_id in itertools.islice(newest, COMPARE_SCAN_PER_KEY):
                 if len(candidates) >= COMPARE_LIMIT:
                     break
                 node = memories[memory_id]

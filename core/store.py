@@ -54,7 +54,7 @@ from keytrail.projections.vectors import Matrix
 from . import aliases, forgetting
 from . import validation as check
 from .config import Settings
-from .decide import Batch
+from .decide import Batch, LinksByNamespace
 from .embedders import Embedder, make_embedder
 from .extract import extract_keys
 from .hybrid import HybridQueries
@@ -172,6 +172,7 @@ class Store(Queries, HybridQueries):
         self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
         self.past = PastStates(self)
+        self.links_by_namespace = LinksByNamespace()
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             if not create:

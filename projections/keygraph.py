@@ -138,6 +138,8 @@ class GraphState(msgspec.Struct, kw_only=True):
 
     #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow
     labels_dropped: int = 0
+    #: key-memory links ever cut (by an unlink): otherwise a key's links only grow at the end
+    links_cut: int = 0
     #: the seq of the last event that made a linked memory stop counting (replaced, forgotten,
     #: expired) or cut a link. Until it moves, every key's links only grow at the end, so a
     #: reader may keep per-key counts and count only the new links.
@@ -357,7 +359,8 @@ def _forget_node(state: GraphState, memory_id: str, seq: int) -> None:
 def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
     """Cut key-memory links; the memory, its content and its other links stay."""
     for link in links:
-        state.keys[link.key_id].links.pop(link.memory_id, None)
+        if state.keys[link.key_id].links.pop(link.memory_id, None) is not None:
+            state.links_cut += 1
         node = state.memories[link.memory_id]
         node.keys = [k for k in node.keys if k != link.key_id]
         node.updated_seq = seq

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from keytrail.core import Store, hybrid, queries
-from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch
+from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch, LinksByNamespace
+from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
 from keytrail.core.store import RememberItem
 from keytrail.projections.vectors import Matrix
@@ -192,11 +193,6 @@ def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_or
         assert got == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compare scans a key's newest COMPARE_SCAN_PER_KEY links across all namespaces: "
-    "a small namespace whose memories share only keys crowded by a big one loses dedup",
-)
 def test_a_fact_retold_in_a_small_namespace_beside_a_big_one_is_deduplicated(
     store: Store,
 ) -> None:
@@ -212,3 +208,31 @@ def test_a_fact_retold_in_a_small_namespace_beside_a_big_one_is_deduplicated(
     )
     assert again.deduplicated is not None
     assert again.deduplicated.memory_id == told.memory_id
+
+
+def test_links_by_namespace_follow_new_links_and_a_cut_link(store: Store) -> None:
+    """The per-namespace split dedup reads a big key through equals a fresh split, as links
+    are added and after one is cut (an observation deleted from one of two entities)."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person", []), EntityInput("Bob", "person", [])])
+    split = LinksByNamespace()
+
+    def fresh(key_id: str, namespace: str) -> list[str]:
+        memories = store.state.memories
+        return [m for m in store.state.keys[key_id].links if memories[m].namespace == namespace]
+
+    def check() -> None:
+        for key in store.state.keys.values():
+            for namespace in ("default", "work"):
+                assert split.of(store.state, key, namespace) == fresh(key.id, namespace)
+
+    store.remember("Alice and Bob play chess", keys=["Alice", "Bob"])
+    store.remember("Alice runs on Sundays", keys=["Alice"], namespace="work")
+    check()
+    store.remember("Bob and Alice met in 2019", keys=["Alice", "Bob"], namespace="work")
+    check()
+    kg.delete_observations([ObservationInput("Alice", ["Alice and Bob play chess"])])
+    alice = store.state.key_for_label("Alice")
+    assert alice is not None and store.state.links_cut == 1
+    check()
+    assert len(split.of(store.state, alice, "default")) == 0
