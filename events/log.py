@@ -53,10 +53,13 @@ def segment_name(first_seq: int) -> str:
 
 
 def require_log(root: Path | str) -> Path:
-    """`root`, if it holds a store's log: a log/ directory with at least one segment in it.
+    """`root`, if it holds a store's log: a log/ directory whose first segment holds at least
+    one complete line.
 
     Otherwise NoStore, saying what is there instead. It only looks, so refusing a mistyped home
-    leaves nothing behind (EventLog itself creates log/).
+    leaves nothing behind (EventLog itself creates log/). A first segment with no complete line
+    is a first open that died before its store.created was whole: only a writer may finish it,
+    and a reader of the bare log (export, log, verify) would otherwise answer "0 events".
     """
     root = Path(root)
     if not root.exists():
@@ -65,11 +68,24 @@ def require_log(root: Path | str) -> Path:
         reason = "not a directory"
     elif not (root / "log").is_dir():
         reason = "no log/ directory in it"
-    elif not any(_SEGMENT_RE.match(name) for name in os.listdir(root / "log")):
-        reason = "its log/ directory holds no segment"
     else:
-        return root
+        segments = sorted(name for name in os.listdir(root / "log") if _SEGMENT_RE.match(name))
+        if not segments:
+            reason = "its log/ directory holds no segment"
+        elif not _holds_a_line(root / "log" / segments[0]):
+            reason = "its log holds no complete event"
+        else:
+            return root
     raise NoStore(str(root), reason)
+
+
+def _holds_a_line(path: Path) -> bool:
+    """Whether the file holds a newline: reads only up to the first one."""
+    with open(path, "rb") as f:
+        while chunk := f.read(64 * 1024):
+            if b"\n" in chunk:
+                return True
+    return False
 
 
 def _fsync_dir(path: Path) -> None:
