@@ -301,3 +301,22 @@ def test_store_open_existing_refuses_without_writing(tmp_path: Path) -> None:
     Store(Settings.from_env(home=half, embedder="hash")).close()
     with Store.open_existing(Settings.from_env(home=half, embedder="hash")) as store:
         assert store.state.seq == 1
+
+
+def test_an_empty_home_never_means_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KEYTRAIL_HOME="" (a client config whose variable expanded to nothing) is unset, like
+    every other empty KEYTRAIL_* variable: the default home, not a store made in whatever
+    directory the client started keytrail in. `--home ""` names no place and is refused."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("KEYTRAIL_HOME", "")
+    assert Settings.from_env().home == tmp_path / "user" / ".keytrail"
+    with pytest.raises(SystemExit) as exited:
+        main(["remember", "Alice likes tea", "--home", ""])
+    assert exited.value.code == 2
+    assert "--home: empty" in capsys.readouterr().err
+    assert list(cwd.iterdir()) == []  # no store made in the current directory
