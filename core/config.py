@@ -146,7 +146,8 @@ class Settings:
         """Settings from KEYTRAIL_* variables, then explicit overrides (e.g. command-line flags)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        if "KEYTRAIL_HOME" in env:
+        # Empty is unset, as for every KEYTRAIL_* variable: "" would mean the current directory.
+        if env.get("KEYTRAIL_HOME"):
             values["home"] = Path(env["KEYTRAIL_HOME"]).expanduser()
         for name, var in (
             ("embedder", "KEYTRAIL_EMBEDDER"),

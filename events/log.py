@@ -20,7 +20,6 @@ inode and the size this process last saw, and no segment starts at the next seq.
 from __future__ import annotations
 
 import fcntl
-import io
 import os
 import re
 import threading
@@ -29,7 +28,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 
@@ -53,10 +52,13 @@ def segment_name(first_seq: int) -> str:
 
 
 def require_log(root: Path | str) -> Path:
-    """`root`, if it holds a store's log: a log/ directory with at least one segment in it.
+    """`root`, if it holds a store's log: a log/ directory whose first segment holds at least
+    one complete line.
 
     Otherwise NoStore, saying what is there instead. It only looks, so refusing a mistyped home
-    leaves nothing behind (EventLog itself creates log/).
+    leaves nothing behind (EventLog itself creates log/). A first segment with no complete line
+    is a first open that died before its store.created was whole: only a writer may finish it,
+    and a reader of the bare log (export, log, verify) would otherwise answer "0 events".
     """
     root = Path(root)
     if not root.exists():
@@ -65,11 +67,24 @@ def require_log(root: Path | str) -> Path:
         reason = "not a directory"
     elif not (root / "log").is_dir():
         reason = "no log/ directory in it"
-    elif not any(_SEGMENT_RE.match(name) for name in os.listdir(root / "log")):
-        reason = "its log/ directory holds no segment"
     else:
-        return root
+        segments = sorted(name for name in os.listdir(root / "log") if _SEGMENT_RE.match(name))
+        if not segments:
+            reason = "its log/ directory holds no segment"
+        elif not _holds_a_line(root / "log" / segments[0]):
+            reason = "its log holds no complete event"
+        else:
+            return root
     raise NoStore(str(root), reason)
+
+
+def _holds_a_line(path: Path) -> bool:
+    """Whether the file holds a newline: reads only up to the first one."""
+    with open(path, "rb") as f:
+        while chunk := f.read(64 * 1024):
+            if b"\n" in chunk:
+                return True
+    return False
 
 
 def _fsync_dir(path: Path) -> None:
@@ -88,6 +103,16 @@ class LogPosition:
     offset: int
     seq: int
     at: datetime
+
+
+class SegmentFile(Protocol):
+    """What reading a segment needs of its file: a plain file, or a pinned one."""
+
+    def __enter__(self) -> SegmentFile: ...
+    def __exit__(self, *exc: Any) -> Any: ...
+    def seek(self, pos: int, /) -> int: ...
+    def read(self, n: int, /) -> bytes: ...
+    def readline(self) -> bytes: ...
 
 
 class EventLog:
@@ -209,7 +234,7 @@ class EventLog:
             index += 1
             self._segment, self._offset = segments[index], 0
 
-    def _open_segment(self, name: str) -> BinaryIO:
+    def _open_segment(self, name: str) -> SegmentFile:
         return open(self.dir / name, "rb")
 
     def _read_segment(self, name: str) -> Iterator[AnyEvent]:
@@ -499,9 +524,9 @@ class PinnedLog(EventLog):
     def segments(self, *, fresh: bool = False) -> list[str]:
         return list(self._pinned)
 
-    def _open_segment(self, name: str) -> BinaryIO:
+    def _open_segment(self, name: str) -> SegmentFile:
         fd, _, size = self._pinned[name]
-        return io.BytesIO(os.pread(fd, size, 0))
+        return _PinnedFile(fd, size)
 
     def replaced(self) -> bool:
         """Whether a segment has been replaced (redacted by a forget) since it was pinned."""
@@ -518,3 +543,43 @@ class PinnedLog(EventLog):
         pinned, self._pinned = getattr(self, "_pinned", {}), {}
         for fd, _, _ in pinned.values():
             os.close(fd)
+
+
+class _PinnedFile:
+    """A pinned segment as `_read_segment` reads it (seek, read, readline), through the pinned
+    descriptor and never past the pinned size. Reads as it is asked to, a chunk at a time: a
+    whole segment is never held in memory. Leaves the descriptor open (PinnedLog closes it)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size, self._pos = fd, size, 0
+
+    def __enter__(self) -> _PinnedFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def seek(self, pos: int) -> int:
+        self._pos = pos
+        return pos
+
+    def read(self, n: int) -> bytes:
+        data = os.pread(self._fd, max(0, min(n, self._size - self._pos)), self._pos)
+        self._pos += len(data)
+        return data
+
+    def readline(self) -> bytes:
+        parts: list[bytes] = []
+        while piece := self.read(_LINE_PIECE):
+            end = piece.find(b"\n")
+            if end >= 0:
+                parts.append(piece[: end + 1])
+                self._pos -= len(piece) - end - 1
+                break
+            parts.append(piece)
+        return b"".join(parts)
+
+
+#: How much a pinned segment's readline reads at a time (it is only used for lines longer
+#: than a whole read chunk).
+_LINE_PIECE = 64 * 1024

@@ -280,10 +280,19 @@ NO_STORE_HINT = (
 )
 
 
+def home_path(value: str) -> str:
+    """--home as given; an empty one names no place (it would mean the current directory)."""
+    if not value:
+        raise argparse.ArgumentTypeError("empty: name the store's directory")
+    return value
+
+
 def store_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("store options (override KEYTRAIL_* variables)")
-    group.add_argument("--home", help="store directory (KEYTRAIL_HOME, default ~/.keytrail)")
+    group.add_argument(
+        "--home", type=home_path, help="store directory (KEYTRAIL_HOME, default ~/.keytrail)"
+    )
     group.add_argument(
         "--embedder",
         choices=EMBEDDERS,

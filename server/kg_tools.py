@@ -64,7 +64,9 @@ class EntityArg(BaseModel):
 
 
 class RelationArg(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Only the wire name "from": populate_by_name would also take the field name from_, which
+    # the published schema (additionalProperties: false) does not allow.
+    model_config = ConfigDict(extra="forbid")
     from_: Annotated[
         Name, Field(alias="from", description="The name of the entity where the relation starts")
     ]

@@ -91,7 +91,8 @@ def test_every_verb_is_either_creating_or_needs_a_store() -> None:
 
 
 def not_a_store(tmp_path: Path, kind: str) -> Path:
-    """A home that holds no store: missing, empty, a file, or someone else's files."""
+    """A home that holds no store: missing, empty, a file, someone else's files, or a store
+    whose first open died before its first line was whole (a torn line, or nothing at all)."""
     home = tmp_path / "home"
     if kind == "missing":
         return home
@@ -103,14 +104,23 @@ def not_a_store(tmp_path: Path, kind: str) -> Path:
         (home / "notes.txt").write_text("my notes\n")
         (home / "log").mkdir()  # a log/ that holds no segment is not a store's log
         (home / "log" / "app.log").write_text("2026-01-01 started\n")
+    if kind in ("torn first line", "empty segment"):
+        (home / "log").mkdir()
+        first = b'{"seq":1,"at":"2026-' if kind == "torn first line" else b""
+        (home / "log" / segment_name(1)).write_bytes(first)
     return home
 
 
-@pytest.mark.parametrize("kind", ["missing", "empty", "unrelated", "file"])
+HALF_MADE = ("torn first line", "empty segment")
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "unrelated", "file", *HALF_MADE])
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_a_verb_that_needs_a_store_refuses_a_home_without_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, list[str]], kind: str
 ) -> None:
+    if "--follow" in case[1] and kind in HALF_MADE:
+        pytest.skip("would follow forever if it did not refuse: a subprocess test covers it")
     home = not_a_store(tmp_path, kind)
     out_file = tmp_path / "out.jsonl"
     before = files_under(tmp_path)
@@ -146,6 +156,31 @@ def test_the_refusal_from_a_shell(tmp_path: Path) -> None:
         "`keytrail import`\n"
     )
     assert not home.exists()
+
+
+@pytest.mark.parametrize("kind", HALF_MADE)
+def test_log_follow_refuses_a_store_whose_first_line_never_became_whole(
+    tmp_path: Path, kind: str
+) -> None:
+    """Not a store (Store.open_existing says so too): refused at once, not followed forever."""
+    home = not_a_store(tmp_path, kind)
+    before = files_under(home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "keytrail.server.cli", "log", "--follow"],
+            env=env,
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("log --follow followed a home that holds no store")
+    assert proc.returncode == 2
+    assert "(its log holds no complete event)" in proc.stderr
+    assert files_under(home) == before
 
 
 def test_help_says_which_verbs_create_a_store(capsys: pytest.CaptureFixture[str]) -> None:
@@ -266,3 +301,22 @@ def test_store_open_existing_refuses_without_writing(tmp_path: Path) -> None:
     Store(Settings.from_env(home=half, embedder="hash")).close()
     with Store.open_existing(Settings.from_env(home=half, embedder="hash")) as store:
         assert store.state.seq == 1
+
+
+def test_an_empty_home_never_means_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KEYTRAIL_HOME="" (a client config whose variable expanded to nothing) is unset, like
+    every other empty KEYTRAIL_* variable: the default home, not a store made in whatever
+    directory the client started keytrail in. `--home ""` names no place and is refused."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("KEYTRAIL_HOME", "")
+    assert Settings.from_env().home == tmp_path / "user" / ".keytrail"
+    with pytest.raises(SystemExit) as exited:
+        main(["remember", "Alice likes tea", "--home", ""])
+    assert exited.value.code == 2
+    assert "--home: empty" in capsys.readouterr().err
+    assert list(cwd.iterdir()) == []  # no store made in the current directory

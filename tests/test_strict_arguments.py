@@ -189,3 +189,25 @@ def test_refusal_is_a_keytrail_error_with_fields(store: Store) -> None:
     fields = json.loads(json.dumps(error.to_dict()))
     assert fields["tool"] == "recall" and fields["unknown"] == ["limt"]
     assert fields["accepted"][:2] == ["query", "top_k"]
+
+
+def test_a_nested_argument_is_accepted_only_by_its_published_name(store: Store) -> None:
+    """A relation's start is published as `from`, and the relation object says
+    additionalProperties: false; its Python field name `from_` is not on the wire and must be
+    refused like any other unknown name, not taken as `from`."""
+
+    async def test() -> None:
+        async with session(store) as client:
+            entities = [{"name": n, "entityType": "person"} for n in ("Ann", "Ben")]
+            data(await client.call_tool("create_entities", {"entities": entities}))
+            (tool,) = [t for t in (await client.list_tools()).tools if t.name == "create_relations"]
+            (relation,) = tool.input_schema["$defs"].values()
+            assert "from" in relation["properties"] and "from_" not in relation["properties"]
+            assert relation["additionalProperties"] is False
+            sneaked = {"from_": "Ann", "to": "Ben", "relationType": "knows"}
+            message = await refused(client, store, "create_relations", {"relations": [sneaked]})
+            assert "relations.0.from_" in message
+            spelled = {"from": "Ann", "to": "Ben", "relationType": "knows"}
+            data(await client.call_tool("create_relations", {"relations": [spelled]}))
+
+    anyio.run(test)
