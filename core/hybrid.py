@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keytrail.events import InvalidInput, LinkDelta, LinksAdjusted
-from keytrail.projections import GraphState, MemoryNode, VectorSet
+from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from keytrail.projections.text import IndexAhead
 
 from . import validation as check
@@ -439,6 +439,15 @@ def _eligible_rows(
     return kept
 
 
+def _member_count(key: KeyNode, eligible: int) -> int:
+    """How many memories `key` leads to, given the `eligible` ones among `newest_links(key)`.
+
+    A hub's count is all its links: a walk over them to count the eligible ones is what
+    newest_links avoids, and its share of a score is near zero either way.
+    """
+    return eligible if len(key.links) <= HUB_LINKS else len(key.links)
+
+
 def _keys(
     state: GraphState,
     query: str,
@@ -469,9 +478,7 @@ def _keys(
         linked = [(mid, links[mid]) for mid in newest_links(key) if eligible(mid) is not None]
         if not linked:
             continue
-        # A hub's count is all its links (a walk over them to count the eligible ones is
-        # what newest_links avoids): its IDF is near zero either way.
-        df = len(linked) if len(links) <= HUB_LINKS else len(links)
+        df = _member_count(key, len(linked))
         idf = 1.0 if df <= 1 else 1.0 / df
         if key.type != "concept":
             idf *= 0.5
@@ -515,7 +522,7 @@ def _expand(
                     continue
                 group = members(key_id)
                 links = state.keys[key_id].links
-                size = len(group) if len(links) <= HUB_LINKS else len(links)  # as in _keys
+                size = _member_count(state.keys[key_id], len(group))
                 specificity = 1.0 if size <= 2 else 1.0 / size
                 others = [m for m in group if m != node.id]
                 nearest = (
