@@ -71,6 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
     store = open_store(args)
+    store.warm_up()  # the first calls answer at full speed, not at the lazy open's cost
     try:
         if args.http:
             print(

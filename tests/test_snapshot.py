@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from keytrail.core import Store
+from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import LazyNodes
 
@@ -68,3 +68,55 @@ def test_a_snapshot_cut_short_is_unreadable(
     data = bytearray(store.snapshot_path.read_bytes())
     store.snapshot_path.write_bytes(bytes(data[:-3]))  # the memories' blob cut short
     assert snapshots.load(store.snapshot_path, lazy=True) is None
+
+
+def undecoded(nodes: dict[str, object]) -> int:
+    return sum(1 for v in dict.values(nodes) if type(v) is int)
+
+
+def test_warm_up_builds_what_the_first_queries_would_and_they_answer_the_same(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    home = tmp_path / "store"
+    store = filled(make_store, home)
+    for i in range(30):
+        store.remember(f"fact {i} about orchards", keys=["orchard", f"tree {i}"])
+    store.close()
+    # One fixed clock: the answers are compared to the last digit.
+    now = store.clock()
+    cold, warm = (
+        Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(), clock=lambda: now)
+        for _ in range(2)
+    )
+    assert undecoded(warm.state.memories) == len(warm.state.memories)
+    warm.warm_up().join(timeout=60)
+    assert undecoded(warm.state.memories) == 0
+    assert warm._memories_embedded == len(warm.state.memories)
+    assert warm._labels_embedded == len(warm.state.labels)
+    # The cold store builds the same on demand: the answers do not depend on who built it.
+    for query in ("apple", "orchard tree 7", "what fell on Newton?"):
+        assert warm.recall(query) == cold.recall(query)
+        assert warm.recall_memories(query, learn=False) == cold.recall_memories(query, learn=False)
+    assert undecoded(cold.state.memories) == 0  # recall_memories decoded them on demand
+    cold.close()
+    warm.close()
+
+
+def test_a_query_during_warm_up_and_a_close_after_it_are_safe(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    home = tmp_path / "store"
+    store = filled(make_store, home)
+    store.close()
+    now = store.clock()
+    reopened, other = (
+        Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(), clock=lambda: now)
+        for _ in range(2)
+    )
+    expected = other.recall_memories("apple", learn=False)
+    other.close()
+    thread = reopened.warm_up()
+    assert reopened.recall_memories("apple", learn=False) == expected
+    reopened.close()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
