@@ -59,6 +59,7 @@ def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     apply_setting_flags(args)
+    from .hybrid_tools import direct_recall_enabled
     from .mcp_server import run_http, run_stdio
 
     if args.http and not 1 <= args.port <= 65535:
@@ -71,7 +72,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
     store = open_store(args)
-    store.warm_up()  # the first calls answer at full speed, not at the lazy open's cost
+    # The first calls answer at full speed, not at the lazy open's cost.
+    store.warm_up(memory_vectors=direct_recall_enabled())
     try:
         if args.http:
             print(

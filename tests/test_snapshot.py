@@ -89,10 +89,15 @@ def test_warm_up_builds_what_the_first_queries_would_and_they_answer_the_same(
         for _ in range(2)
     )
     assert undecoded(warm.state.memories) == len(warm.state.memories)
-    warm.warm_up().join(timeout=60)
+    plain = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    plain.warm_up().join(timeout=60)
+    assert undecoded(plain.state.memories) == undecoded(plain.state.keys) == 0
+    assert plain._labels_embedded == len(plain.state.labels)
+    assert plain._memories_embedded == 0  # not asked for: a copy of every vector
+    plain.close()
+    warm.warm_up(memory_vectors=True).join(timeout=60)
     assert undecoded(warm.state.memories) == 0
     assert warm._memories_embedded == len(warm.state.memories)
-    assert warm._labels_embedded == len(warm.state.labels)
     # The cold store builds the same on demand: the answers do not depend on who built it.
     for query in ("apple", "orchard tree 7", "what fell on Newton?"):
         assert warm.recall(query) == cold.recall(query)

@@ -222,7 +222,7 @@ def main() -> None:
     # What a server does after opening (`keytrail serve`): build those in the background.
     warmed = Store(settings, embedder=HashEmbedder())
     t = time.perf_counter()
-    warmed.warm_up().join()
+    warmed.warm_up().join()  # as a server without direct recall (the default) does
     warm_up_s = time.perf_counter() - t
     q = " ".join(rng.choice(WORDS) for _ in range(4)) + " " + rng.choice(labels)
     t = time.perf_counter()
