@@ -144,7 +144,10 @@ def _torn_tail(log: EventLog) -> tuple[str, int] | None:
         segments = log.segments(fresh=True)
         if not segments:
             return None
+        # Only the bytes past what the fold read: lines before them are whole.
+        start = log.position.offset if log.position.segment == segments[-1] else 0
         with open(log.dir / segments[-1], "rb") as f:
+            f.seek(start)
             data = f.read()
         size = len(data) - (data.rfind(b"\n") + 1)
         return (segments[-1], size) if size else None

@@ -310,13 +310,13 @@ class Store(Queries, HybridQueries):
         """Build now, in a background thread, what the first queries would otherwise build.
 
         An open from a snapshot leaves nodes undecoded and the key vectors for first use, so a
-        server's first `recall` pays for them (about 0.15 s at 20,000 memories, 0.3 s at
-        100,000). A server calls this right after opening; `memory_vectors` too when it offers
-        `recall_memories`, whose first call would build them (they cost a copy of every content
-        vector in memory, so not otherwise). Each step holds the
-        store's mutex, as the query that needed it would: a query arriving meanwhile waits for
-        that step instead of doing the same work itself. A step that fails is left to the
-        first query that needs it, which reports the error to its caller.
+        server's first `recall` pays for them (0.1-0.3 s at 20,000 memories, 0.4 s at 100,000).
+        A server calls this right after opening, with `memory_vectors` when it offers
+        `recall_memories`, whose first call would build them (they hold a copy of every content
+        vector, so not otherwise). Each step holds the store's mutex, as the query that needed
+        it would: a query arriving meanwhile waits for that step instead of doing the same work
+        itself. A step that fails is left to the first query that needs it, which reports the
+        error to its caller.
         """
 
         def run() -> None:
