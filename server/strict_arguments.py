@@ -1,4 +1,4 @@
-"""Tools refuse arguments they do not know.
+"""Tools refuse arguments they do not know, and say plainly what is wrong with the ones they do.
 
 The SDK builds each tool's argument model with pydantic's default `extra="ignore"`, so a
 misspelled argument is dropped and the call runs with that parameter's default:
@@ -8,6 +8,11 @@ every call's argument names against the tool's published input schema before the
 them, and publishes that schema with `additionalProperties: false`. The check and what clients
 are told come from the same schema, so they cannot disagree, and a new tool is covered without
 being touched. Only public `MCPServer` methods are overridden.
+
+An argument that breaks its schema (too long, out of range, wrong pattern) is refused by the SDK
+with pydantic's whole report: the model's name, the input echoed back, an error-type tag and a
+documentation URL per problem. `InvalidArguments` says the same as `field: problem (got value)`,
+one per problem, like keytrail's own input errors.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, Tool
+from pydantic import ValidationError
 
 from keytrail.core import KeytrailError
 
@@ -47,6 +53,35 @@ class UnknownArguments(KeytrailError, ToolError):
         self.tool = tool
         self.unknown = unknown
         self.accepted = accepted
+
+
+class InvalidArguments(KeytrailError, ToolError):
+    """A tool call's arguments break the tool's input schema. Nothing ran, nothing was written.
+
+    `problems` holds one `{"field", "problem"}` per broken argument, the field written as
+    keytrail's own errors write it (`keys[0]`, `items[2].content`).
+    """
+
+    def __init__(self, tool: str, problems: list[dict[str, str]]) -> None:
+        said = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+        super().__init__(f"Error executing tool {tool}: {said}", tool=tool, problems=problems)
+        self.tool = tool
+        self.problems = problems
+
+    @classmethod
+    def from_validation(cls, tool: str, error: ValidationError) -> InvalidArguments:
+        problems = []
+        for item in error.errors(include_url=False):
+            field = "".join(
+                f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]
+            ).lstrip(".")
+            problem = item["msg"]
+            got = item.get("input")
+            # A short value helps the caller see its mistake; a long one only repeats it.
+            if isinstance(got, str | int | float | bool) and len(repr(got)) <= 60:
+                problem += f" (got {got!r})"
+            problems.append({"field": field or "arguments", "problem": problem})
+        return cls(tool, problems)
 
 
 class StrictArgumentsServer(MCPServer[Any]):
@@ -79,7 +114,15 @@ class StrictArgumentsServer(MCPServer[Any]):
             unknown = [arg for arg in arguments if arg not in accepted]
             if unknown:
                 raise UnknownArguments(name, unknown, accepted)
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            # Only the SDK's argument check raises a plain ToolError caused by a ValidationError;
+            # one raised inside a tool body reaches here as an UnexpectedToolError.
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
+                raise InvalidArguments.from_validation(name, cause) from cause
+            raise
 
     async def _accepted(self) -> dict[str, list[str]]:
         """Each tool's argument names, in signature order, as its input schema lists them.

@@ -206,8 +206,64 @@ def test_a_nested_argument_is_accepted_only_by_its_published_name(store: Store) 
             assert relation["additionalProperties"] is False
             sneaked = {"from_": "Ann", "to": "Ben", "relationType": "knows"}
             message = await refused(client, store, "create_relations", {"relations": [sneaked]})
-            assert "relations.0.from_" in message
+            assert "relations[0].from_: Extra inputs are not permitted" in message
             spelled = {"from": "Ann", "to": "Ben", "relationType": "knows"}
             data(await client.call_tool("create_relations", {"relations": [spelled]}))
 
     anyio.run(test)
+
+
+def test_an_argument_breaking_its_schema_is_named_with_its_limit_and_nothing_else(
+    store: Store,
+) -> None:
+    """The SDK's own refusal is pydantic's whole report (model name, input echo, type tags and
+    a documentation URL per problem); keytrail says `field: problem (got value)` instead."""
+
+    async def test() -> None:
+        async with session(store) as client:
+            remember = {"content": "Dana lives in Lyon", "keys": ["Dana"]}
+            said = {
+                "ttl_seconds": await refused(
+                    client, store, "remember", {**remember, "ttl_seconds": -5}
+                ),
+                "namespace": await refused(
+                    client, store, "remember", {**remember, "namespace": "Bad Space!"}
+                ),
+                "keys[1]": await refused(
+                    client, store, "remember", {**remember, "keys": ["Dana", "x" * 101]}
+                ),
+                "items[1].content": await refused(
+                    client, store, "remember_batch", {"items": [remember, {"keys": ["Dana"]}]}
+                ),
+                "limit": await refused(client, store, "read_key", {"key_id": "k_x", "limit": 0}),
+            }
+            for field, message in said.items():
+                assert message.startswith("Error executing tool "), message
+                assert f": {field}: " in message, message
+                for noise in ("validation error for", "errors.pydantic.dev", "input_value"):
+                    assert noise not in message, message
+            assert said["ttl_seconds"].endswith(
+                "ttl_seconds: Input should be greater than or equal to 1 (got -5)"
+            )
+            assert "(got 'Bad Space!')" in said["namespace"]
+            assert "at most 100 characters" in said["keys[1]"]
+            assert "x" * 101 not in said["keys[1]"]  # a long value is not echoed back
+            assert said["items[1].content"].endswith("items[1].content: Field required")
+
+    anyio.run(test)
+
+
+def test_a_schema_refusal_is_a_keytrail_error_with_one_problem_per_argument(store: Store) -> None:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from keytrail.core import KeytrailError
+    from keytrail.server.strict_arguments import InvalidArguments
+
+    server = build_server(store, ALL_TOOLSETS)
+    with pytest.raises(InvalidArguments) as caught:
+        anyio.run(server.call_tool, "list_memories", {"limit": 0, "offset": -1})
+    error = caught.value
+    assert isinstance(error, KeytrailError) and isinstance(error, ToolError)
+    fields = json.loads(json.dumps(error.to_dict()))
+    assert fields["tool"] == "list_memories"
+    assert [p["field"] for p in fields["problems"]] == ["limit", "offset"]
