@@ -20,6 +20,7 @@ from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.timetravel import read_memory_at, view
 
+from .browse_cli import add_browse_verbs
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
@@ -445,6 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--via", metavar="KEY_ID", help="the key you came through")
     p.add_argument("--query", help="the recall query that led here (teaches aliases)")
     add_time_options(p)
+
+    add_browse_verbs(verb)
 
     p = verb(
         "correct", "replace a memory with a new version (old one kept as history)", cmd_correct

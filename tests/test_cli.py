@@ -30,6 +30,10 @@ VERBS = [
     "import",
     "history",
     "changes",
+    "list",
+    "related",
+    "keys",
+    "cleanup-expired",
 ]
 
 
@@ -93,6 +97,48 @@ def test_quick_verbs(home: Path) -> None:
     assert gone["memory_id"] == fixed["memory_id"]
     assert "events" in kt(home, "stats").stdout
     assert "remembered m_" in kt(home, "remember", "Bob is tall", "-n", "Bob").stdout
+
+
+def test_list_related_keys_and_cleanup_answer_as_the_mcp_tools_do(home: Path) -> None:
+    dana = kt_json(home, "remember", "Dana lives in Lyon", "-n", "Dana", "-n", "Lyon")
+    mia = kt_json(home, "remember", "Dana's daughter is Mia", "-n", "Dana", "-n", "Mia")
+    alone = kt_json(home, "remember", "Bob collects stamps", "-n", "Bob", "-k", "stamps")
+
+    page = kt_json(home, "list")
+    assert page["total"] == 3
+    newest_first = [alone, mia, dana]
+    assert [m["memory_id"] for m in page["memories"]] == [m["memory_id"] for m in newest_first]
+    second = kt_json(home, "list", "--limit", "1", "--offset", "1")
+    assert [m["memory_id"] for m in second["memories"]] == [mia["memory_id"]]
+    text = kt(home, "list", "--limit", "2").stdout
+    assert text.startswith("3 memories, newest first (showing 1-2)")
+    assert "Bob collects stamps" in text and "keys: Bob, stamps" in text
+
+    related = kt_json(home, "related", dana["memory_id"])
+    assert [r["memory_id"] for r in related["related"]] == [mia["memory_id"]]
+    assert [k["label"] for k in related["related"][0]["shared_keys"]] == ["Dana"]
+    assert f"{mia['memory_id']}  score" in kt(home, "related", dana["memory_id"]).stdout
+    assert "nothing related to" in kt(home, "related", alone["memory_id"]).stdout
+
+    keys = kt_json(home, "keys")
+    counts = {k["label"]: k["memory_count"] for k in keys["keys"]}
+    assert counts["Dana"] == 2 and counts["Bob"] == 1 and keys["keys"][0]["label"] == "Dana"
+    assert "Dana [name]  2 memories" in kt(home, "keys").stdout
+
+    assert kt(home, "cleanup-expired").stdout == "nothing has expired\n"
+    trip = kt_json(home, "remember", "Dana is in Rome this week", "-n", "Rome", "--ttl", "1")
+    time.sleep(1.2)  # the trip's ttl passes: hidden at once, recorded by cleanup-expired
+    assert kt_json(home, "list")["total"] == 3
+    expired = kt_json(home, "cleanup-expired")
+    assert expired["memory_ids"] == [trip["memory_id"]] and expired["seq"] is not None
+    assert kt(home, "cleanup-expired").stdout == "nothing has expired\n"
+    assert kt_json(home, "stats")["expired"] == 1
+
+    proc = kt(home, "related", "m_missing", ok=False)
+    assert proc.returncode == 2
+    assert proc.stderr == "keytrail: error: memory_id: no memory 'm_missing'\n"
+    proc = kt(home, "list", "--limit", "0", ok=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: limit:")
 
 
 def test_errors_are_one_line_and_exit_2(home: Path) -> None:

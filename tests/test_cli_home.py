@@ -40,6 +40,10 @@ NEEDS_A_STORE: dict[str, list[list[str]]] = {
     "history": [["{memory}"]],
     "changes": [[]],
     "recall-memories": [["fruit"]],
+    "list": [[]],
+    "related": [["{memory}"]],
+    "keys": [[], ["--hubs"]],
+    "cleanup-expired": [[]],
 }
 CASES = [(verb, args) for verb, arg_lists in NEEDS_A_STORE.items() for args in arg_lists]
 

@@ -1,0 +1,108 @@
+"""The reading and tidying verbs a person looking after a store needs beside recall and read:
+`list`, `related`, `keys` and `cleanup-expired`, the command-line side of the MCP tools
+list_memories, related, browse_keys and cleanup_expired."""
+
+import argparse
+from collections.abc import Callable
+
+from keytrail.core.timetravel import view
+
+from .shell import emit_json, open_store, preview, short_time
+from .time_cli import add_time_options
+
+Verb = Callable[..., argparse.ArgumentParser]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        page = view(store, args.as_of, args.valid_at).list_memories(
+            args.namespace, args.limit, args.offset
+        )
+    if args.json:
+        emit_json(page)
+        return 0
+    shown = f"{page.offset + 1}-{page.offset + len(page.memories)}" if page.memories else "none"
+    print(f"{page.total} memories, newest first (showing {shown})")
+    for m in page.memories:
+        expires = f"  expires {short_time(m.expires_at)}" if m.expires_at else ""
+        print(
+            f"{m.memory_id}  [{m.namespace}]  {short_time(m.created_at)}  depth {m.depth:.2f}"
+            f"  read {m.access_count}x{expires}"
+        )
+        print(f"    {preview(m.preview, 90)}")
+        print(f"    keys: {', '.join(k.label for k in m.keys) or '-'}")
+    return 0
+
+
+def cmd_related(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = view(store, args.as_of, args.valid_at).related(args.memory_id, args.limit)
+    if args.json:
+        emit_json(result)
+        return 0
+    if not result.related:
+        print(f"nothing related to {result.memory_id}")
+    for r in result.related:
+        why = [k.label for k in r.shared_keys]
+        if r.related_edge:
+            why.append("related_to")
+        print(f"{r.memory_id}  score {r.score:.3f}  depth {r.depth:.2f}  via: {', '.join(why)}")
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        page = store.browse_keys(args.namespace, args.hubs, args.limit, args.offset)
+    if args.json:
+        emit_json(page)
+        return 0
+    what = "hub keys" if args.hubs else "keys"
+    shown = f"{page.offset + 1}-{page.offset + len(page.keys)}" if page.keys else "none"
+    print(f"{page.total} {what}, most memories first (showing {shown})")
+    for k in page.keys:
+        hub = " hub" if k.hub else ""
+        aliases = f"  aliases: {', '.join(k.aliases)}" if k.aliases else ""
+        print(f"{k.key_id}  {k.label} [{k.type}]  {k.memory_count} memories{hub}{aliases}")
+    return 0
+
+
+def cmd_cleanup_expired(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.cleanup_expired()
+    if args.json:
+        emit_json(result)
+        return 0
+    if not result.memory_ids:
+        print("nothing has expired")
+        return 0
+    print(f"expired {len(result.memory_ids)} memories (seq {result.seq})")
+    for memory_id in result.memory_ids:
+        print(f"  {memory_id}")
+    return 0
+
+
+def add_browse_verbs(verb: Verb) -> None:
+    p = verb("list", "current memories, newest first, with a preview", cmd_list)
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--offset", type=int, default=0)
+    add_time_options(p)
+
+    p = verb(
+        "related",
+        "memories sharing keys with one (rare keys count most) or linked to it by related_to",
+        cmd_related,
+    )
+    p.add_argument("memory_id")
+    p.add_argument("--limit", type=int, default=10)
+    add_time_options(p)
+
+    p = verb("keys", "keys with their memory counts, most memories first", cmd_keys)
+    p.add_argument("--hubs", action="store_true", help="only hubs (keys with many memories)")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--offset", type=int, default=0)
+
+    verb(
+        "cleanup-expired",
+        "record every memory whose ttl has passed as expired (they are already hidden)",
+        cmd_cleanup_expired,
+    )
