@@ -1,6 +1,7 @@
 """The reading and tidying verbs a person looking after a store needs beside recall and read:
-`list`, `related`, `keys` and `cleanup-expired`, the command-line side of the MCP tools
-list_memories, related, browse_keys and cleanup_expired."""
+`list`, `related`, `keys`, `cleanup-expired`, `sessions` and `conversation`, the command-line
+side of the MCP tools list_memories, related, browse_keys, cleanup_expired, list_sessions and
+get_conversation."""
 
 import argparse
 from collections.abc import Callable
@@ -81,6 +82,33 @@ def cmd_cleanup_expired(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sessions(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.list_sessions()
+    if args.json:
+        emit_json(result)
+        return 0
+    if not result.sessions:
+        print("no recorded conversations")
+    for s in result.sessions:
+        print(
+            f"{s.session_id}  {s.turns} turns  {short_time(s.first_at)} .. {short_time(s.last_at)}"
+        )
+    return 0
+
+
+def cmd_conversation(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        result = store.get_conversation(args.session_id, args.turn)
+    if args.json:
+        emit_json(result)
+        return 0
+    print(f"{result.session_id}: {result.total} turns")
+    for t in result.turns:
+        print(f"{t.turn:>4}  {short_time(t.at)}  {t.role}: {t.content}")
+    return 0
+
+
 def add_browse_verbs(verb: Verb) -> None:
     p = verb("list", "current memories, newest first, with a preview", cmd_list)
     p.add_argument("--limit", type=int, default=20)
@@ -106,3 +134,9 @@ def add_browse_verbs(verb: Verb) -> None:
         "record every memory whose ttl has passed as expired (they are already hidden)",
         cmd_cleanup_expired,
     )
+
+    verb("sessions", "sessions with recorded turns, most recently active first", cmd_sessions)
+
+    p = verb("conversation", "the recorded turns of a session, in order", cmd_conversation)
+    p.add_argument("session_id")
+    p.add_argument("--turn", type=int, help="only this turn (1-based)")

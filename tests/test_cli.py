@@ -34,6 +34,8 @@ VERBS = [
     "related",
     "keys",
     "cleanup-expired",
+    "sessions",
+    "conversation",
 ]
 
 
@@ -139,6 +141,36 @@ def test_list_related_keys_and_cleanup_answer_as_the_mcp_tools_do(home: Path) ->
     assert proc.stderr == "keytrail: error: memory_id: no memory 'm_missing'\n"
     proc = kt(home, "list", "--limit", "0", ok=False)
     assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: limit:")
+
+
+def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
+    from keytrail.core import Settings, Store
+
+    with Store(Settings.from_env(home=str(home), embedder="hash")) as store:
+        store.record_turn("chat-1", "user", "Hi, I moved to Lyon")
+        store.record_turn("chat-1", "assistant", "Congratulations!")
+        store.record_turn("chat-2", "user", "What's the weather?")
+    sessions = kt_json(home, "sessions")
+    assert [(s["session_id"], s["turns"]) for s in sessions["sessions"]] == [
+        ("chat-2", 1),
+        ("chat-1", 2),
+    ]
+    assert kt(home, "sessions").stdout.startswith("chat-2  1 turns  ")
+    chat = kt_json(home, "conversation", "chat-1")
+    assert chat["total"] == 2
+    assert [(t["turn"], t["role"], t["content"]) for t in chat["turns"]] == [
+        (1, "user", "Hi, I moved to Lyon"),
+        (2, "assistant", "Congratulations!"),
+    ]
+    text = kt(home, "conversation", "chat-1", "--turn", "2").stdout
+    assert text.startswith("chat-1: 2 turns\n") and text.rstrip().endswith(
+        "assistant: Congratulations!"
+    )
+    proc = kt(home, "conversation", "chat-9", ok=False)
+    assert proc.returncode == 2
+    assert proc.stderr == "keytrail: error: session_id: no session 'chat-9'\n"
+    proc = kt(home, "conversation", "chat-1", "--turn", "3", ok=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: turn:")
 
 
 def test_errors_are_one_line_and_exit_2(home: Path) -> None:

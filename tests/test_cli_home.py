@@ -44,6 +44,8 @@ NEEDS_A_STORE: dict[str, list[list[str]]] = {
     "related": [["{memory}"]],
     "keys": [[], ["--hubs"]],
     "cleanup-expired": [[]],
+    "sessions": [[]],
+    "conversation": [["chat-1"]],
 }
 CASES = [(verb, args) for verb, arg_lists in NEEDS_A_STORE.items() for args in arg_lists]
 
@@ -278,6 +280,8 @@ def test_every_verb_still_works_on_an_existing_store(
     )
     assert code == 0
     made = json.loads(out)
+    with Store.open_existing(Settings.from_env(home=home, embedder="hash")) as store:
+        store.record_turn("chat-1", "user", "Alice likes strawberries")  # for `conversation`
     ids = {
         "memory": made["memory_id"],
         "key": made["keys"][0]["key_id"],
