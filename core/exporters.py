@@ -118,6 +118,21 @@ class _NamespaceFilter:
         return event
 
 
+def memory_namespaces(events: Iterable[AnyEvent]) -> set[str]:
+    """Every namespace a memory of these events was made in (forgotten ones too)."""
+    found: set[str] = set()
+    for event in events:
+        if isinstance(event, MemoryRemembered):
+            found.update(m.namespace for m in event.memories)
+        elif isinstance(event, MemoryCorrected):
+            found.add(event.memory.namespace)
+        elif isinstance(event, EntitiesCreated):
+            found.update(m.namespace for m in event.observations)
+        elif isinstance(event, GraphImported):
+            found.update(i.memory.namespace for i in event.memories)
+    return found
+
+
 def namespace_events(events: Iterable[AnyEvent], namespace: str) -> Iterator[AnyEvent]:
     """The events concerning `namespace`, renumbered 1, 2, 3... with their original times."""
     keep = _NamespaceFilter(namespace)

@@ -198,6 +198,10 @@ class EventLog:
         self._seq, self._at = position.seq, position.at
         return True
 
+    def rewind(self) -> None:
+        """Put the cursor back at the start of the log, for another pass over it."""
+        self._reset()
+
     def _reset(self) -> None:
         self._segment, self._offset, self._seq, self._at = None, 0, 0, EPOCH
 

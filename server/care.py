@@ -16,7 +16,7 @@ import msgspec
 
 from keytrail.core import InvalidInput, Settings, StoreError, forgetting
 from keytrail.core import validation as check
-from keytrail.core.exporters import memory_jsonl_lines, namespace_events
+from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
 from keytrail.core.importers import check_import, detect_format
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.events import (
@@ -285,7 +285,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     events: Iterable[AnyEvent] = log.iter_new()
     if args.namespace is not None:
-        events = namespace_events(events, check.namespace(args.namespace, "default"))
+        namespace = check.namespace(args.namespace, "default")
+        try:
+            _require_namespace(log, namespace)
+        except BaseException:
+            log.close()
+            raise
+        events = namespace_events(log.iter_new(), namespace)
     total = sum((log.dir / s).stat().st_size for s in log.segments())
     bar = ProgressBar("export")
     out: TextIO = (
@@ -312,6 +318,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     bar.finish()
     print(f"exported {count} events", file=sys.stderr)
     return 0
+
+
+def _require_namespace(log: EventLog, namespace: str) -> None:
+    """Refuse, before writing anything, a namespace no memory of the log was ever made in: a
+    mistyped `--namespace` would otherwise export only the store-wide events and exit 0, a
+    backup that looks fine and holds none of the memories meant. Leaves the cursor at the
+    start, for the export's own pass."""
+    found = memory_namespaces(log.iter_new())
+    log.rewind()
+    if namespace not in found:
+        raise InvalidInput(
+            "--namespace",
+            f"no memory in this store was ever in namespace {namespace!r} "
+            f"(its namespaces: {', '.join(sorted(found)) or 'none'})",
+            value=namespace,
+        )
 
 
 def _consumed(log: EventLog, total: int) -> int:

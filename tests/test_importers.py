@@ -263,6 +263,34 @@ def test_namespace_export_holds_that_namespace_and_imports_alone(
     assert set(part.relations) == set(full.relations)
 
 
+def test_a_namespace_export_of_a_namespace_never_used_is_refused_and_writes_nothing(
+    make_store: Callable[..., Store],
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mistyped --namespace used to export only the store-wide events and exit 0."""
+    store = populated(make_store, tmp_path / "a")
+    used = sorted({m.namespace for m in store.refresh().memories.values()})
+    out = tmp_path / "wrok.jsonl"
+    with pytest.raises(SystemExit) as stopped:
+        main(["export", "--home", str(store.home), "--namespace", "wrok", "-o", str(out)])
+    assert stopped.value.code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert err == (
+        "keytrail: error: --namespace: no memory in this store was ever in namespace 'wrok' "
+        f"(its namespaces: {', '.join(used)})\n"
+    )
+    # A namespace whose every memory was forgotten was used: its export still runs.
+    work = [mid for mid, m in store.refresh().memories.items() if m.namespace == "work"]
+    for mid in work:
+        if store.refresh().memories[mid].status != "forgotten":
+            store.forget(mid)
+    assert all(store.refresh().memories[mid].status == "forgotten" for mid in work)
+    assert main(["export", "--home", str(store.home), "--namespace", "work", "-o", str(out)]) == 0
+    assert work[0] in out.read_text()
+
+
 def test_memory_jsonl_export_then_import_gives_the_same_graph(
     make_store: Callable[..., Store], tmp_path: Path, cli_env: None
 ) -> None:
