@@ -327,6 +327,10 @@ def _require_namespace(log: EventLog, namespace: str) -> None:
     start, for the export's own pass."""
     found = memory_namespaces(log.iter_new())
     log.rewind()
+    _require_namespace_in(found, namespace)
+
+
+def _require_namespace_in(found: set[str], namespace: str) -> None:
     if namespace not in found:
         raise InvalidInput(
             "--namespace",
@@ -385,6 +389,8 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
     settings = Settings.from_env(home=args.home)
     namespace = check.namespace(args.namespace or settings.kg_namespace, settings.default_namespace)
     state = fold(EventLog(home).iter_new())
+    if args.namespace is not None:
+        _require_namespace_in({m.namespace for m in state.memories.values()}, namespace)
     lines = memory_jsonl_lines(state, namespace, utc_now())
     out: TextIO = (
         sys.stdout

@@ -281,6 +281,11 @@ def test_a_namespace_export_of_a_namespace_never_used_is_refused_and_writes_noth
         "keytrail: error: --namespace: no memory in this store was ever in namespace 'wrok' "
         f"(its namespaces: {', '.join(used)})\n"
     )
+    with pytest.raises(SystemExit) as stopped:
+        kg_export = ["export", "--format", "memory-jsonl", "--namespace", "wrok"]
+        main([*kg_export, "--home", str(store.home), "-o", str(out)])
+    assert stopped.value.code == 2 and not out.exists()
+    assert "namespace 'wrok'" in capsys.readouterr().err
     # A namespace whose every memory was forgotten was used: its export still runs.
     work = [mid for mid, m in store.refresh().memories.items() if m.namespace == "work"]
     for mid in work:
