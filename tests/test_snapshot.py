@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core.maintenance import verify
 from keytrail.events import EventLog
 from keytrail.projections import fold
 from keytrail.projections import snapshot as snapshots
@@ -176,3 +177,25 @@ def test_a_snapshot_with_a_damaged_node_costs_a_replay_not_answers(tmp_path: Pat
     assert reader.list_memories() == writer.list_memories()
     reader.close()
     writer.close()
+
+
+def test_verify_and_forget_take_a_snapshot_with_a_damaged_node_in_their_stride(
+    tmp_path: Path,
+) -> None:
+    """verify reports it (the store would answer from it: a lazy open accepts it) instead of
+    crashing; a forget's purge deletes it like any snapshot it cannot read."""
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    damaged = store.remember("the zebra lives in the orchard", ["zebra"]).memory_id
+    store.remember("fact about orchards", ["orchard"])
+    store.close()
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    snapshots.materialize(store.state)
+    damage_node(store.snapshot_path, "the zebra lives in the orchard")
+    report = verify(home)
+    assert not report.ok
+    assert any("keygraph.msgpack" in p and "damaged" in p for p in report.cache_problems)
+    store.forget(damaged)
+    assert b"zebra lives" not in b"".join(p.read_bytes() for p in store.snapshot_files())
+    store.close()
+    assert verify(home).ok
