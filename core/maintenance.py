@@ -261,7 +261,10 @@ class _Derived:
 
     def _snapshot(self, path: Path, name: str, state: GraphState) -> None:
         loaded = snapshots.load(path)
-        if loaded is None:
+        if loaded is None and snapshots.load(path, lazy=True) is not None:
+            # A store opens it (lazily) and fails on the node when a query or fold reads it.
+            self.problems.append(f"{name}: a node in it is damaged")
+        elif loaded is None:
             self.ignored.append(f"{name}: unreadable")
         elif loaded.store_id != state.store_id:
             self.problems.append(f"{name}: a snapshot of another store ({loaded.store_id})")

@@ -166,7 +166,8 @@ class Store(Queries, HybridQueries):
         self._unfoldable: CorruptLog | None = None  # a line that cannot be applied (see _folded)
         self._pending_purge = str(forgetting.pending_path(self.home))  # checked on every write
         #: (memory id, text_hash of its content) of every forget folded since open, in order:
-        #: work that read contents before a forget (past states, a reembed) checks it
+        #: work that read contents before a forget (past states, a reembed) checks it. The
+        #: hash is "" for a memory whose content was already hidden (a deleted observation).
         self.forgets_folded: list[tuple[str, str]] = []
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
@@ -421,9 +422,12 @@ class Store(Queries, HybridQueries):
                 # content's vector rows are erased at our next write; the text index drops
                 # the memory on its next catch-up.
                 node = self.state.memories.get(event.memory_id)
-                if node is not None and node.content:
-                    digest = text_hash(node.content)
-                    self._forgotten_digests.add(digest)
+                if node is not None:
+                    # A memory deleted as an observation has no content here any more, but its
+                    # log line, and so past states, held it until now: note it all the same.
+                    digest = text_hash(node.content) if node.content else ""
+                    if digest:
+                        self._forgotten_digests.add(digest)
                     self.forgets_folded.append((event.memory_id, digest))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)

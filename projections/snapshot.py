@@ -354,7 +354,8 @@ def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
     try:
         with paused_gc():
             state = _decode_state(body, lazy)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, StoreError):
+        # StoreError: an eager load decodes every node, and one of them is damaged.
         return None
     return Snapshot(
         format=header.format,

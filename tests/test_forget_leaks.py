@@ -197,3 +197,55 @@ def test_a_save_killed_before_erasing_a_forgotten_row_never_wrote_that_row(
     hashes = (home / "cache" / "vectors" / "hash_v1_128" / "hashes.txt").read_text()
     assert text_hash(SECRET) not in hashes
     store.close()
+
+
+def a_deleted_observation(store: Store) -> str:
+    """A secret told as an observation and then deleted (hidden, its content still in its log
+    line, so past states hold it); returns its memory id."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person", [SECRET])])
+    (memory_id,) = store.state.memories
+    for i in range(12):
+        store.remember(f"filler fact {i}", ["tea"])
+    kg.delete_observations([ObservationInput("Alice", [SECRET])])
+    return memory_id
+
+
+def test_a_past_state_cached_before_a_deleted_observation_is_forgotten_drops_its_content(
+    home: Path,
+) -> None:
+    store = open_store(home)
+    secret = a_deleted_observation(store)
+    then = store.state.seq - 1  # before the delete: the observation is shown then
+    assert store.past.state(then).memories[secret].content == SECRET  # cached now
+    store.forget(secret)
+    assert fresh_prefix_state(home, then).memories[secret].content == ""
+    assert store.past.state(then).memories[secret].content == ""
+    store.close()
+
+
+def test_a_past_read_keeps_no_snapshot_holding_a_deleted_observation_forgotten_meanwhile(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, for a memory deleted as an observation before it was forgotten: its content is
+    already empty in the present state, yet the past state folded from the log holds it."""
+    writer = open_store(home)
+    secret = a_deleted_observation(writer)
+    then = writer.state.seq - 1
+    reader = open_store(home, snapshot_every=4)
+    real_fold = timetravel_module.fold
+    forgot: list[object] = []
+
+    def fold_then_forget(events: Any, state: Any = None) -> Any:
+        folded = real_fold(events, state)
+        if not forgot:
+            forgot.append(writer.forget(secret))
+        return folded
+
+    monkeypatch.setattr(timetravel_module, "fold", fold_then_forget)
+    past = timetravel_module.view(reader, then)
+    assert forgot and past.state.seq == then
+    assert files_holding(home, SECRET) == []
+    reader.close()
+    writer.close()
+    assert files_holding(home, SECRET) == []

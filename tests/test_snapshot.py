@@ -6,8 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core.maintenance import verify
+from keytrail.events import EventLog
+from keytrail.projections import fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import LazyNodes
 
@@ -125,3 +129,73 @@ def test_a_query_during_warm_up_and_a_close_after_it_are_safe(
     reopened.close()
     thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+def damage_node(path: Path, content: str) -> None:
+    """Bit rot inside one node's bytes: the file's framing still reads, the node does not."""
+    data = bytearray(path.read_bytes())
+    at = data.find(content.encode())
+    assert at > 0
+    data[at - 1] = 0xC1  # the content's msgpack str header becomes a never-used opcode
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a lazily loaded snapshot is checked only when a node is decoded: a damaged node "
+    "surfaces in the first query or fold that touches it (StoreError), a fold then stops "
+    "half-way and later folds go on without the rest of that event, and close() saves that "
+    "state as the next snapshot. Checking the body at load (a checksum) costs the lazy open "
+    "about as much again; falling back to replay needs the fold's forget bookkeeping redone",
+)
+def test_a_snapshot_with_a_damaged_node_costs_a_replay_not_answers(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+
+    def opened() -> Store:
+        return Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+
+    writer = opened()
+    damaged = writer.remember("the zebra lives in the orchard", ["zebra"]).memory_id
+    for i in range(3):
+        writer.remember(f"fact {i} about orchards", ["orchard"])
+    writer.close()
+    writer = opened()
+    snapshots.materialize(writer.state)  # read before the damage: this process is healthy
+    damage_node(writer.snapshot_path, "the zebra lives in the orchard")
+    reader = opened()  # from the damaged snapshot
+    writer.remember_batch(
+        [
+            RememberItem("a new fact about the orchard", ["orchard"], related_to=[damaged]),
+            RememberItem("pears grow there too", ["pear"]),
+        ]
+    )
+    writer.remember("plums as well", ["plum"])
+    replayed = fold(EventLog(home).iter_new())
+    state = reader.refresh()
+    assert state.seq == replayed.seq
+    assert sorted(state.labels) == sorted(replayed.labels)
+    assert reader.list_memories() == writer.list_memories()
+    reader.close()
+    writer.close()
+
+
+def test_verify_and_forget_take_a_snapshot_with_a_damaged_node_in_their_stride(
+    tmp_path: Path,
+) -> None:
+    """verify reports it (the store would answer from it: a lazy open accepts it) instead of
+    crashing; a forget's purge deletes it like any snapshot it cannot read."""
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    damaged = store.remember("the zebra lives in the orchard", ["zebra"]).memory_id
+    store.remember("fact about orchards", ["orchard"])
+    store.close()
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    snapshots.materialize(store.state)
+    damage_node(store.snapshot_path, "the zebra lives in the orchard")
+    report = verify(home)
+    assert not report.ok
+    assert any("keygraph.msgpack" in p and "damaged" in p for p in report.cache_problems)
+    store.forget(damaged)
+    assert b"zebra lives" not in b"".join(p.read_bytes() for p in store.snapshot_files())
+    store.close()
+    assert verify(home).ok
