@@ -261,9 +261,9 @@ class _Derived:
 
     def _snapshot(self, path: Path, name: str, state: GraphState) -> None:
         loaded = snapshots.load(path)
-        if loaded is None and snapshots.load(path, lazy=True) is not None:
-            # A store opens it (lazily) and fails on the node when a query or fold reads it.
-            self.problems.append(f"{name}: a node in it is damaged")
+        if loaded is None and snapshots.damaged(path):
+            # Every load checks the body's checksum: a store never answers from it.
+            self.ignored.append(f"{name}: damaged (its checksum does not match)")
         elif loaded is None:
             self.ignored.append(f"{name}: unreadable")
         elif loaded.store_id != state.store_id:

@@ -2,11 +2,18 @@
 
 A snapshot is a cache. A missing, stale or unreadable one costs a longer replay, never data.
 
-File layout (format 3): a 4-byte big-endian length, a small msgpack header (seq, time, log
-position), then the msgpack state. The header alone answers "which snapshot is nearest to this
-point?" without decoding any state, which time travel asks of every kept snapshot. Keys and
-memories are stored by column (ids, then every node's bytes back to back), so a lazy load
-builds an id index and decodes a node only when it is looked at (`LazyNodes`).
+File layout (format 4): a 4-byte big-endian length, a small msgpack header (seq, time, log
+position, CRC-32 of the body), then the msgpack state. The header alone answers "which
+snapshot is nearest to this point?" without decoding any state, which time travel asks of every
+kept snapshot. Keys and memories are stored by column (ids, then every node's bytes back to
+back), so a lazy load builds an id index and decodes a node only when it is looked at
+(`LazyNodes`).
+
+The body's checksum is checked at every load, before anything is decoded. A lazy load decodes
+a node only when a query or a fold first reads it, so without the checksum a damaged node (the
+framing intact) would surface half-way through a fold, long after the open trusted the file.
+With it, a damaged snapshot is a cache miss like any unreadable one: a replay, not an answer.
+zlib's crc32 runs at a few GB/s, a small part of the lazy open it guards.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ import itertools
 import os
 import re
 import sys
+import threading
+import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +38,7 @@ from keytrail.events.types import EPOCH, FoldRules
 
 from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc
 
-FORMAT = 3
+FORMAT = 4
 _LENGTH_BYTES = 4
 #: Archived snapshots are named by the seq they reflect; the latest one has a fixed name.
 _ARCHIVED = re.compile(r"^keygraph-(\d{20})\.msgpack$")
@@ -56,6 +65,8 @@ class Header(msgspec.Struct, kw_only=True):
     at: datetime = EPOCH
     segment: str | None = None
     offset: int = 0
+    #: CRC-32 of the body (everything after the header)
+    body_crc: int = 0
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
@@ -300,8 +311,9 @@ def fsync_dir(path: Path) -> None:
 
 
 def encode(snapshot: Snapshot) -> bytes:
-    header = _encoder.encode(snapshot.header)
-    return len(header).to_bytes(_LENGTH_BYTES, "big") + header + _encode_state(snapshot.state)
+    body = _encode_state(snapshot.state)
+    header = _encoder.encode(msgspec.structs.replace(snapshot.header, body_crc=zlib.crc32(body)))
+    return len(header).to_bytes(_LENGTH_BYTES, "big") + header + body
 
 
 def save(path: Path, snapshot: Snapshot) -> None:
@@ -337,11 +349,43 @@ def read_header(path: Path) -> Header | None:
     return None if split is None else split[0]
 
 
-def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
-    """The snapshot at `path`, or None when it is missing or unreadable (it is only a cache).
+#: Bodies at least this big are checksummed in a thread while the main one decodes the framing
+_CRC_IN_THREAD_BYTES = 1 << 22
 
-    `lazy`: keys and memories decode on first access (`LazyNodes`); a damaged node then
-    surfaces only when it is read, so use it for read-mostly past states, not the live one.
+
+def _checksum(body: memoryview) -> Callable[[], int]:
+    """The body's CRC-32, as a call that returns it. zlib lets go of the GIL while it sums a
+    large buffer, so a big body is summed in a thread beside the decode and the check adds
+    little to the open; a small one is summed at once."""
+    if len(body) < _CRC_IN_THREAD_BYTES:
+        crc = zlib.crc32(body)
+        return lambda: crc
+    result: list[int] = []
+    summing = threading.Thread(target=lambda: result.append(zlib.crc32(body)), daemon=True)
+    summing.start()
+
+    def wait() -> int:
+        summing.join()
+        return result[0]
+
+    return wait
+
+
+def damaged(path: Path) -> bool:
+    """Whether the snapshot at `path` has a readable header but a body that fails its checksum."""
+    try:
+        split = _split(path.read_bytes())
+    except FileNotFoundError:
+        return False
+    return split is not None and zlib.crc32(split[1]) != split[0].body_crc
+
+
+def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
+    """The snapshot at `path`, or None when it is missing, unreadable or damaged (it is only a
+    cache).
+
+    `lazy`: keys and memories decode on first access (`LazyNodes`). The body's checksum was
+    checked first, so a node that then fails to decode means memory, not the file, went bad.
     """
     try:
         data = path.read_bytes()
@@ -351,12 +395,17 @@ def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
     if split is None:
         return None
     header, body = split
+    checksum = _checksum(body)
     try:
         with paused_gc():
             state = _decode_state(body, lazy)
     except (msgspec.DecodeError, msgspec.ValidationError, StoreError):
         # StoreError: an eager load decodes every node, and one of them is damaged.
         return None
+    finally:
+        crc = checksum()
+    if crc != header.body_crc:
+        return None  # whatever decoded from it is dropped unseen
     return Snapshot(
         format=header.format,
         store_id=header.store_id,
