@@ -128,7 +128,7 @@ def test_an_unreadable_snapshot_is_ignored_not_a_problem(home: Path) -> None:
     report = verify(home)
     assert report.ok
     assert report.caches_ignored == [
-        "cache/snapshot/keygraph.msgpack: unreadable or of an older format"
+        "cache/snapshot/keygraph.msgpack: unreadable or of another format"
     ]
 
 
