@@ -42,7 +42,7 @@ class VerifyReport:
     cache_problems: list[str] = field(default_factory=list)
     #: Derived files found to agree with the log, with the seq each reflects.
     caches_checked: list[str] = field(default_factory=list)
-    #: Derived files the store ignores (unreadable, damaged or of another format): they cost a replay.
+    #: Derived files the store ignores (unreadable, damaged, another format): they cost a replay.
     caches_ignored: list[str] = field(default_factory=list)
     #: Forgotten memories whose purge was interrupted: their content may still be in a cache
     #: (that is not counted as a problem); the next open of the store finishes the purge.
