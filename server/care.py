@@ -246,6 +246,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     existing_home(args)
+    torn_dir = settings.home / "log" / "torn"
+    torn_before = set(os.listdir(torn_dir)) if torn_dir.is_dir() else set()
     drop_cache(settings.home)
     bar = ProgressBar("replay")
     with open_store(args, progress=bar) as store:
@@ -267,6 +269,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             f"{len(contents)} content vectors ({store.embedder.fingerprint}), "
             f"{indexed} memories in the text index"
         )
+    # The lock the rebuild took cut a crashed writer's unfinished last line, if there was one.
+    for name in sorted(set(os.listdir(torn_dir)) - torn_before if torn_dir.is_dir() else []):
+        print(f"  cut a torn last line (a write that never finished) into log/torn/{name}")
     return 0
 
 

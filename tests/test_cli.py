@@ -238,6 +238,19 @@ def test_rebuild_replays_from_the_log(home: Path) -> None:
     assert any(k["label"] == "tea" for k in rec["keys"])
 
 
+def test_rebuild_says_it_cut_a_torn_last_line(home: Path) -> None:
+    kt(home, "remember", "Alice likes tea", "-n", "Alice", "-k", "tea")
+    (segment,) = sorted((home / "log").glob("*.jsonl"))
+    whole = segment.read_bytes()
+    with open(segment, "ab") as f:  # a writer that died in the middle of its line
+        f.write(b'{"type":"memory.remembered","seq":3,"at":"2026-')
+    out = kt(home, "rebuild").stdout
+    (torn,) = os.listdir(home / "log" / "torn")
+    assert f"cut a torn last line (a write that never finished) into log/torn/{torn}" in out
+    assert segment.read_bytes() == whole
+    assert "torn" not in kt(home, "rebuild").stdout  # said once, when it happened
+
+
 def test_export_then_import_into_an_empty_store(home: Path, tmp_path: Path) -> None:
     a = kt_json(home, "remember", "Alice likes tea", "-n", "Alice", "-k", "tea", "--ttl", "3600")
     kt_json(home, "correct", a["memory_id"], "Alice likes green tea")
