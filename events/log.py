@@ -232,14 +232,17 @@ class EventLog:
                 segments = self.segments(fresh=True)
                 if index + 1 >= len(segments):
                     return
-            path = self.dir / self._segment
-            if os.path.getsize(path) != self._offset:
+            if self.segment_size(self._segment) != self._offset:
                 return  # a partial line at the end of a rolled segment: torn, not yet cut
             index += 1
             self._segment, self._offset = segments[index], 0
 
     def _open_segment(self, name: str) -> SegmentFile:
         return open(self.dir / name, "rb")
+
+    def segment_size(self, name: str) -> int:
+        """The size of segment `name` as this reader reads it."""
+        return os.path.getsize(self.dir / name)
 
     def _read_segment(self, name: str) -> Iterator[AnyEvent]:
         path = self.dir / name
@@ -531,6 +534,9 @@ class PinnedLog(EventLog):
     def _open_segment(self, name: str) -> SegmentFile:
         fd, _, size = self._pinned[name]
         return _PinnedFile(fd, size)
+
+    def segment_size(self, name: str) -> int:
+        return self._pinned[name][2]
 
     def replaced(self) -> bool:
         """Whether a segment has been replaced (redacted by a forget) since it was pinned."""

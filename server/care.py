@@ -297,7 +297,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             log.close()
             raise
         events = namespace_events(log.iter_new(), namespace)
-    total = sum((log.dir / s).stat().st_size for s in log.segments())
+    total = sum(log.segment_size(s) for s in log.segments())
     bar = ProgressBar("export")
     out: TextIO = (
         sys.stdout
@@ -351,7 +351,7 @@ def _consumed(log: EventLog, total: int) -> int:
     for name in log.segments():
         if name == pos.segment:
             return done + pos.offset
-        done += (log.dir / name).stat().st_size
+        done += log.segment_size(name)
     return total
 
 

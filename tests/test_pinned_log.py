@@ -92,3 +92,21 @@ def test_a_pinned_segment_is_read_a_chunk_at_a_time(
     finally:
         pinned.close()
     assert asked and max(asked) <= chunk
+
+
+def test_a_pinned_segment_has_the_size_it_had_when_pinned(tmp_path: Path) -> None:
+    """What export's progress bar counts: the bytes the pinned reader will read, not what
+    other processes appended (or a forget rewrote) since."""
+    writer = EventLog(tmp_path)
+    append(writer, 0, 3)
+    (segment,) = segments(tmp_path)
+    size = segment.stat().st_size
+    pinned = PinnedLog(tmp_path)
+    try:
+        append(writer, 3, 5)
+        assert segment.stat().st_size > size
+        assert pinned.segment_size(segment.name) == size
+        assert writer.segment_size(segment.name) == segment.stat().st_size
+        assert len(contents(pinned)) == 3 and pinned.position.offset == size
+    finally:
+        pinned.close()
