@@ -128,6 +128,9 @@ class Settings:
     hub_min: int = 3
     #: write a key-graph snapshot after this many events past the last one
     snapshot_every: int = 10_000
+    #: most archived snapshots kept for time travel: past that they thin out evenly, so their
+    #: disk grows with the graph, not with the graph times the number of intervals
+    snapshot_keep: int = 100
     segment_bytes: int = 64 * 1024 * 1024
     #: MCP tool sets to serve: "keygraph" (associative memory), "knowledge_graph" (entities)
     toolsets: tuple[str, ...] = ("keygraph",)
@@ -203,6 +206,7 @@ _SCALARS: dict[str, tuple[type[Any], str]] = {
     "time_decay_days": (float, "days in the time factor 0.5 + 0.5*exp(-age*(1-0.7*depth)/days)"),
     "hub_min": (int, "a key with at least this many active memories in a namespace is a hub"),
     "snapshot_every": (int, "write a key-graph snapshot after this many new events"),
+    "snapshot_keep": (int, "most archived key-graph snapshots kept for time travel"),
     "segment_bytes": (int, "start a new log segment past this size"),
     "embed_dim": (int, "dimension of an OpenAI-compatible model keytrail does not know"),
     "alias_after_reads": (int, "reads through a key with the same query that make it an alias"),
@@ -287,6 +291,7 @@ _POSITIVE = frozenset(
         "KEYTRAIL_TIME_DECAY_DAYS",
         "KEYTRAIL_HUB_MIN",
         "KEYTRAIL_SNAPSHOT_EVERY",
+        "KEYTRAIL_SNAPSHOT_KEEP",
         "KEYTRAIL_SEGMENT_BYTES",
         "KEYTRAIL_EMBED_DIM",
         "KEYTRAIL_ALIAS_AFTER_READS",

@@ -371,12 +371,18 @@ class Store(Queries, HybridQueries):
         snapshots.save(self.snapshot_path, snapshots.Snapshot.of(state, pos.segment, pos.offset))
         self._snapshot_seq = state.seq
 
-    def _archive_latest_snapshot(self, next_seq: int) -> None:
-        """Keep the current latest snapshot under its seq (time travel starts from those).
+    def archived_snapshots(self) -> int:
+        """How many snapshots are kept for time travel (all but the latest)."""
+        return sum(1 for p in self.snapshot_files() if p != self.snapshot_path)
 
-        Thinned so kept snapshots stand about `snapshot_every` events apart: of three in a row
-        closer than that, the middle one goes (frequent closes would otherwise pile them up).
-        """
+    def snapshot_spacing(self, head_seq: int) -> int:
+        """How far apart, in events, kept snapshots stand in a log of `head_seq` events:
+        `snapshot_every`, or wider once `snapshot_keep` of those would not cover the log."""
+        keep = self.settings.snapshot_keep
+        return max(self.settings.snapshot_every, -(-head_seq // keep))
+
+    def _archive_latest_snapshot(self, next_seq: int) -> None:
+        """Keep the current latest snapshot under its seq (time travel starts from those)."""
         latest = self.snapshot_path
         header = snapshots.read_header(latest)
         if header is None or header.seq >= next_seq:
@@ -385,11 +391,31 @@ class Store(Queries, HybridQueries):
             os.replace(latest, latest.with_name(snapshots.archived_name(header.seq)))
         except FileNotFoundError:  # another process archived it first
             return
+        self.thin_snapshots(next_seq)
+
+    def thin_snapshots(self, next_seq: int) -> None:
+        """Delete archived snapshots so the rest stand about `snapshot_spacing` apart, at most
+        `snapshot_keep` of them, before a snapshot at `next_seq`. Hold the log lock.
+
+        Of three in a row closer than the spacing, the middle one goes (frequent closes would
+        otherwise pile them up). Past the cap, the one whose going leaves the smallest gap goes
+        (the oldest of equals), so they stay evenly spread over the whole log and a past read
+        folds at most about two spacings of it, whatever its length. Without the cap, disk grew
+        with the graph's size times the number of intervals.
+        """
+        latest = self.snapshot_path
         kept = [p for p in self.snapshot_files() if p != latest]
         seqs = [snapshots.archived_seq(p.name) or 0 for p in kept] + [next_seq]
-        while len(seqs) >= 3 and seqs[-1] - seqs[-3] < self.settings.snapshot_every:
+        spacing = self.snapshot_spacing(next_seq)
+        while len(seqs) >= 3 and seqs[-1] - seqs[-3] < spacing:
             kept.pop(-1).unlink(missing_ok=True)
             seqs.pop(-2)
+        while len(kept) > self.settings.snapshot_keep:
+            # seqs[i] is kept[i]; the log's start (0) and next_seq bound the gaps at the ends.
+            bounds = [0, *seqs]
+            gone = min(range(len(kept)), key=lambda i: bounds[i + 2] - bounds[i])
+            kept.pop(gone).unlink(missing_ok=True)
+            seqs.pop(gone)
 
     # -- staying current -------------------------------------------------------------------
 

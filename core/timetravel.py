@@ -186,7 +186,8 @@ class PastStates:
                 reached = log.position  # right after this event's line
 
         state = fold(tail(), state)  # type: ignore[arg-type]
-        if state.seq - start >= self._store.settings.snapshot_every and reached.seq == state.seq:
+        spacing = self._store.snapshot_spacing(self._store.state.seq)
+        if state.seq - start >= spacing and reached.seq == state.seq:
             # A long tail means no kept snapshot near here (e.g. an imported log): keep this
             # state, so the next read around this point starts from it.
             return state, reached
@@ -202,6 +203,10 @@ class PastStates:
             store._fold(app.pending)
             with self._lock:
                 self._blank(state)
+            # At the cap one more would only make the next thinning delete one, maybe this
+            # one: a snapshot written per past read for nothing.
+            if store.archived_snapshots() >= store.settings.snapshot_keep:
+                return
             snapshots.save(
                 folder / snapshots.archived_name(state.seq),
                 snapshots.Snapshot.of(state, position.segment, position.offset),

@@ -319,6 +319,54 @@ def test_snapshots_are_kept_spaced_and_listed(make_store: Callable[..., Store]) 
     assert all(b - a >= 3 for a, b in itertools.pairwise(seqs[:-1]))
 
 
+def test_kept_snapshots_stay_under_their_cap_spread_over_the_whole_log(tmp_path: Path) -> None:
+    """Past `snapshot_keep` they thin out evenly instead of piling up one per interval (each
+    holds the whole graph, so disk grew with the graph times the number of intervals); past
+    reads still answer as a replay of that prefix does."""
+    clock = Clock()
+    home = tmp_path / "a"
+    settings = Settings(home=home, embedder="hash", snapshot_every=3, snapshot_keep=4)
+    store = Store(settings, embedder=HashEmbedder(), clock=clock)
+    kept_counts = []
+    for i in range(90):
+        clock.now += timedelta(seconds=1)
+        store.remember(f"fact number {i}", ["facts", f"topic {i % 5}"])
+        kept_counts.append(store.archived_snapshots())
+    store.close()
+    assert max(kept_counts) <= 4 and store.archived_snapshots() == 4
+    head = store.state.seq
+    spacing = store.snapshot_spacing(head)
+    assert spacing == -(-head // 4) > 3  # the log outgrew 4 x snapshot_every
+    files = store.snapshot_files()
+    seqs = [snapshots.read_header(p).seq for p in files]  # type: ignore[union-attr]
+    # Spread over the whole log, not bunched at its end: no gap wider than two spacings.
+    gaps = [b - a for a, b in itertools.pairwise([0, *seqs])]
+    assert max(gaps) <= 2 * spacing, (seqs, spacing)
+
+    # Past reads answer as a replay of the prefix does; one that folds a spacing or more of
+    # the log would keep its state as a snapshot, but not at the cap.
+    plain = tmp_path / "plain"
+    shutil.copytree(home, plain)
+    shutil.rmtree(plain / "cache")
+    replayed = open_at(plain, clock)
+    reopened = Store(settings, embedder=HashEmbedder(), clock=clock)
+    key_id = reopened.state.key_for_label("facts").id  # type: ignore[union-attr]
+    far = next(b - 1 for a, b in itertools.pairwise(seqs) if b - a > spacing)
+    for point in (2, seqs[0] + 1, (seqs[0] + seqs[1]) // 2, far, head - 1):
+        assert view(reopened, point).read_key(key_id, limit=50) == view(replayed, point).read_key(
+            key_id, limit=50
+        )
+    assert [p.name for p in reopened.snapshot_files()] == [p.name for p in files]
+    reopened.close()
+    replayed.close()
+    roomy = Store(
+        dataclasses.replace(settings, snapshot_keep=100), embedder=HashEmbedder(), clock=clock
+    )
+    view(roomy, far).read_key(key_id)
+    assert snapshots.archived_name(far) in [p.name for p in roomy.snapshot_files()]
+    roomy.close()
+
+
 def test_damaged_or_missing_snapshots_cost_time_not_answers(tmp_path: Path) -> None:
     clock = Clock()
     store = open_at(tmp_path / "a", clock, 4)

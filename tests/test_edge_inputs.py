@@ -27,6 +27,7 @@ from keytrail.core import InvalidInput, RememberItem, Settings, Store
         ("KEYTRAIL_HYBRID_CANDIDATES", "0"),  # a panic inside the text index
         ("KEYTRAIL_SEGMENT_BYTES", "-1"),
         ("KEYTRAIL_SNAPSHOT_EVERY", "0"),
+        ("KEYTRAIL_SNAPSHOT_KEEP", "0"),
         ("KEYTRAIL_HUB_MIN", "-3"),
         ("KEYTRAIL_HYBRID_WEIGHT_DENSE", "-1"),
         ("KEYTRAIL_HYBRID_RRF_K", "inf"),

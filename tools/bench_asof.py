@@ -146,6 +146,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--labels", type=int, default=20_000)
     parser.add_argument("--snapshot-every", type=int, default=None)
+    parser.add_argument(
+        "--snapshot-keep",
+        type=int,
+        default=None,
+        help="most archived snapshots kept (KEYTRAIL_SNAPSHOT_KEEP; default 100)",
+    )
     parser.add_argument("--points", type=int, default=10, help="random as_of points timed")
     parser.add_argument("--dir", default=None)
     parser.add_argument(
@@ -156,7 +162,8 @@ def main() -> None:
     home = root / "store"
     settings = Settings(home=home, embedder="hash")
     every = args.snapshot_every or settings.snapshot_every
-    settings = Settings(home=home, embedder="hash", snapshot_every=every)
+    keep = args.snapshot_keep or settings.snapshot_keep
+    settings = Settings(home=home, embedder="hash", snapshot_every=every, snapshot_keep=keep)
     load_start = os.getloadavg()[0]
     reuse = args.reuse and (home / "log").exists()
     t = time.perf_counter()
@@ -240,6 +247,7 @@ def main() -> None:
         "full_replay_runs_s": [round(replay_before_s, 3), round(replay_after_s, 3)],
         "replay_events_per_s": round(args.events / replay_s),
         "snapshot_every": every,
+        "snapshot_keep": keep,
         "snapshots_kept": len(kept),
         "snapshot_bytes": snapshot_bytes,
         "snapshots_build_s": round(snapshots_build_s, 2),
@@ -267,7 +275,8 @@ def main() -> None:
 
 
 def _keep_interval_snapshots(store: Store, every: int) -> None:
-    """Save a kept snapshot every `every` events, as a store appending them would have."""
+    """Save a kept snapshot every `every` events, as a store appending them would have, and
+    thin them as it does (at most `snapshot_keep`, spread over the log)."""
     from keytrail.events.log import LogPosition
     from keytrail.projections import GraphState
     from keytrail.projections import snapshot as snapshots
@@ -286,6 +295,7 @@ def _keep_interval_snapshots(store: Store, every: int) -> None:
                     folder / snapshots.archived_name(state.seq),
                     snapshots.Snapshot.of(state, pos.segment, pos.offset),
                 )
+                store.thin_snapshots(state.seq + 1)
 
 
 if __name__ == "__main__":
