@@ -155,6 +155,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     print(f"remembered {result.memory_id} in {result.namespace} (seq {result.seq})")
+    if not result.keys:
+        print("  no keys (none given, none found in the content): no key leads to it")
     for k in result.keys:
         extra = f" -> alias of {k.merged_into} ({k.similarity})" if k.merged_into else ""
         print(f"  key {k.key_id}  {k.label} [{k.type}] {k.resolution}{extra}")

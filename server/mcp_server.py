@@ -125,7 +125,8 @@ Keys = Annotated[
     Field(
         max_length=LIMITS.keys_per_memory,
         description="Several diverse keys: names, topics and broader concepts. "
-        "Omit to have names and salient terms extracted from the content.",
+        "Omit to have names and salient terms extracted from the content (small talk may "
+        "yield none: then no key leads to the memory).",
     ),
 ]
 KeyTypes = Annotated[

@@ -173,6 +173,16 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: turn:")
 
 
+def test_remember_says_when_nothing_was_extracted_and_no_key_leads_to_it(home: Path) -> None:
+    out = kt(home, "remember", "ok, thanks!").stdout
+    assert out.splitlines()[1] == (
+        "  no keys (none given, none found in the content): no key leads to it"
+    )
+    assert kt_json(home, "remember", "ok then, bye!")["keys"] == []
+    named = kt(home, "remember", "Dana lives in Lyon").stdout
+    assert "no keys" not in named and "Dana [name] new" in named
+
+
 def test_errors_are_one_line_and_exit_2(home: Path) -> None:
     proc = kt(home, "stats", ok=False)  # a read never makes a store (test_cli_home.py)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not home.exists()
