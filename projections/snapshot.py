@@ -9,11 +9,13 @@ kept snapshot. Keys and memories are stored by column (ids, then every node's by
 back), so a lazy load builds an id index and decodes a node only when it is looked at
 (`LazyNodes`).
 
-The body's checksum is checked at every load, before anything is decoded. A lazy load decodes
-a node only when a query or a fold first reads it, so without the checksum a damaged node (the
-framing intact) would surface half-way through a fold, long after the open trusted the file.
-With it, a damaged snapshot is a cache miss like any unreadable one: a replay, not an answer.
-zlib's crc32 runs at a few GB/s, a small part of the lazy open it guards.
+The body's checksum is checked at every load, before anything decoded from it is used. A lazy
+load decodes a node only when a query or a fold first reads it, so without the checksum a
+damaged node (the framing intact) would surface half-way through a fold, long after the open
+trusted the file. With it, a damaged snapshot is a cache miss like any unreadable one: a
+replay, not an answer. zlib's crc32 runs at a few GB/s, a small part of the lazy open it
+guards. Format 3 (the same without the checksum) is still read, so an upgrade costs no replay;
+every snapshot written is format 4.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from keytrail.events.types import EPOCH, FoldRules
 from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc
 
 FORMAT = 4
+#: Format 3 is format 4 without the body's checksum: read, so an existing store does not
+#: replay its whole log once after an upgrade, and replaced as snapshots are written again.
+READABLE_FORMATS = (3, 4)
 _LENGTH_BYTES = 4
 #: Archived snapshots are named by the seq they reflect; the latest one has a fixed name.
 _ARCHIVED = re.compile(r"^keygraph-(\d{20})\.msgpack$")
@@ -312,7 +317,8 @@ def fsync_dir(path: Path) -> None:
 
 def encode(snapshot: Snapshot) -> bytes:
     body = _encode_state(snapshot.state)
-    header = _encoder.encode(msgspec.structs.replace(snapshot.header, body_crc=zlib.crc32(body)))
+    stamped = msgspec.structs.replace(snapshot.header, format=FORMAT, body_crc=zlib.crc32(body))
+    header = _encoder.encode(stamped)
     return len(header).to_bytes(_LENGTH_BYTES, "big") + header + body
 
 
@@ -333,7 +339,7 @@ def _split(data: bytes | memoryview) -> tuple[Header, memoryview] | None:
         header = _header_decoder.decode(view[_LENGTH_BYTES:end])
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if header.format != FORMAT or header.schema != SCHEMA:
+    if header.format not in READABLE_FORMATS or header.schema != SCHEMA:
         return None
     return header, view[end:]
 
@@ -377,7 +383,11 @@ def damaged(path: Path) -> bool:
         split = _split(path.read_bytes())
     except FileNotFoundError:
         return False
-    return split is not None and zlib.crc32(split[1]) != split[0].body_crc
+    return split is not None and not _intact(split[0], zlib.crc32(split[1]))
+
+
+def _intact(header: Header, crc: int) -> bool:
+    return header.format < 4 or crc == header.body_crc
 
 
 def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
@@ -395,7 +405,7 @@ def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
     if split is None:
         return None
     header, body = split
-    checksum = _checksum(body)
+    checksum = _checksum(body) if header.format >= 4 else (lambda: 0)
     try:
         with paused_gc():
             state = _decode_state(body, lazy)
@@ -404,7 +414,7 @@ def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
         return None
     finally:
         crc = checksum()
-    if crc != header.body_crc:
+    if not _intact(header, crc):
         return None  # whatever decoded from it is dropped unseen
     return Snapshot(
         format=header.format,
