@@ -86,6 +86,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             run_http(store, args.host, args.port, token)
         else:
+            # stderr is the client's server log (stdout carries the protocol): say which store.
+            print(
+                f"keytrail {keytrail.__version__}: serving {store.home} over stdio",
+                file=sys.stderr,
+                flush=True,
+            )
             run_stdio(store)
     finally:
         store.close()

@@ -255,15 +255,18 @@ def test_serve_on_a_missing_home_creates_the_store(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
     env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
     # stdin at its end: the server opens the store, then stops when the client goes.
-    subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "keytrail.server.cli", "serve"],
         env=env,
         cwd=str(REPO),
         capture_output=True,
         stdin=subprocess.DEVNULL,
         timeout=60,
+        text=True,
     )
     assert (home / "log" / segment_name(1)).is_file()
+    # The client's server log (stderr) says which store; stdout carries only the protocol.
+    assert f": serving {home} over stdio" in proc.stderr and proc.stdout == ""
     with Store.open_existing(Settings.from_env(home=home, embedder="hash")) as store:
         assert store.state.seq == 1
 
