@@ -84,23 +84,7 @@ def test_a_past_read_does_not_write_a_snapshot_holding_content_forgotten_meanwhi
     for i in range(12):
         writer.remember(f"filler fact {i}", ["tea"])
     then = writer.state.seq - 1
-    reader = open_store(home, snapshot_every=4)  # a past read far from any snapshot keeps one
-    real_fold = timetravel_module.fold
-    forgot: list[object] = []
-
-    def fold_then_forget(events: Any, state: Any = None) -> Any:
-        folded = real_fold(events, state)
-        if not forgot:  # the other process forgets right after the reader folded the past
-            forgot.append(writer.forget(secret))
-        return folded
-
-    monkeypatch.setattr(timetravel_module, "fold", fold_then_forget)
-    past = timetravel_module.view(reader, then)
-    assert forgot and past.state.seq == then
-    assert files_holding(home, SECRET) == []
-    reader.close()
-    writer.close()
-    assert files_holding(home, SECRET) == []
+    past_read_while_another_process_forgets(home, writer, secret, then, monkeypatch)
 
 
 @pytest.mark.parametrize("forget_after", [1, 3])  # batches before the forget lands
@@ -232,6 +216,14 @@ def test_a_past_read_keeps_no_snapshot_holding_a_deleted_observation_forgotten_m
     writer = open_store(home)
     secret = a_deleted_observation(writer)
     then = writer.state.seq - 1
+    past_read_while_another_process_forgets(home, writer, secret, then, monkeypatch)
+
+
+def past_read_while_another_process_forgets(
+    home: Path, writer: Store, secret: str, then: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader reads as of `then`, far from any snapshot (so it keeps its state as one), and
+    `writer` forgets `secret` right after the reader folded the past: no file may hold it."""
     reader = open_store(home, snapshot_every=4)
     real_fold = timetravel_module.fold
     forgot: list[object] = []
