@@ -6,6 +6,7 @@ They read the log directly, so `log`, `verify` and `export` need no embedder and
 import argparse
 import io
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -314,7 +315,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             if count % 1000 == 0:
                 bar(_consumed(log, total), total)
         out.flush()
-        if out is not sys.stdout:
+        if out is not sys.stdout and stat.S_ISREG(os.fstat(out.fileno()).st_mode):
+            # Only a file can be made durable: fsync on a device or a pipe is EINVAL.
             os.fsync(out.fileno())
     finally:
         log.close()
