@@ -332,7 +332,9 @@ def _require_namespace(log: EventLog, namespace: str) -> None:
     mistyped `--namespace` would otherwise export only the store-wide events and exit 0, a
     backup that looks fine and holds none of the memories meant. Leaves the cursor at the
     start, for the export's own pass."""
-    found = memory_namespaces(log.iter_new())
+    # Stops at the namespace's first memory: the common case (it exists) reads a few lines,
+    # not a second pass over the whole log. Only a refusal, which lists them all, reads it all.
+    found = memory_namespaces(log.iter_new(), until=namespace)
     log.rewind()
     _require_namespace_in(found, namespace)
 
