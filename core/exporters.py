@@ -118,8 +118,9 @@ class _NamespaceFilter:
         return event
 
 
-def memory_namespaces(events: Iterable[AnyEvent]) -> set[str]:
-    """Every namespace a memory of these events was made in (forgotten ones too)."""
+def memory_namespaces(events: Iterable[AnyEvent], *, until: str | None = None) -> set[str]:
+    """Every namespace a memory of these events was made in (forgotten ones too). With
+    `until`, stops at the first event that makes a memory in that namespace."""
     found: set[str] = set()
     for event in events:
         if isinstance(event, MemoryRemembered):
@@ -130,6 +131,10 @@ def memory_namespaces(events: Iterable[AnyEvent]) -> set[str]:
             found.update(m.namespace for m in event.observations)
         elif isinstance(event, GraphImported):
             found.update(i.memory.namespace for i in event.memories)
+        else:
+            continue
+        if until in found:
+            break
     return found
 
 

@@ -180,7 +180,7 @@ class LazyNodes(dict[str, Any]):
     def _decoded(self, raw: memoryview) -> Any:
         try:
             return self._decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             # The framing was checked when the file loaded; a node inside it is damaged.
             raise StoreError(
                 f"a key-graph snapshot is damaged ({exc}); delete cache/snapshot/ "
@@ -337,7 +337,7 @@ def _split(data: bytes | memoryview) -> tuple[Header, memoryview] | None:
         return None
     try:
         header = _header_decoder.decode(view[_LENGTH_BYTES:end])
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
     if header.format not in READABLE_FORMATS or header.schema != SCHEMA:
         return None
@@ -390,6 +390,10 @@ def _intact(header: Header, crc: int) -> bool:
     return header.format < 4 or crc == header.body_crc
 
 
+#: What a body that is not a snapshot makes the decode raise
+_UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, StoreError)
+
+
 def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
     """The snapshot at `path`, or None when it is missing, unreadable or damaged (it is only a
     cache).
@@ -406,16 +410,27 @@ def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
         return None
     header, body = split
     checksum = _checksum(body) if header.format >= 4 else (lambda: 0)
+    failure: Exception | None = None
     try:
         with paused_gc():
             state = _decode_state(body, lazy)
-    except (msgspec.DecodeError, msgspec.ValidationError, StoreError):
-        # StoreError: an eager load decodes every node, and one of them is damaged.
-        return None
+    except Exception as exc:
+        failure = exc
     finally:
         crc = checksum()
     if not _intact(header, crc):
-        return None  # whatever decoded from it is dropped unseen
+        # Whatever decoded from it, or whatever the damage made the decoder raise (invalid
+        # UTF-8 is a UnicodeDecodeError, not a DecodeError), is dropped unseen.
+        return None
+    if failure is not None:
+        # StoreError: an eager load decodes every node, and one of them is damaged.
+        if isinstance(failure, _UNDECODABLE):
+            return None
+        raise failure
+    if (state.store_id, state.seq, state.at) != (header.store_id, header.seq, header.at):
+        # The checksum covers the body only; the header's copy of where the state stands is
+        # what the open seeks by, and at the log's end no next line can contradict it.
+        return None
     return Snapshot(
         format=header.format,
         store_id=header.store_id,

@@ -6,6 +6,7 @@ They read the log directly, so `log`, `verify` and `export` need no embedder and
 import argparse
 import io
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -314,7 +315,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             if count % 1000 == 0:
                 bar(_consumed(log, total), total)
         out.flush()
-        if out is not sys.stdout:
+        if out is not sys.stdout and stat.S_ISREG(os.fstat(out.fileno()).st_mode):
+            # Only a file can be made durable: fsync on a device or a pipe is EINVAL.
             os.fsync(out.fileno())
     finally:
         log.close()
@@ -330,7 +332,9 @@ def _require_namespace(log: EventLog, namespace: str) -> None:
     mistyped `--namespace` would otherwise export only the store-wide events and exit 0, a
     backup that looks fine and holds none of the memories meant. Leaves the cursor at the
     start, for the export's own pass."""
-    found = memory_namespaces(log.iter_new())
+    # Stops at the namespace's first memory: the common case (it exists) reads a few lines,
+    # not a second pass over the whole log. Only a refusal, which lists them all, reads it all.
+    found = memory_namespaces(log.iter_new(), until=namespace)
     log.rewind()
     _require_namespace_in(found, namespace)
 

@@ -69,25 +69,75 @@ class InvalidArguments(KeytrailError, ToolError):
         self.problems = problems
 
     @classmethod
-    def from_validation(cls, tool: str, error: ValidationError) -> InvalidArguments:
-        problems = []
+    def from_validation(
+        cls, tool: str, error: ValidationError, schema: dict[str, Any] | None = None
+    ) -> InvalidArguments:
+        """`schema`, the tool's input schema, tells fields and dict keys in an error's
+        location from the union member tags pydantic also puts there (`as_of.int`)."""
+        said: dict[str, list[str]] = {}
+        got_by_field: dict[str, str] = {}
         for item in error.errors(include_url=False):
-            field = "".join(
-                f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]
-            ).lstrip(".")
-            problem = item["msg"]
+            field = _field_name(item["loc"], schema) or "arguments"
+            if item["msg"] not in said.setdefault(field, []):
+                said[field].append(item["msg"])
             got = item.get("input")
             # A short value helps the caller see its mistake; a long one only repeats it.
             if isinstance(got, str | int | float | bool) and len(repr(got)) <= 60:
-                problem += f" (got {got!r})"
-            problems.append({"field": field or "arguments", "problem": problem})
+                got_by_field.setdefault(field, f" (got {got!r})")
+        # One problem per field: each member of a union says why the value is not it.
+        problems = [
+            {"field": field, "problem": " or ".join(msgs) + got_by_field.get(field, "")}
+            for field, msgs in said.items()
+        ]
         return cls(tool, problems)
+
+
+def _field_name(loc: tuple[str | int, ...], schema: dict[str, Any] | None) -> str:
+    """`items[2].content` for a pydantic error location, written as keytrail's own errors
+    write fields. A name part that is neither a property nor a dict key where `schema` stands
+    at a union is a member's tag, and is left out; without a schema every part is kept."""
+    defs = (schema or {}).get("$defs", {})
+    node: dict[str, Any] | None = schema
+    name = ""
+    for part in loc:
+        if node is None:
+            name += f"[{part}]" if isinstance(part, int) else f".{part}"
+            continue
+        if isinstance(part, int):
+            name += f"[{part}]"
+            node = _alternative(node, "items", defs)
+            continue
+        properties = _alternative(node, "properties", defs)
+        values = _alternative(node, "additionalProperties", defs)
+        if properties is not None and part in properties:
+            node = properties[part]
+        elif values is not None:
+            node = values  # a dict key: part of the name, like a list index
+        elif "anyOf" in node:
+            continue  # a union member's tag, not a field of the argument
+        else:
+            node = None  # a name the object does not have (extra inputs are not permitted)
+        name += f".{part}"
+    return name.lstrip(".")
+
+
+def _alternative(node: dict[str, Any], keyword: str, defs: dict[str, Any]) -> Any:
+    """`node[keyword]` as a dict, looking through $ref and into each anyOf alternative."""
+    for candidate in (node, *node.get("anyOf", ())):
+        ref = candidate.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            candidate = defs.get(ref.removeprefix("#/$defs/"), {})
+        found = candidate.get(keyword)
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 class StrictArgumentsServer(MCPServer[Any]):
     """An MCPServer whose tools refuse unknown arguments and say so in their input schemas."""
 
     _accepted_by_tool: dict[str, list[str]] | None = None
+    _schema_by_tool: dict[str, dict[str, Any]] = {}  # noqa: RUF012 (replaced, never mutated)
 
     def add_tool(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         super().add_tool(fn, *args, **kwargs)
@@ -121,7 +171,8 @@ class StrictArgumentsServer(MCPServer[Any]):
             # one raised inside a tool body reaches here as an UnexpectedToolError.
             cause = exc.__cause__
             if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
-                raise InvalidArguments.from_validation(name, cause) from cause
+                schema = (await self._schemas()).get(name)
+                raise InvalidArguments.from_validation(name, cause, schema) from cause
             raise
 
     async def _accepted(self) -> dict[str, list[str]]:
@@ -130,8 +181,16 @@ class StrictArgumentsServer(MCPServer[Any]):
         Built on the first call after the tool set changes; a call then costs a dict lookup.
         """
         if self._accepted_by_tool is None:
+            self._schema_by_tool = {
+                tool.name: tool.input_schema for tool in await super().list_tools()
+            }
             self._accepted_by_tool = {
-                tool.name: list(tool.input_schema.get("properties", {}))
-                for tool in await super().list_tools()
+                name: list(schema.get("properties", {}))
+                for name, schema in self._schema_by_tool.items()
             }
         return self._accepted_by_tool
+
+    async def _schemas(self) -> dict[str, dict[str, Any]]:
+        """Each tool's input schema, built with `_accepted`."""
+        await self._accepted()
+        return self._schema_by_tool

@@ -332,3 +332,14 @@ def test_serve_flags_override_the_environment(home: Path, tmp_path: Path) -> Non
         home, "remember", "namespaced", "-k", "y", "--home", str(other), "--namespace", "work"
     )
     assert ns["namespace"] == "work"
+
+
+def test_export_to_a_device_is_not_an_error(home: Path) -> None:
+    """`-o /dev/null` (timing an export) or `-o /dev/stdout`: fsync on a character device fails
+    with EINVAL, and the export exited 2 after writing every line."""
+    kt(home, "remember", "Dana lives in Lyon", "-k", "Lyon")
+    done = kt(home, "export", "-o", os.devnull, ok=False)
+    assert done.returncode == 0, done.stderr
+    assert "exported 2 events" in done.stderr
+    done = kt(home, "export", "--namespace", "default", "-o", os.devnull, ok=False)
+    assert done.returncode == 0, done.stderr

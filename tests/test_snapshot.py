@@ -243,3 +243,55 @@ def test_verify_and_forget_take_a_snapshot_with_a_damaged_node_in_their_stride(
     assert b"zebra lives" not in b"".join(p.read_bytes() for p in store.snapshot_files())
     store.close()
     assert verify(home).ok
+
+
+def rewrite_header(path: Path, **fields: object) -> None:
+    """Bit rot in the header, which the body's checksum does not cover: the same fields, some
+    changed, encoded to the same length so the framing still reads."""
+    data = bytearray(path.read_bytes())
+    length = int.from_bytes(data[:4], "big")
+    header = msgspec.msgpack.decode(bytes(data[4 : 4 + length]))
+    changed = msgspec.msgpack.encode({**header, **fields})
+    assert len(changed) == length
+    data[4 : 4 + length] = changed
+    path.write_bytes(bytes(data))
+
+
+def test_a_snapshot_whose_header_seq_rotted_is_not_believed(tmp_path: Path) -> None:
+    """Seq 6 -> 4 is one bit. The latest snapshot's position is the log's end, so the seek
+    finds no next line to check it against: the open took the header's seq, and the next
+    remember was appended as seq 5 a second time, a duplicate in the log itself."""
+    home = tmp_path / "store"
+    settings = Settings(home=home, embedder="hash")
+    store = Store(settings, embedder=HashEmbedder())
+    for i in range(5):
+        store.remember(f"fact {i} about Lyon", ["Lyon"])
+    store.close()
+    header = snapshots.read_header(store.snapshot_path)
+    assert header is not None and header.seq == 6
+    rewrite_header(store.snapshot_path, seq=4)
+    assert snapshots.load(store.snapshot_path, lazy=True) is None
+    with Store(settings, embedder=HashEmbedder()) as reopened:
+        assert reopened.remember("one more about Paris", ["Paris"]).seq == 7
+    seqs = [event.seq for event in EventLog(home).iter_new()]
+    assert seqs == list(range(1, 8))
+
+
+def test_a_body_byte_that_breaks_utf8_is_a_cache_miss_not_a_crash(tmp_path: Path) -> None:
+    """One flipped bit can turn a string's bytes into invalid UTF-8, which msgspec reports as
+    UnicodeDecodeError (not a DecodeError): the load let it escape and the open crashed, though
+    the body's checksum already said the file was damaged."""
+    home = tmp_path / "store"
+    settings = Settings(home=home, embedder="hash")
+    store = Store(settings, embedder=HashEmbedder())
+    memory_id = store.remember("a café in Lyon", ["café"]).memory_id
+    store.close()
+    path = store.snapshot_path
+    data = bytearray(path.read_bytes())
+    for at in [i for i in range(len(data)) if data.startswith("é".encode(), i)]:
+        data[at + 1] ^= 0x40  # 0xA9 -> 0xE9: not a continuation byte any more
+    path.write_bytes(bytes(data))
+    assert snapshots.load(path) is None
+    assert snapshots.load(path, lazy=True) is None
+    with Store(settings, embedder=HashEmbedder()) as reopened:
+        assert reopened.read_memory(memory_id).content == "a café in Lyon"
