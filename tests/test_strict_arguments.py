@@ -291,12 +291,6 @@ def test_an_argument_of_several_types_is_named_as_itself_once(store: Store) -> N
     assert fields == ["items[0].key_types.int", "items[0].as_of"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the SDK's argument model validates in pydantic's lax mode, which takes a JSON "
-    "true as the integer 1; refusing it needs a strict check of JSON types against the "
-    "published schema (not done yet)",
-)
 def test_a_bool_for_an_integer_argument_is_refused(store: Store) -> None:
     """The published schema says ttl_seconds is an integer, and a JSON Schema validator
     refuses true; the server took it as 1 and stored a memory that expires a second later."""
@@ -305,6 +299,21 @@ def test_a_bool_for_an_integer_argument_is_refused(store: Store) -> None:
         async with session(store) as client:
             args = {"content": "Dana lives in Lyon", "ttl_seconds": True}
             message = await refused(client, store, "remember", args)
-            assert "ttl_seconds" in message
+            assert message == (
+                "Error executing tool remember: ttl_seconds: Input should be an integer or "
+                "null, not a boolean (got True)"
+            )
+            # pydantic's lax mode would also take "3" for 3 and a number for a string
+            message = await refused(client, store, "recall", {"query": "Lyon", "top_k": "3"})
+            assert message.endswith("top_k: Input should be an integer, not a string (got '3')")
+            batch = {"items": [{"content": "x"}, {"content": 5}]}
+            message = await refused(client, store, "remember_batch", batch)
+            assert "items[1].content: Input should be a string, not a number (got 5)" in message
+            # A value of the right type out of its limits is still said by the SDK's check.
+            message = await refused(client, store, "recall", {"query": "Lyon", "top_k": 0})
+            assert message.endswith("top_k: Input should be greater than or equal to 1 (got 0)")
+            # JSON Schema counts 2.0 as an integer: served as 2.
+            page = data(await client.call_tool("recall", {"query": "Lyon", "top_k": 2.0}))
+            assert page["keys"] == []
 
     anyio.run(test)
