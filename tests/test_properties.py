@@ -12,7 +12,7 @@ import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
+from keytrail.core import HashEmbedder, InvalidInput, Settings, Store, keyrank
 from keytrail.core.config import Limits
 from keytrail.core.knowledge_graph import (
     EntityInput,
@@ -20,7 +20,6 @@ from keytrail.core.knowledge_graph import (
     ObservationInput,
     RelationInput,
 )
-from keytrail.core import keyrank
 from keytrail.core.queries import visible
 from keytrail.events import (
     EVENT_TYPES,
