@@ -106,7 +106,8 @@ class KeyColumns:
         added = len(key.links) - self.size
         if added:
             # No link was cut (links_cut held), so the new ones are the dict's last entries.
-            tail = list(itertools.islice(reversed(key.links.items()), added))
+            links = key.links
+            tail = [(mid, links[mid]) for mid in itertools.islice(reversed(links), added)]
             tail.reverse()
             self._append(tail)
 
