@@ -17,6 +17,7 @@ path's, to the last digit.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -71,10 +72,10 @@ class KeyColumns:
         self.expires_us = np.empty(capacity, np.int64)
         self.current = np.empty(capacity, np.bool_)
         self.namespace = np.empty(capacity, np.int32)
-        #: 0.5·weight·(0.9 + 0.1·depth) and −(1 − 0.7·depth)/decay: the parts of the score
-        #: that do not move with the clock
+        #: 0.5·weight·(0.9 + 0.1·depth) and −(1 − 0.7·depth)/decay per microsecond of age:
+        #: the parts of the score that do not move with the clock
         self.half_base = np.empty(capacity, np.float64)
-        self.slope = np.empty(capacity, np.float64)
+        self.slope_per_us = np.empty(capacity, np.float64)
         self._append(list(key.links.items()))
 
     # -- keeping up ------------------------------------------------------------------------
@@ -132,7 +133,7 @@ class KeyColumns:
             "current",
             "namespace",
             "half_base",
-            "slope",
+            "slope_per_us",
         ):
             old = getattr(self, name)
             new = np.empty(capacity, old.dtype)
@@ -149,7 +150,7 @@ class KeyColumns:
         self.current[row] = node.current()
         self.namespace[row] = self.namespaces.setdefault(node.namespace, len(self.namespaces))
         self.half_base[row] = 0.5 * weight * (0.9 + 0.1 * depth)
-        self.slope[row] = -(1 - 0.7 * depth) / self.decay_days
+        self.slope_per_us[row] = -(1 - 0.7 * depth) / self.decay_days / _MICROS_PER_DAY
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -160,38 +161,41 @@ class KeyColumns:
         plain path ranks them; None if numpy cannot choose (a non-finite score)."""
         n = self.size
         now_us = micros(now)
-        shown = self.current[:n] & (self.expires_us[:n] > now_us)
+        shown = self.expires_us[:n] > now_us
+        shown &= self.current[:n]
         if namespace is not None:
             code = self.namespaces.get(namespace)
             if code is None:
                 return 0, []
             shown &= self.namespace[:n] == code
-        rows = np.flatnonzero(shown)
-        total = len(rows)
+        total = int(np.count_nonzero(shown))
         if offset >= total:
             return total, []
-        age = np.maximum(now_us - self.last_us[rows], 0).astype(np.float64)
-        age *= 1.0 / _MICROS_PER_DAY
-        age *= self.slope[rows]
-        np.exp(age, out=age)
+        # Every row shown (the usual case): slices, not gathers.
+        rows: np.ndarray | slice = slice(0, n) if total == n else np.flatnonzero(shown)
+        age = np.subtract(now_us, self.last_us[rows])
+        np.maximum(age, 0, out=age)
+        approx = np.multiply(age, self.slope_per_us[rows])
+        np.exp(approx, out=approx)
         half = self.half_base[rows]
-        approx = age
         approx *= half
         approx += half
-        if not np.isfinite(approx).all():
+        high, low = float(approx.max()), float(approx.min())
+        if not (math.isfinite(high) and math.isfinite(low)):
             return None
+        # The k-th best (0-based) is at total - 1 - k in ascending order.
         last = min(offset + limit, total) - 1
-        negated = np.negative(approx)
-        kth = np.partition(negated, [offset, last] if last != offset else offset)
-        top, bottom = -kth[offset], -kth[last]
+        kth = np.partition(approx, sorted({total - 1 - offset, total - 1 - last}))
+        top, bottom = float(kth[total - 1 - offset]), float(kth[total - 1 - last])
         # |numpy − exact| <= slack for every row. Rows above top + 2·slack are exactly above
         # every page member (all of them come before the page); rows below bottom − 2·slack
         # are exactly below every one (after it); the rest are the candidates.
-        slack = SLACK * max(1.0, float(np.max(np.abs(approx))))
-        above = approx > top + 2 * slack
-        near = (approx >= bottom - 2 * slack) & ~above
+        slack = SLACK * max(1.0, abs(high), abs(low))
+        near = np.flatnonzero(approx >= bottom - 2 * slack)
+        above = approx[near] > top + 2 * slack
         before = int(np.count_nonzero(above))
-        candidates = rows[near]
+        near = near[~above]
+        candidates = near if isinstance(rows, slice) else rows[near]
         scores = self._exact(candidates, exact)
         order = np.lexsort((candidates, np.negative(scores)))
         chosen = order[offset - before : offset - before + limit]

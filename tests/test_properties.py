@@ -583,7 +583,15 @@ def column_values(columns: keyrank.KeyColumns) -> dict[str, list[Any]]:
     names = {code: ns for ns, code in columns.namespaces.items()}
     values = {
         name: getattr(columns, name)[:n].tolist()
-        for name in ("weight", "depth", "last_us", "expires_us", "current", "half_base", "slope")
+        for name in (
+            "weight",
+            "depth",
+            "last_us",
+            "expires_us",
+            "current",
+            "half_base",
+            "slope_per_us",
+        )
     }
     values["namespace"] = [names[code] for code in columns.namespace[:n].tolist()]
     values["ids"] = list(columns.ids)
