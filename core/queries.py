@@ -20,6 +20,7 @@ import numpy as np
 from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
+from . import keyrank
 from . import validation as check
 from .results import (
     Conversation,
@@ -176,6 +177,9 @@ class Queries:
     #: (key id, namespace) -> its last count, for `_count` on the present (see `_KeyCount`)
     _key_counts: dict[tuple[str, str | None], _KeyCount] | None = None
     _key_counts_state: GraphState | None = None
+    #: key id -> its links by column, for `read_key` of a big key on the present (keyrank.py)
+    _key_columns: dict[str, keyrank.KeyColumns] | None = None
+    _key_columns_state: GraphState | None = None
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -363,6 +367,24 @@ class Queries:
             now = self.clock()
             memories = self.state.memories
             shown = self._visible
+            if (
+                query is None
+                and shown is visible
+                and len(key.links) >= keyrank.COLUMNS_MIN_LINKS
+                and (found := self._rank_by_columns(key, namespace, now, offset, limit)) is not None
+            ):
+                total, page = found
+                return KeyPage(
+                    key_id=key.id,
+                    label=key.label,
+                    type=key.type,
+                    aliases=list(key.aliases),
+                    total=total,
+                    offset=offset,
+                    memories=[
+                        self._memory_ref(memories[mid], score, key.id) for mid, score in page
+                    ],
+                )
             time_factor = self.time_factor
             nodes: list[MemoryNode] = []
             ranked: list[float] = []
@@ -388,6 +410,33 @@ class Queries:
                 offset=offset,
                 memories=refs,
             )
+
+    def _rank_by_columns(
+        self, key: KeyNode, namespace: str | None, now: datetime, offset: int, limit: int
+    ) -> tuple[int, list[tuple[str, float]]] | None:
+        """read_key's total and page of a big key on the present, from its kept columns
+        (None: rank it the plain way)."""
+        state = self.state
+        kept = self._key_columns
+        if kept is None or self._key_columns_state is not state:
+            kept, self._key_columns_state = {}, state
+            self._key_columns = kept
+        decay = self.settings.time_decay_days
+        columns = kept.pop(key.id, None)  # re-inserted below: the dict is oldest-used first
+        if columns is not None and columns.fits(state, key, decay):
+            columns.catch_up()
+        else:
+            columns = keyrank.KeyColumns(state, key, decay)
+        kept[key.id] = columns
+        while len(kept) > keyrank.KEPT_KEYS:
+            del kept[next(iter(kept))]
+        time_factor = self.time_factor
+
+        def exact(node: MemoryNode, weight: float) -> float:
+            # The plain loop's score, operation for operation.
+            return weight * (0.9 + 0.1 * node.depth) * time_factor(node, now)
+
+        return columns.page(namespace, now, offset, limit, exact)
 
     def _memory_ref(self, node: MemoryNode, score: float, via_key: str) -> MemoryRef:
         keys = self.state.keys

@@ -123,7 +123,49 @@ def relation_id(from_key: str, to_key: str, relation_type: str) -> str:
     return f"{from_key}\t{to_key}\t{relation_type}"
 
 
-class GraphState(msgspec.Struct, kw_only=True):
+class Changes:
+    """Memories whose ranking inputs (depth, last read, a link weight, status, version) the fold
+    changed, in fold order, each noted once per event that changed it.
+
+    A reader that keeps per-memory values beside the state (read_key's columns of a big key)
+    remembers `end` and later rereads only the memories noted since. New memories are not
+    noted: their links are appended to their keys, which a reader sees by length. The journal
+    keeps its newest entries only; a reader whose position fell off the front (`since` answers
+    None) starts over.
+    """
+
+    __slots__ = ("ids", "start")
+
+    #: entries kept; past this the older half is dropped
+    KEPT = 1 << 16
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.start = 0  # the position of ids[0] since the journal began
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.ids)
+
+    def note(self, memory_id: str) -> None:
+        ids = self.ids
+        ids.append(memory_id)
+        if len(ids) > self.KEPT:
+            dropped = len(ids) // 2
+            del ids[:dropped]
+            self.start += dropped
+
+    def since(self, position: int) -> list[str] | None:
+        """The memories noted from `position` on, or None if some have been dropped."""
+        if position < self.start:
+            return None
+        return self.ids[position - self.start :]
+
+
+# dict=True: the change journal rides on the state object as an undeclared attribute, so it is
+# neither encoded (snapshots, equality) nor part of the state's value: a reader's record of what
+# changed, rebuilt empty for every new state object (whose readers start over anyway).
+class GraphState(msgspec.Struct, kw_only=True, dict=True):
     store_id: str = ""
     rules: FoldRules = FoldRules()
     seq: int = 0
@@ -144,6 +186,13 @@ class GraphState(msgspec.Struct, kw_only=True):
     #: expired) or cut a link. Until it moves, every key's links only grow at the end, so a
     #: reader may keep per-key counts and count only the new links.
     retired_seq: int = 0
+
+    def changes(self) -> Changes:
+        """This state object's change journal (see `Changes`)."""
+        journal: Changes | None = self.__dict__.get("_changes")
+        if journal is None:
+            journal = self.__dict__["_changes"] = Changes()
+        return journal
 
     def key_for_label(self, label: str) -> KeyNode | None:
         key_id = self.labels.get(label.casefold())
@@ -179,6 +228,8 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
         valid_from=new.valid_from,
     )
     memories = state.memories
+    if memory_id in memories:  # the same id again: its links keep their places, new values
+        state.changes().note(memory_id)
     memories[memory_id] = node
     keys = state.keys
     for link in new.keys:
@@ -210,6 +261,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
             old.superseded_by = memory_id
             old.updated_seq = seq
             state.retired_seq = seq
+            state.changes().note(old.id)
             node.supersedes = old.id
             node.supersede_reason = new.supersede_reason
             if new.supersede_reason == "duplicate":
@@ -231,6 +283,7 @@ def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     old.superseded_by = node.id
     old.updated_seq = event.seq
     state.retired_seq = event.seq
+    state.changes().note(old.id)
     node.supersedes = old.id
     node.supersede_reason = "correction"
 
@@ -242,6 +295,7 @@ def _read(state: GraphState, event: MemoryRead) -> None:
     node.access_count += 1
     node.last_read_at = event.at
     node.updated_seq = event.seq
+    state.changes().note(node.id)
     if event.via_key_id is not None:
         key = state.keys[event.via_key_id]
         key.links[node.id] = _clamp(rules, key.links[node.id] + rules.hebbian_step)
@@ -254,9 +308,11 @@ def _read(state: GraphState, event: MemoryRead) -> None:
 
 
 def _links_adjusted(state: GraphState, event: LinksAdjusted) -> None:
+    note = state.changes().note
     for adj in event.adjustments:
         links = state.keys[adj.key_id].links
         links[adj.memory_id] = _clamp(state.rules, links[adj.memory_id] + adj.delta)
+        note(adj.memory_id)
 
 
 def _aliased(state: GraphState, event: KeyAliased) -> None:
@@ -288,6 +344,7 @@ def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
     node.content = ""  # nothing derived from the log serves forgotten content
     node.updated_seq = event.seq
     state.retired_seq = event.seq
+    state.changes().note(node.id)
 
 
 def _expired(state: GraphState, event: MemoriesExpired) -> None:
@@ -296,6 +353,7 @@ def _expired(state: GraphState, event: MemoriesExpired) -> None:
         node.status = "expired"
         node.updated_seq = event.seq
         state.retired_seq = event.seq
+        state.changes().note(memory_id)
 
 
 def _turn(state: GraphState, event: TurnRecorded) -> None:
@@ -354,6 +412,7 @@ def _forget_node(state: GraphState, memory_id: str, seq: int) -> None:
     node.content = ""
     node.updated_seq = seq
     state.retired_seq = seq
+    state.changes().note(memory_id)
 
 
 def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
@@ -365,6 +424,7 @@ def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
         node.keys = [k for k in node.keys if k != link.key_id]
         node.updated_seq = seq
         state.retired_seq = seq
+        state.changes().note(link.memory_id)
 
 
 def _observations_deleted(state: GraphState, event: ObservationsDeleted) -> None:

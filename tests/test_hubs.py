@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from keytrail.core import Store, hybrid, queries
+from keytrail.core import Store, hybrid, keyrank, queries
 from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch, LinksByNamespace
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
@@ -238,3 +238,77 @@ def test_links_by_namespace_follow_new_links_and_a_cut_link(store: Store) -> Non
     assert alice is not None and store.state.links_cut == 1
     check()
     assert len(split.of(store.state, alice, "default")) == 1
+
+
+def plain_read_key(store: Store, key_id: str, **page: Any) -> Any:
+    """read_key as the plain loop answers it (every link scored, a stable sort)."""
+    saved = keyrank.COLUMNS_MIN_LINKS
+    keyrank.COLUMNS_MIN_LINKS = 10**9
+    try:
+        return store.read_key(key_id, **page)
+    finally:
+        keyrank.COLUMNS_MIN_LINKS = saved
+
+
+PAGES: list[dict[str, Any]] = [
+    {"limit": 20, "offset": 0},
+    {"limit": 7, "offset": 193},  # across the exact ties of two remember_batch calls
+    {"limit": 50, "offset": HUB_SIZE - 30},
+    {"limit": 5, "offset": 0, "namespace": "default"},
+    {"limit": 5, "offset": 0, "namespace": "elsewhere"},
+]
+
+
+def test_read_key_of_a_hub_walks_no_link_once_its_columns_are_kept(
+    hub_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first read_key of a big key, later ones (after remember, read, correct and
+    forget) bring its columns up to date from the changes alone, and answer as the plain loop."""
+    s = hub_store
+    monkeypatch.setattr(keyrank, "COLUMNS_MIN_LINKS", 100)
+    hub = s.state.key_for_label("user")
+    assert hub is not None and len(hub.links) >= 100
+    assert s.read_key(hub.id) == plain_read_key(s, hub.id)  # builds the columns
+    ids = list(hub.links)
+    hub.links = Unwalkable(hub.links)
+    s.remember("the user bought a lamp", keys=["user", "lamp"])
+    s.read_memory(ids[5], via_key_id=hub.id)
+    s.read_memory(ids[300], via_key_id=hub.id)
+    s.correct(ids[9], "fact number 9: the drawer is empty now")
+    s.forget(ids[250])
+    got = [s.read_key(hub.id, **page) for page in PAGES]
+    hub.links = dict(dict.items(hub.links))
+    assert got == [plain_read_key(s, hub.id, **page) for page in PAGES]
+    assert got[0].memories[0].memory_id in (ids[5], ids[300])  # read: deeper, more recent
+    assert got[0].total == HUB_SIZE  # one added, one replaced by its correction, one forgotten
+    assert got[4].total == 0 and got[4].memories == []
+
+
+def test_read_key_of_a_hub_pages_through_exact_ties_as_the_plain_ranking(
+    hub_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch remembered at one instant ties exactly (same weight, depth and time): pages
+    must keep the plain ranking's link order among them, and its scores to the last digit."""
+    s = hub_store
+    monkeypatch.setattr(keyrank, "COLUMNS_MIN_LINKS", 100)
+    hub = s.state.key_for_label("user")
+    assert hub is not None
+    ids = list(hub.links)
+    for mid in ids[150:160]:
+        s.read_memory(mid, via_key_id=hub.id)
+    for offset in range(0, HUB_SIZE, 37):
+        page = {"limit": 41, "offset": offset}
+        assert s.read_key(hub.id, **page) == plain_read_key(s, hub.id, **page)
+    now = s.clock()
+    found = s._rank_by_columns(hub, None, now, 0, HUB_SIZE)
+    assert found is not None
+    scores = [
+        (
+            mid,
+            w
+            * (0.9 + 0.1 * s.state.memories[mid].depth)
+            * s.time_factor(s.state.memories[mid], now),
+        )
+        for mid, w in hub.links.items()
+    ]
+    assert found == (HUB_SIZE, sorted(scores, key=lambda ms: -ms[1]))

@@ -12,7 +12,7 @@ import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
+from keytrail.core import HashEmbedder, InvalidInput, Settings, Store, keyrank
 from keytrail.core.config import Limits
 from keytrail.core.knowledge_graph import (
     EntityInput,
@@ -562,3 +562,116 @@ def test_kept_key_counts_equal_a_fresh_count_after_every_command(
                         store, key.id, namespace
                     ), (item, key.label, namespace)
         store.close()
+
+
+def plain_ranking(
+    store: Store, key_id: str, namespace: str | None
+) -> tuple[int, list[tuple[str, float]]]:
+    """read_key's ranking from scratch: every shown link scored, a stable sort (unrounded)."""
+    now, memories = store.clock(), store.state.memories
+    scored = [
+        (mid, weight * (0.9 + 0.1 * node.depth) * store.time_factor(node, now))
+        for mid, weight in store.state.keys[key_id].links.items()
+        if visible(node := memories[mid], now) and namespace in (None, node.namespace)
+    ]
+    return len(scored), sorted(scored, key=lambda ms: -ms[1])
+
+
+def column_values(columns: keyrank.KeyColumns) -> dict[str, list[Any]]:
+    """What a key's kept columns hold, row by row (namespaces by name, not code)."""
+    n = columns.size
+    names = {code: ns for ns, code in columns.namespaces.items()}
+    values = {
+        name: getattr(columns, name)[:n].tolist()
+        for name in (
+            "weight",
+            "depth",
+            "last_us",
+            "expires_us",
+            "current",
+            "half_base",
+            "slope_per_us",
+        )
+    }
+    values["namespace"] = [names[code] for code in columns.namespace[:n].tolist()]
+    values["ids"] = list(columns.ids)
+    return values
+
+
+def plain_read_key(store: Store, key_id: str, **page: Any) -> Any:
+    saved = keyrank.COLUMNS_MIN_LINKS
+    keyrank.COLUMNS_MIN_LINKS = 10**9
+    try:
+        return store.read_key(key_id, **page)
+    finally:
+        keyrank.COLUMNS_MIN_LINKS = saved
+
+
+#: direct recall, whose Hebbian update (links.adjusted) moves link weights
+recall_memories_op = st.tuples(st.just("recall_memories"), st.sampled_from(CONTENTS))
+#: a memory marked expired by cleanup, then the clock moved back before its expiry
+EXPIRED_THEN_EARLIER_OPS: list[tuple[Any, ...]] = [
+    ("remember", 0, True, ["apple"], None, 30, False),
+    ("remember", 1, True, ["apple"], None, None, False),
+    ("cleanup", 45),
+    ("tick", -120),
+]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(st.tuples(st.one_of(op, recall_memories_op), st.booleans()), max_size=30),
+    pages=st.lists(
+        st.tuples(st.sampled_from(NAMESPACES), st.integers(1, 4), st.integers(0, 6)),
+        min_size=3,
+        max_size=3,
+    ),
+)
+@example(steps=[(o, False) for o in SHARED_OBSERVATION_OPS], pages=[(None, 2, 0)] * 3)
+@example(steps=[(o, False) for o in EXPIRED_THEN_EARLIER_OPS], pages=[(None, 1, 0)] * 3)
+@example(
+    steps=[(o, False) for o in EXPIRED_THEN_EARLIER_OPS[:2]]
+    + [(("recall_memories", CONTENTS[0]), i % 2 == 1) for i in range(4)],
+    pages=[(None, 1, 0)] * 3,
+)
+def test_read_key_by_kept_columns_equals_the_plain_ranking_after_every_command(
+    steps: list[tuple[tuple[Any, ...], bool]], pages: list[tuple[str | None, int, int]]
+) -> None:
+    """read_key of a big key ranks from columns kept between reads and brought up to date from
+    the change journal; after any command (here or in another Store on the same home, then
+    folded by refresh) or clock move it must answer exactly as the plain loop does: same
+    total, ids, order (ties in link order) and unrounded scores, in every namespace and page."""
+    saved = keyrank.COLUMNS_MIN_LINKS
+    keyrank.COLUMNS_MIN_LINKS = 1  # every key is "big"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp) / "store"
+            clock = Clock()
+            store = open_store(home, clock, 10_000)
+            other = open_store(home, clock, 10_000)
+            ids: list[str] = []
+            for i, (item, elsewhere) in enumerate(steps):
+                if item[0] == "recall_memories":
+                    (other if elsewhere else store).recall_memories(item[1])
+                elif elsewhere:
+                    other.refresh()  # caught up, as a server is before each command
+                    other = run(other, clock, [item], home, 10_000, ids)
+                else:
+                    store = run(store, clock, [item], home, 10_000, ids)
+                state = store.refresh()
+                namespace, limit, offset = pages[i % len(pages)]
+                for key in list(state.keys.values()):
+                    total, ranking = plain_ranking(store, key.id, namespace)
+                    got = store._rank_by_columns(key, namespace, clock.now, offset, limit)
+                    assert got == (total, ranking[offset : offset + limit]), (item, key.label)
+                    # The kept columns, caught up, hold what columns built now would.
+                    assert store._key_columns is not None
+                    kept = store._key_columns[key.id]
+                    fresh = keyrank.KeyColumns(state, key, store.settings.time_decay_days)
+                    assert column_values(kept) == column_values(fresh), (item, key.label)
+                    page = {"namespace": namespace, "limit": limit, "offset": offset}
+                    assert store.read_key(key.id, **page) == plain_read_key(store, key.id, **page)
+            other.close()
+            store.close()
+    finally:
+        keyrank.COLUMNS_MIN_LINKS = saved
