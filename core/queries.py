@@ -416,6 +416,17 @@ class Queries:
     ) -> tuple[int, list[tuple[str, float]]] | None:
         """read_key's total and page of a big key on the present, from its kept columns
         (None: rank it the plain way)."""
+        columns = self._columns_of(key)
+        time_factor = self.time_factor
+
+        def exact(node: MemoryNode, weight: float) -> float:
+            # The plain loop's score, operation for operation.
+            return weight * (0.9 + 0.1 * node.depth) * time_factor(node, now)
+
+        return columns.page(namespace, now, offset, limit, exact)
+
+    def _columns_of(self, key: KeyNode) -> keyrank.KeyColumns:
+        """The kept columns of big key `key`, up to date with the present state."""
         state = self.state
         kept = self._key_columns
         if kept is None or self._key_columns_state is not state:
@@ -430,13 +441,14 @@ class Queries:
         kept[key.id] = columns
         while len(kept) > keyrank.KEPT_KEYS:
             del kept[next(iter(kept))]
-        time_factor = self.time_factor
+        return columns
 
-        def exact(node: MemoryNode, weight: float) -> float:
-            # The plain loop's score, operation for operation.
-            return weight * (0.9 + 0.1 * node.depth) * time_factor(node, now)
-
-        return columns.page(namespace, now, offset, limit, exact)
+    def biggest_keys(self) -> list[str]:
+        """The keys whose read_key ranks from kept columns, most links first, as many as are
+        kept: what a warm-up builds so that a hub's first page costs milliseconds."""
+        big = [k for k in self.state.keys.values() if len(k.links) >= keyrank.COLUMNS_MIN_LINKS]
+        big.sort(key=lambda k: len(k.links), reverse=True)
+        return [k.id for k in big[: keyrank.KEPT_KEYS]]
 
     def _memory_ref(self, node: MemoryNode, score: float, via_key: str) -> MemoryRef:
         keys = self.state.keys

@@ -8,6 +8,7 @@ than the log was when it was asked.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import logging
@@ -314,32 +315,52 @@ class Store(Queries, HybridQueries):
         server's first `recall` pays for them (0.1-0.3 s at 20,000 memories, 0.4 s at 100,000).
         A server calls this right after opening, with `memory_vectors` when it offers
         `recall_memories`, whose first call would build them (they hold a copy of every content
-        vector, so not otherwise). Each step holds the store's mutex, as the query that needed
-        it would: a query arriving meanwhile waits for that step instead of doing the same work
-        itself. A step that fails is left to the first query that needs it, which reports the
-        error to its caller.
+        vector, so not otherwise). Last come the columns `read_key` of each big key (a hub)
+        ranks from, which its first page would build. Each step holds the store's mutex, as
+        the query that needed it would: a query arriving meanwhile waits for that step instead
+        of doing the same work itself. A step that fails is left to the first query that needs
+        it, which reports the error to its caller.
         """
 
         def run() -> None:
             # Not the text index: catching it up after a large import elsewhere can take
             # seconds under the mutex, which a plain recall that never needs it would wait on.
-            steps = [self.key_vectors, self._decode_nodes]
+            steps: list[Callable[[], object]] = [self.key_vectors, self._decode_nodes]
             if memory_vectors:
                 steps.append(self.memory_vectors)
             for step in steps:
-                with self._mutex:
-                    if self._closing:
-                        return
-                    try:
-                        self.refresh()
-                        step()
-                    except Exception:  # a background thread has no caller to raise to
-                        logger.warning("warm-up stopped at %s", step.__name__, exc_info=True)
-                        return
+                if not self._warm_step(step):
+                    return
+            # read_key of a hub ranks from kept columns, which its first page would build
+            # (0.3 s at 100,000 links once nodes are decoded): one key per hold of the mutex.
+            big: list[str] = []
+            if not self._warm_step(lambda: big.extend(self.biggest_keys())):
+                return
+            for key_id in big:
+                if not self._warm_step(functools.partial(self._warm_columns_of, key_id)):
+                    return
 
         thread = threading.Thread(target=run, name="keytrail-warm-up", daemon=True)
         thread.start()
         return thread
+
+    def _warm_step(self, step: Callable[[], object]) -> bool:
+        with self._mutex:
+            if self._closing:
+                return False
+            try:
+                self.refresh()
+                step()
+            except Exception:  # a background thread has no caller to raise to
+                name = getattr(step, "__name__", repr(step))
+                logger.warning("warm-up stopped at %s", name, exc_info=True)
+                return False
+        return True
+
+    def _warm_columns_of(self, key_id: str) -> None:
+        key = self.state.keys.get(key_id)
+        if key is not None:
+            self._columns_of(key)
 
     def _decode_nodes(self) -> None:
         snapshots.materialize(self.state)

@@ -110,6 +110,33 @@ def test_warm_up_builds_what_the_first_queries_would_and_they_answer_the_same(
     warm.close()
 
 
+def test_warm_up_builds_a_hubs_read_key_columns_and_its_pages_answer_the_same(
+    tmp_path: Path,
+) -> None:
+    from keytrail.core import keyrank
+
+    settings = Settings(home=tmp_path / "store", embedder="hash")
+    store = Store(settings, embedder=HashEmbedder())
+    n = keyrank.COLUMNS_MIN_LINKS + 8
+    items = [
+        RememberItem(f"fact {i}: w{i * 7} w{i * 13}", ["user", f"topic {i}"]) for i in range(n)
+    ]
+    store.remember_batch(items[:300])
+    store.remember_batch(items[300:])
+    store.close()
+    now = store.clock()
+    cold, warm = (Store(settings, embedder=HashEmbedder(), clock=lambda: now) for _ in range(2))
+    hub = warm.state.key_for_label("user")
+    assert hub is not None and warm.biggest_keys() == [hub.id]
+    warm.warm_up().join(timeout=60)
+    assert warm._key_columns is not None and list(warm._key_columns) == [hub.id]
+    assert cold._key_columns is None
+    for offset in (0, 20, n - 5):
+        assert warm.read_key(hub.id, offset=offset) == cold.read_key(hub.id, offset=offset)
+    cold.close()
+    warm.close()
+
+
 def test_a_query_during_warm_up_and_a_close_after_it_are_safe(
     make_store: Callable[..., Store], tmp_path: Path
 ) -> None:
