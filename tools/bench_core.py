@@ -203,13 +203,19 @@ def main() -> None:
             timed["related"].append(time.perf_counter() - t)
         hub_reads = {f"hub_{name}_p50_ms": round(p50(s), 3) for name, s in timed.items()}
 
+    # What one process serving the store (filled, then queried) holds at most. The phases
+    # below each hold a second state beside it (a replay, reopened stores), so they are
+    # measured apart and their states let go in turn.
+    serving_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     events = store.state.seq
     t = time.perf_counter()
     replayed = fold(EventLog(home).iter_new())
     replay_s = time.perf_counter() - t
     assert replayed.seq == events
+    del replayed
 
     store.close()  # writes the snapshot
+    del store
     t = time.perf_counter()
     reopened = Store(settings, embedder=HashEmbedder())
     open_s = time.perf_counter() - t
@@ -219,6 +225,8 @@ def main() -> None:
     t = time.perf_counter()
     reopened.recall(q)
     first_recall_s = time.perf_counter() - t
+    reopened.close()
+    del reopened
     # What a server does after opening (`keytrail serve`): build those in the background.
     warmed = Store(settings, embedder=HashEmbedder())
     t = time.perf_counter()
@@ -254,6 +262,7 @@ def main() -> None:
                 "first_recall_after_open_seconds": round(first_recall_s, 3),
                 "warm_up_seconds": round(warm_up_s, 3),
                 "first_recall_after_warm_up_ms": round(recall_after_warm_up_s * 1000, 3),
+                "peak_rss_mib_serving": round(serving_rss_mib, 1),
                 "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             },
             indent=2,
