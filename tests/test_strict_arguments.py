@@ -317,3 +317,27 @@ def test_a_bool_for_an_integer_argument_is_refused(store: Store) -> None:
             assert page["keys"] == []
 
     anyio.run(test)
+
+
+def test_a_long_list_of_the_wrong_type_is_refused_in_a_few_lines_naming_the_limit(
+    store: Store,
+) -> None:
+    """A batch past its item limit was refused by the SDK in one line naming the limit; the
+    type check walked every item first and listed one problem per item (500 wrong items made
+    a 30 kB refusal, 3,000 a 206 kB one, all of it also logged), never saying the limit. Too
+    many items is said as the SDK says it, and a batch within the limit lists a few problems."""
+
+    async def test() -> None:
+        async with session(store) as client:
+            message = await refused(client, store, "remember_batch", {"items": [1] * 501})
+            assert "items: List should have at most 500 items" in message, message[:300]
+            assert len(message) < 1_000, len(message)
+            batch = {"items": [{"content": 5}] * 500}
+            message = await refused(client, store, "remember_batch", batch)
+            assert message.startswith(
+                "Error executing tool remember_batch: items[0].content: Input should be a "
+                "string, not a number (got 5); items[1].content: "
+            ), message[:300]
+            assert len(message) < 2_000, len(message)
+
+    anyio.run(test)
