@@ -188,7 +188,7 @@ def _json_type(value: object) -> str:
 class _Node:
     """What the type check needs of one schema node, worked out once per tool."""
 
-    __slots__ = ("allowed", "exact", "integral", "items", "properties", "values")
+    __slots__ = ("allowed", "exact", "integral", "items", "max_items", "properties", "values")
 
     def __init__(self, node: dict[str, Any], defs: dict[str, Any]) -> None:
         members = []
@@ -209,6 +209,11 @@ class _Node:
         self.properties: dict[str, _Node] = {}
         self.values: _Node | None = None
         self.items: _Node | None = None
+        #: the most items a list here may hold (the largest any member allows); None: no limit
+        self.max_items: int | None = None
+        limits = [m.get("maxItems") for m in members if m.get("type") == "array"]
+        if limits and None not in limits:
+            self.max_items = max(limits)
         for member in members:
             for key, sub in (member.get("properties") or {}).items():
                 self.properties.setdefault(key, _Node(sub, defs))
@@ -223,6 +228,10 @@ def type_plan(schema: dict[str, Any]) -> _Node:
     return _Node(schema, schema.get("$defs", {}))
 
 
+#: wrong types listed in one refusal (the caller fixes those and learns of any others next)
+MAX_PROBLEMS = 10
+
+
 def wrong_json_types(plan: _Node, arguments: dict[str, Any]) -> list[dict[str, str]]:
     """The arguments whose JSON type the published schema does not allow, as problems.
 
@@ -231,10 +240,16 @@ def wrong_json_types(plan: _Node, arguments: dict[str, Any]) -> list[dict[str, s
     (`ttl_seconds: true` stored a memory that expired a second later). Only types are checked
     here, walking the arguments beside the schema (a full JSON Schema validation cost 74 ms on
     a 500-item remember_batch); a value of the right type out of its limits is left to the
-    SDK's check, reworded by `InvalidArguments.from_validation`."""
+    SDK's check, reworded by `InvalidArguments.from_validation`.
+
+    A list longer than its schema allows is not walked: the SDK refuses it in one line that
+    names the limit, where one problem per item would be a refusal (and a log line) as long as
+    the list. At most `MAX_PROBLEMS` problems are listed, then how many more there were."""
     problems: list[dict[str, str]] = []
+    more = 0
 
     def walk(value: Any, node: _Node, field: str) -> None:
+        nonlocal more
         allowed = node.allowed
         kind = type(value)
         if (
@@ -246,17 +261,28 @@ def wrong_json_types(plan: _Node, arguments: dict[str, Any]) -> list[dict[str, s
             problem = f"Input should be {said}, not {_json_type(value)}"
             if isinstance(value, str | int | float | bool) and len(repr(value)) <= 60:
                 problem += f" (got {value!r})"
-            problems.append({"field": field or "arguments", "problem": problem})
+            if len(problems) < MAX_PROBLEMS:
+                problems.append({"field": field or "arguments", "problem": problem})
+            else:
+                more += 1
         elif kind is dict:
             for key, item in value.items():
                 child = node.properties.get(key) or node.values
                 if child is not None:
                     walk(item, child, f"{field}.{key}" if field else key)
-        elif kind is list and node.items is not None:
+        elif (
+            kind is list
+            and node.items is not None
+            and (node.max_items is None or len(value) <= node.max_items)
+        ):
             for i, item in enumerate(value):
                 walk(item, node.items, f"{field}[{i}]")
 
     walk(arguments, plan, "")
+    if more:
+        problems.append(
+            {"field": "arguments", "problem": f"{more} more of the wrong type, not listed"}
+        )
     return problems
 
 
