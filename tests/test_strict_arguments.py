@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
+from pydantic import BaseModel
 
 from keytrail.core import Store
 from keytrail.server.mcp_server import build_server
@@ -339,5 +340,53 @@ def test_a_long_list_of_the_wrong_type_is_refused_in_a_few_lines_naming_the_limi
                 "string, not a number (got 5); items[1].content: "
             ), message[:300]
             assert len(message) < 2_000, len(message)
+
+    anyio.run(test)
+
+
+class ByNumber(BaseModel):
+    value: int
+
+
+class ByName(BaseModel):
+    value: str
+
+
+def test_a_value_fitting_any_member_of_a_union_of_objects_or_lists_is_accepted() -> None:
+    """The type check took a union's property, dict value and list item schemas from its
+    first member only: a new tool with `list[int] | list[str]`, `dict[str, int] | dict[str,
+    str]` or a union of two models sharing a field name refused values fitting the second
+    member, which the published schema (and the SDK) accept. A value fitting no member is
+    still refused."""
+
+    server = StrictArgumentsServer("unions")
+
+    @server.tool()
+    def pick(
+        ids: list[int] | list[str] | None = None,
+        counts: dict[str, int] | dict[str, str] | None = None,
+        choice: ByNumber | ByName | None = None,
+    ) -> str:
+        return f"{ids} {counts} {choice!r}"
+
+    async def test() -> None:
+        async with Client(server) as client:
+            for args in (
+                {"ids": [1, 2]},
+                {"ids": ["a", "b"]},
+                {"counts": {"x": 1}},
+                {"counts": {"x": "one"}},
+                {"choice": {"value": 3}},
+                {"choice": {"value": "three"}},
+            ):
+                result = await client.call_tool("pick", args)
+                assert not result.is_error, (args, text_of(result))
+            for args, field in (
+                ({"ids": [True]}, "ids[0]"),
+                ({"counts": {"x": None}}, "counts.x"),
+                ({"choice": {"value": [1]}}, "choice.value"),
+            ):
+                result = await client.call_tool("pick", args)
+                assert result.is_error and f"pick: {field}: " in text_of(result), text_of(result)
 
     anyio.run(test)
