@@ -185,10 +185,14 @@ def _json_type(value: object) -> str:
     return "an object"
 
 
+#: a union member that cannot hold the value at all (`additionalProperties: false`)
+_EXCLUDED: dict[str, Any] = {}
+
+
 class _Node:
     """What the type check needs of one schema node, worked out once per tool."""
 
-    __slots__ = ("allowed", "exact", "integral", "items", "properties", "values")
+    __slots__ = ("allowed", "exact", "integral", "items", "max_items", "properties", "values")
 
     def __init__(self, node: dict[str, Any], defs: dict[str, Any]) -> None:
         members = []
@@ -206,21 +210,52 @@ class _Node:
         self.exact = frozenset(t for j in self.allowed or () for t in _PYTHON_TYPES[j])
         #: a float fits only if integral (JSON Schema's integer)
         self.integral = "integer" in (self.allowed or ()) and float not in self.exact
-        self.properties: dict[str, _Node] = {}
-        self.values: _Node | None = None
-        self.items: _Node | None = None
-        for member in members:
-            for key, sub in (member.get("properties") or {}).items():
-                self.properties.setdefault(key, _Node(sub, defs))
-            if self.values is None and isinstance(member.get("additionalProperties"), dict):
-                self.values = _Node(member["additionalProperties"], defs)
-            if self.items is None and isinstance(member.get("items"), dict):
-                self.items = _Node(member["items"], defs)
+        # A value inside a union fits if it fits the schema of any member that may hold it,
+        # so each child is checked against all of theirs; None: some member takes anything.
+        objects = [m for m in members if "object" in _listed(m.get("type", "object"))]
+        arrays = [m for m in members if "array" in _listed(m.get("type", "array"))]
+        #: property name -> its node (None: unchecked); `values` for any other name
+        self.properties: dict[str, _Node | None] = {
+            key: _either([_child(m, key) for m in objects], defs)
+            for key in dict.fromkeys(k for m in objects for k in m.get("properties") or {})
+        }
+        self.values = _either([_child(m, None) for m in objects], defs)
+        self.items = _either(
+            [m["items"] if isinstance(m.get("items"), dict) else None for m in arrays], defs
+        )
+        #: the most items a list here may hold (the largest any member allows); None: no limit
+        limits = [m.get("maxItems") for m in arrays]
+        self.max_items: int | None = max(limits) if limits and None not in limits else None
+
+
+def _child(member: dict[str, Any], key: str | None) -> dict[str, Any] | None:
+    """The schema `member` (an object) gives property `key` (None: a name it does not list):
+    None if anything goes there, `_EXCLUDED` if nothing may."""
+    if key is not None and key in (member.get("properties") or {}):
+        sub: dict[str, Any] = member["properties"][key]
+        return sub
+    extra = member.get("additionalProperties", True)
+    if isinstance(extra, dict):
+        return extra
+    return _EXCLUDED if extra is False else None
+
+
+def _either(schemas: list[dict[str, Any] | None], defs: dict[str, Any]) -> _Node | None:
+    """The node for a value that must fit one of `schemas` (None among them: anything)."""
+    fitting = [s for s in schemas if s is not _EXCLUDED]
+    if not fitting or any(s is None for s in fitting):
+        return None
+    flat = [m for s in fitting if s is not None for m in s.get("anyOf", [s])]
+    return _Node(flat[0] if len(flat) == 1 else {"anyOf": flat}, defs)
 
 
 def type_plan(schema: dict[str, Any]) -> _Node:
     """A tool's input schema made ready for `wrong_json_types`."""
     return _Node(schema, schema.get("$defs", {}))
+
+
+#: wrong types listed in one refusal (the caller fixes those and learns of any others next)
+MAX_PROBLEMS = 10
 
 
 def wrong_json_types(plan: _Node, arguments: dict[str, Any]) -> list[dict[str, str]]:
@@ -231,10 +266,16 @@ def wrong_json_types(plan: _Node, arguments: dict[str, Any]) -> list[dict[str, s
     (`ttl_seconds: true` stored a memory that expired a second later). Only types are checked
     here, walking the arguments beside the schema (a full JSON Schema validation cost 74 ms on
     a 500-item remember_batch); a value of the right type out of its limits is left to the
-    SDK's check, reworded by `InvalidArguments.from_validation`."""
+    SDK's check, reworded by `InvalidArguments.from_validation`.
+
+    A list longer than its schema allows is not walked: the SDK refuses it in one line that
+    names the limit, where one problem per item would be a refusal (and a log line) as long as
+    the list. At most `MAX_PROBLEMS` problems are listed, then how many more there were."""
     problems: list[dict[str, str]] = []
+    more = 0
 
     def walk(value: Any, node: _Node, field: str) -> None:
+        nonlocal more
         allowed = node.allowed
         kind = type(value)
         if (
@@ -246,17 +287,28 @@ def wrong_json_types(plan: _Node, arguments: dict[str, Any]) -> list[dict[str, s
             problem = f"Input should be {said}, not {_json_type(value)}"
             if isinstance(value, str | int | float | bool) and len(repr(value)) <= 60:
                 problem += f" (got {value!r})"
-            problems.append({"field": field or "arguments", "problem": problem})
+            if len(problems) < MAX_PROBLEMS:
+                problems.append({"field": field or "arguments", "problem": problem})
+            else:
+                more += 1
         elif kind is dict:
             for key, item in value.items():
-                child = node.properties.get(key) or node.values
+                child = node.properties.get(key, node.values)
                 if child is not None:
                     walk(item, child, f"{field}.{key}" if field else key)
-        elif kind is list and node.items is not None:
+        elif (
+            kind is list
+            and node.items is not None
+            and (node.max_items is None or len(value) <= node.max_items)
+        ):
             for i, item in enumerate(value):
                 walk(item, node.items, f"{field}[{i}]")
 
     walk(arguments, plan, "")
+    if more:
+        problems.append(
+            {"field": "arguments", "problem": f"{more} more of the wrong type, not listed"}
+        )
     return problems
 
 

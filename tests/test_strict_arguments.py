@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
+from pydantic import BaseModel
 
 from keytrail.core import Store
 from keytrail.server.mcp_server import build_server
@@ -315,5 +316,77 @@ def test_a_bool_for_an_integer_argument_is_refused(store: Store) -> None:
             # JSON Schema counts 2.0 as an integer: served as 2.
             page = data(await client.call_tool("recall", {"query": "Lyon", "top_k": 2.0}))
             assert page["keys"] == []
+
+    anyio.run(test)
+
+
+def test_a_long_list_of_the_wrong_type_is_refused_in_a_few_lines_naming_the_limit(
+    store: Store,
+) -> None:
+    """A batch past its item limit was refused by the SDK in one line naming the limit; the
+    type check walked every item first and listed one problem per item (500 wrong items made
+    a 30 kB refusal, 3,000 a 206 kB one, all of it also logged), never saying the limit. Too
+    many items is said as the SDK says it, and a batch within the limit lists a few problems."""
+
+    async def test() -> None:
+        async with session(store) as client:
+            message = await refused(client, store, "remember_batch", {"items": [1] * 501})
+            assert "items: List should have at most 500 items" in message, message[:300]
+            assert len(message) < 1_000, len(message)
+            batch = {"items": [{"content": 5}] * 500}
+            message = await refused(client, store, "remember_batch", batch)
+            assert message.startswith(
+                "Error executing tool remember_batch: items[0].content: Input should be a "
+                "string, not a number (got 5); items[1].content: "
+            ), message[:300]
+            assert len(message) < 2_000, len(message)
+
+    anyio.run(test)
+
+
+class ByNumber(BaseModel):
+    value: int
+
+
+class ByName(BaseModel):
+    value: str
+
+
+def test_a_value_fitting_any_member_of_a_union_of_objects_or_lists_is_accepted() -> None:
+    """The type check took a union's property, dict value and list item schemas from its
+    first member only: a new tool with `list[int] | list[str]`, `dict[str, int] | dict[str,
+    str]` or a union of two models sharing a field name refused values fitting the second
+    member, which the published schema (and the SDK) accept. A value fitting no member is
+    still refused."""
+
+    server = StrictArgumentsServer("unions")
+
+    @server.tool()
+    def pick(
+        ids: list[int] | list[str] | None = None,
+        counts: dict[str, int] | dict[str, str] | None = None,
+        choice: ByNumber | ByName | None = None,
+    ) -> str:
+        return f"{ids} {counts} {choice!r}"
+
+    async def test() -> None:
+        async with Client(server) as client:
+            for args in (
+                {"ids": [1, 2]},
+                {"ids": ["a", "b"]},
+                {"counts": {"x": 1}},
+                {"counts": {"x": "one"}},
+                {"choice": {"value": 3}},
+                {"choice": {"value": "three"}},
+            ):
+                result = await client.call_tool("pick", args)
+                assert not result.is_error, (args, text_of(result))
+            for args, field in (
+                ({"ids": [True]}, "ids[0]"),
+                ({"counts": {"x": None}}, "counts.x"),
+                ({"choice": {"value": [1]}}, "choice.value"),
+            ):
+                result = await client.call_tool("pick", args)
+                assert result.is_error and f"pick: {field}: " in text_of(result), text_of(result)
 
     anyio.run(test)
