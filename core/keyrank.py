@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from keytrail.projections import GraphState, KeyNode, MemoryNode
+from keytrail.projections import GraphState, KeyNode, MemoryNode, text_hash
 
 #: Keys with fewer links than this are ranked by the plain loop, which is as fast there.
 COLUMNS_MIN_LINKS = 512
@@ -56,6 +56,9 @@ _COLUMNS = (
 
 #: The exact score of a row: (memory node, link weight) -> the plain path's float
 ExactScore = Callable[[MemoryNode, float], float]
+#: read_key with a query: the shown rows (row indices, in link order) -> each one's factor
+#: (0.5 + 0.5·similarity, as float64), computed as the plain path computes it
+Similarity = Callable[[np.ndarray], np.ndarray]
 
 
 def micros(when: datetime) -> int:
@@ -74,6 +77,9 @@ class KeyColumns:
         self.links_cut = state.links_cut
         self.position = state.changes().end
         self.ids: list[str] = []
+        #: each row's content hash (a memory's content never changes while it is shown): the
+        #: vector cache's key, so read_key with a query hashes nothing per call
+        self.digests: list[str] = []
         self.rows: dict[str, int] = {}
         self.namespaces: dict[str, int] = {}
         self.size = 0
@@ -129,12 +135,14 @@ class KeyColumns:
         end = start + len(links)
         if end > len(self.weight):
             self._grow(end + end // 2)
-        memories, rows, ids = self.state.memories, self.rows, self.ids
+        memories, rows, ids, digests = self.state.memories, self.rows, self.ids, self.digests
         values = []
         for row, (memory_id, weight) in enumerate(links, start):
             rows[memory_id] = row
             ids.append(memory_id)
-            values.append(self._values(memories[memory_id], weight))
+            node = memories[memory_id]
+            digests.append(text_hash(node.content))
+            values.append(self._values(node, weight))
         if values:
             # By column, a slice at a time: far cheaper than one numpy store per value.
             for name, column in zip(_COLUMNS, zip(*values, strict=True), strict=True):
@@ -149,6 +157,7 @@ class KeyColumns:
             setattr(self, name, new)
 
     def _write(self, row: int, node: MemoryNode, weight: float) -> None:
+        self.digests[row] = text_hash(node.content)  # the same id remembered anew (an import)
         for name, value in zip(_COLUMNS, self._values(node, weight), strict=True):
             getattr(self, name)[row] = value
 
@@ -170,10 +179,17 @@ class KeyColumns:
     # -- reading ---------------------------------------------------------------------------
 
     def page(
-        self, namespace: str | None, now: datetime, offset: int, limit: int, exact: ExactScore
+        self,
+        namespace: str | None,
+        now: datetime,
+        offset: int,
+        limit: int,
+        exact: ExactScore,
+        similarity: Similarity | None = None,
     ) -> tuple[int, list[tuple[str, float]]] | None:
         """(how many rows are shown, the page as (memory id, exact score) best first), as the
-        plain path ranks them; None if numpy cannot choose (a non-finite score)."""
+        plain path ranks them; None if numpy cannot choose (a non-finite score). With
+        `similarity` (read_key's query), each shown row's score is multiplied by its factor."""
         n = self.size
         now_us = micros(now)
         shown = self.expires_us[:n] > now_us
@@ -195,6 +211,10 @@ class KeyColumns:
         half = self.half_base[rows]
         approx *= half
         approx += half
+        factor = None
+        if similarity is not None:
+            factor = similarity(np.arange(n) if isinstance(rows, slice) else rows)
+            approx *= factor
         high, low = float(approx.max()), float(approx.min())
         if not (math.isfinite(high) and math.isfinite(low)):
             return None
@@ -212,6 +232,8 @@ class KeyColumns:
         near = near[~above]
         candidates = near if isinstance(rows, slice) else rows[near]
         scores = self._exact(candidates, exact)
+        if factor is not None:
+            scores *= factor[near]  # the plain path: its base scores times the same factors
         order = np.lexsort((candidates, np.negative(scores)))
         chosen = order[offset - before : offset - before + limit]
         ids = self.ids

@@ -10,10 +10,10 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -184,7 +184,7 @@ class Queries:
     def refresh(self) -> GraphState:
         raise NotImplementedError
 
-    def embed(self, texts: list[str]) -> Matrix:
+    def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
         raise NotImplementedError
 
     def key_vectors(self) -> VectorSet:
@@ -368,10 +368,10 @@ class Queries:
             memories = self.state.memories
             shown = self._visible
             if (
-                query is None
-                and shown is visible
+                shown is visible
                 and len(key.links) >= keyrank.COLUMNS_MIN_LINKS
-                and (found := self._rank_by_columns(key, namespace, now, offset, limit)) is not None
+                and (found := self._rank_by_columns(key, namespace, now, offset, limit, query))
+                is not None
             ):
                 total, page = found
                 return KeyPage(
@@ -412,7 +412,13 @@ class Queries:
             )
 
     def _rank_by_columns(
-        self, key: KeyNode, namespace: str | None, now: datetime, offset: int, limit: int
+        self,
+        key: KeyNode,
+        namespace: str | None,
+        now: datetime,
+        offset: int,
+        limit: int,
+        query: str | None = None,
     ) -> tuple[int, list[tuple[str, float]]] | None:
         """read_key's total and page of a big key on the present, from its kept columns
         (None: rank it the plain way)."""
@@ -423,7 +429,22 @@ class Queries:
             # The plain loop's score, operation for operation.
             return weight * (0.9 + 0.1 * node.depth) * time_factor(node, now)
 
-        return columns.page(namespace, now, offset, limit, exact)
+        similarity = None
+        if query is not None:
+            query_vector = self.embedder.embed([query])[0]
+            memories, ids, digests = self.state.memories, columns.ids, columns.digests
+
+            def similarity(rows: np.ndarray) -> np.ndarray:
+                # The plain path's product: the shown memories' rows in link order, times the
+                # query, so every factor is its float to the last bit. Contents are read only
+                # for memories the cache has no vector for yet.
+                shown = rows.tolist()
+                texts = _Contents(memories, [ids[r] for r in shown])
+                sims = self.embed(texts, [digests[r] for r in shown]) @ query_vector
+                factor: np.ndarray = (0.5 + 0.5 * np.clip(sims, 0.0, 1.0)).astype(np.float64)
+                return factor
+
+        return columns.page(namespace, now, offset, limit, exact, similarity)
 
     def _columns_of(self, key: KeyNode) -> keyrank.KeyColumns:
         """The kept columns of big key `key`, up to date with the present state."""
@@ -720,6 +741,26 @@ class Queries:
             ]
             sessions.sort(key=lambda s: (s.last_at, s.session_id), reverse=True)
             return SessionList(sessions=sessions)
+
+
+class _Contents(Sequence[str]):
+    """The contents of memories by position, each read only when asked for."""
+
+    def __init__(self, memories: dict[str, MemoryNode], ids: list[str]) -> None:
+        self._memories = memories
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self._memories[i].content for i in self._ids[index]]
+        return self._memories[self._ids[index]].content
 
 
 def _preview(content: str) -> str:

@@ -553,6 +553,9 @@ class Store(Queries, HybridQueries):
             digests = [text_hash(t) for t in texts]
         if not digests:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        found = self.vectors.rows_if_all(digests)
+        if found is not None:
+            return found
         if self.vectors.missing(digests):
             self.vectors.refresh()  # another process may have embedded them meanwhile
             missing = {digests[i]: texts[i] for i in self.vectors.missing(digests)}

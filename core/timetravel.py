@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -264,9 +265,9 @@ class TimeView(Queries):
             self.state = self._store.refresh()
         return self.state
 
-    def embed(self, texts: list[str]) -> Matrix:
+    def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
         # Content vectors are addressed by text hash: the past reuses them, nothing re-embeds.
-        return self._store.embed(texts)
+        return self._store.embed(texts, digests)
 
     def key_vectors(self) -> VectorSet:
         """The store's label rows cut to the labels that existed then.

@@ -277,8 +277,14 @@ def test_read_key_of_a_hub_walks_no_link_once_its_columns_are_kept(
     s.correct(ids[9], "fact number 9: the drawer is empty now")
     s.forget(ids[250])
     got = [s.read_key(hub.id, **page) for page in PAGES]
+    # With a query too: each memory's similarity factor, from the cached content hashes.
+    queried = [s.read_key(hub.id, query="the drawer and the lamp", **page) for page in PAGES]
     hub.links = dict(dict.items(hub.links))
     assert got == [plain_read_key(s, hub.id, **page) for page in PAGES]
+    assert queried == [
+        plain_read_key(s, hub.id, query="the drawer and the lamp", **page) for page in PAGES
+    ]
+    assert queried[0].memories[0].memory_id != got[0].memories[0].memory_id
     assert got[0].memories[0].memory_id in (ids[5], ids[300])  # read: deeper, more recent
     assert got[0].total == HUB_SIZE  # one added, one replaced by its correction, one forgotten
     assert got[4].total == 0 and got[4].memories == []

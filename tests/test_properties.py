@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -577,6 +578,31 @@ def plain_ranking(
     return len(scored), sorted(scored, key=lambda ms: -ms[1])
 
 
+def plain_ranking_with_query(
+    store: Store, key_id: str, namespace: str | None, query: str
+) -> tuple[int, list[tuple[str, float]]]:
+    """read_key's ranking with a query from scratch: base scores times 0.5 + 0.5·similarity."""
+    now, memories, links = store.clock(), store.state.memories, store.state.keys[key_id].links
+    shown = [
+        (mid, weight)
+        for mid, weight in links.items()
+        if visible(node := memories[mid], now) and namespace in (None, node.namespace)
+    ]
+    if not shown:
+        return 0, []
+    base = np.array(
+        [
+            w * (0.9 + 0.1 * memories[m].depth) * store.time_factor(memories[m], now)
+            for m, w in shown
+        ],
+        dtype=np.float64,
+    )
+    sims = store.embed([memories[m].content for m, _ in shown]) @ store.embedder.embed([query])[0]
+    base *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
+    scored = [(m, float(score)) for (m, _), score in zip(shown, base.tolist(), strict=True)]
+    return len(scored), sorted(scored, key=lambda ms: -ms[1])
+
+
 def column_values(columns: keyrank.KeyColumns) -> dict[str, list[Any]]:
     """What a key's kept columns hold, row by row (namespaces by name, not code)."""
     n = columns.size
@@ -640,7 +666,8 @@ def test_read_key_by_kept_columns_equals_the_plain_ranking_after_every_command(
     """read_key of a big key ranks from columns kept between reads and brought up to date from
     the change journal; after any command (here or in another Store on the same home, then
     folded by refresh) or clock move it must answer exactly as the plain loop does: same
-    total, ids, order (ties in link order) and unrounded scores, in every namespace and page."""
+    total, ids, order (ties in link order) and unrounded scores, in every namespace and page,
+    with a query too."""
     saved = keyrank.COLUMNS_MIN_LINKS
     keyrank.COLUMNS_MIN_LINKS = 1  # every key is "big"
     try:
@@ -670,6 +697,13 @@ def test_read_key_by_kept_columns_equals_the_plain_ranking_after_every_command(
                     fresh = keyrank.KeyColumns(state, key, store.settings.time_decay_days)
                     assert column_values(kept) == column_values(fresh), (item, key.label)
                     page = {"namespace": namespace, "limit": limit, "offset": offset}
+                    assert store.read_key(key.id, **page) == plain_read_key(store, key.id, **page)
+                    # With a query: the columns' page times each memory's similarity factor.
+                    query = CONTENTS[i % len(CONTENTS)][:24]
+                    total, ranking = plain_ranking_with_query(store, key.id, namespace, query)
+                    got = store._rank_by_columns(key, namespace, clock.now, offset, limit, query)
+                    assert got == (total, ranking[offset : offset + limit]), (item, key.label)
+                    page["query"] = query
                     assert store.read_key(key.id, **page) == plain_read_key(store, key.id, **page)
             other.close()
             store.close()
