@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_hubs import plain_read_key
 
 from keytrail.core import HashEmbedder, InvalidInput, Settings, Store, keyrank
 from keytrail.core.config import Limits
@@ -622,15 +623,6 @@ def column_values(columns: keyrank.KeyColumns) -> dict[str, list[Any]]:
     values["namespace"] = [names[code] for code in columns.namespace[:n].tolist()]
     values["ids"] = list(columns.ids)
     return values
-
-
-def plain_read_key(store: Store, key_id: str, **page: Any) -> Any:
-    saved = keyrank.COLUMNS_MIN_LINKS
-    keyrank.COLUMNS_MIN_LINKS = 10**9
-    try:
-        return store.read_key(key_id, **page)
-    finally:
-        keyrank.COLUMNS_MIN_LINKS = saved
 
 
 #: direct recall, whose Hebbian update (links.adjusted) moves link weights
