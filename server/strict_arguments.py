@@ -156,33 +156,19 @@ _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "null": (type(None),),
 }
 
-_KINDS: dict[str, type | tuple[type, ...]] = {
-    "string": str,
-    "boolean": bool,
-    "array": list,
-    "object": dict,
-    "null": type(None),
-}
-
-
-def _is(value: object, json_type: str) -> bool:
-    """Whether `value` (decoded JSON) is of `json_type` as JSON Schema counts (2.0 is an
-    integer; true is not a number)."""
-    if json_type == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer()
-        )
-    if json_type == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    kind = _KINDS.get(json_type)
-    return kind is None or isinstance(value, kind)
-
 
 def _json_type(value: object) -> str:
-    for json_type in ("null", "boolean", "integer", "number", "string", "array"):
-        if _is(value, json_type):
-            return _JSON_TYPES[json_type].replace("an integer", "a number")
-    return "an object"
+    """What JSON type a decoded value is, as a refusal says it."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "a boolean"
+    if kind is int or kind is float:
+        return "a number"
+    if kind is str:
+        return "a string"
+    return "an array" if kind is list else "an object"
 
 
 #: a union member that cannot hold the value at all (`additionalProperties: false`)
