@@ -431,15 +431,15 @@ class Queries:
 
         similarity = None
         if query is not None:
-            query_vector = self.embedder.embed([query])[0]
             memories, ids, digests = self.state.memories, columns.ids, columns.digests
 
             def similarity(rows: np.ndarray) -> np.ndarray:
                 # The plain path's product: the shown memories' rows in link order, times the
                 # query, so every factor is its float to the last bit. Contents are read only
-                # for memories the cache has no vector for yet.
+                # for memories the cache has no vector for yet; asked only if a row is shown.
                 shown = rows.tolist()
                 texts = _Contents(memories, [ids[r] for r in shown])
+                query_vector = self.embedder.embed([query])[0]
                 sims = self.embed(texts, [digests[r] for r in shown]) @ query_vector
                 factor: np.ndarray = (0.5 + 0.5 * np.clip(sims, 0.0, 1.0)).astype(np.float64)
                 return factor
