@@ -233,6 +233,7 @@ class OddEmbedder(HashEmbedder):
         return out
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_nan_and_inf_vectors_fall_back_to_the_plain_loop(
     make_store: Callable[..., Store],
 ) -> None:
