@@ -11,6 +11,12 @@ to an earlier model costs nothing. On disk, per fingerprint::
 
 Only the holder of the store lock appends, so processes never interleave rows. A crash can leave
 the two files at different lengths; the shorter one decides how many rows are valid.
+
+A process maps the rows on disk (`mmap`) rather than reading them: a server that never needs
+most content vectors (recall reads label rows; dedup reads up to 200 content rows) does not hold
+them in memory, and servers on one store share the pages. Rows are only ever appended or
+overwritten in place (a purge's zeros, which the mapping sees), and a writer cuts the file only
+past the rows every reader knows, so a mapped row stays readable.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +37,8 @@ Matrix = npt.NDArray[np.float32]
 
 
 _HASH_LINE = 33  # 32 hex digits and a newline
+#: rows this process saved and still holds in memory before it maps them instead
+REMAP_ROWS = 1024
 #: Where the caches live, relative to a store's directory.
 VECTORS_DIR = Path("cache") / "vectors"
 
@@ -63,7 +72,11 @@ class VectorCache:
         self._hashes_path = "" if self.dir is None else os.path.join(self.dir, "hashes.txt")
         self._vectors_path = "" if self.dir is None else os.path.join(self.dir, "vectors.f32")
         self._rows: dict[str, int] = {}
-        self._matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
+        #: rows [0, _mapped): the vectors file, mapped read-only
+        self._disk: Matrix = np.zeros((0, dim), dtype=np.float32)
+        self._mapped = 0
+        #: rows [_mapped, _count): in memory, unsaved ones (`_pending`) last
+        self._mem: Matrix = np.zeros((0, dim), dtype=np.float32)
         self._count = 0
         self._persisted = 0  # rows already on disk
         self._pending: list[str] = []
@@ -110,17 +123,14 @@ class VectorCache:
                 if rows_on_disk <= self._persisted:
                     return
                 valid = min(len(hashes), rows_on_disk)
-                vf.seek(self._persisted * row_bytes)
-                data = vf.read((valid - self._persisted) * row_bytes)
+                if valid <= self._persisted:
+                    return
+                # Rows another process added after our own unsaved ones would shift indexes:
+                # re-base (the unsaved ones are copied out before the mapping changes).
+                pending = [(h, self._row(self._rows[h]).copy()) for h in self._pending]
+                self._map(vf, valid)
         except FileNotFoundError:
             return
-        if valid <= self._persisted:
-            return
-        fresh = np.frombuffer(data, dtype=np.float32).reshape(-1, self.dim)
-        # Rows another process added after our own unsaved ones would shift indexes: re-base.
-        pending = [(h, self._matrix[self._rows[h]]) for h in self._pending]
-        base = self._matrix[: self._persisted]
-        self._matrix = np.concatenate([base, fresh])
         self._rows = {h.decode(): i for i, h in enumerate(hashes[:valid])}
         self._count = self._persisted = valid
         self._file, self._last_line = (vst.st_dev, vst.st_ino), hashes[valid - 1]
@@ -141,31 +151,85 @@ class VectorCache:
             os.close(fd)
         return line == self._last_line
 
+    def _map(self, vectors_file: BinaryIO, rows: int) -> None:
+        """Rows [0, rows) become the first `rows` rows of `vectors_file`, mapped; no row is held
+        in memory after them."""
+        self._disk = (
+            np.memmap(vectors_file, dtype=np.float32, mode="r", shape=(rows, self.dim))
+            if rows
+            else np.zeros((0, self.dim), dtype=np.float32)
+        )
+        self._mapped = rows
+        self._mem = np.zeros((0, self.dim), dtype=np.float32)
+
+    def _remap(self) -> None:
+        """Map every saved row (under the store lock, after a flush), so the rows this process
+        wrote stop taking memory; unsaved rows stay in memory."""
+        try:
+            with open(self._vectors_path, "rb") as vf:
+                st = os.fstat(vf.fileno())
+                if (st.st_dev, st.st_ino) != self._file:
+                    return
+                held = [(h, self._row(self._rows[h]).copy()) for h in self._pending]
+                self._map(vf, self._persisted)
+        except FileNotFoundError:
+            return
+        self._count = self._persisted
+        for digest, vector in held:
+            self._count += 1
+            self._store_row(self._rows[digest], vector)
+
+    def _row(self, row: int) -> npt.NDArray[np.float32]:
+        mapped = self._mapped
+        vector: npt.NDArray[np.float32] = (
+            self._disk[row] if row < mapped else self._mem[row - mapped]
+        )
+        return vector
+
+    def _take(self, rows: list[int]) -> Matrix:
+        """The vectors of `rows`, as one new matrix."""
+        mapped = self._mapped
+        if not rows or max(rows) < mapped:
+            return np.asarray(self._disk[rows])
+        if min(rows) >= mapped:
+            return self._mem[[r - mapped for r in rows]]
+        index = np.asarray(rows)
+        out = np.empty((len(index), self.dim), dtype=np.float32)
+        low = index < mapped
+        out[low] = self._disk[index[low]]
+        out[~low] = self._mem[index[~low] - mapped]
+        return out
+
+    def _store_row(self, row: int, vector: npt.NDArray[np.float32]) -> None:
+        """Put `vector` at row `row` (at or past `_mapped`), growing the memory part."""
+        at = row - self._mapped
+        if at >= len(self._mem):
+            grown = np.zeros((max(64, 2 * len(self._mem), at + 1), self.dim), dtype=np.float32)
+            grown[: len(self._mem)] = self._mem
+            self._mem = grown
+        self._mem[at] = vector
+
     def _start_over(self) -> None:
         """The files our persisted rows were in are gone, cut or made anew (the cache was
         deleted; another process may have started it again): their row numbers mean nothing
         now. Keep only our unsaved rows, to be written after whatever the files hold; the
         vectors we had saved are embedded again when next needed."""
-        held = [(d, self._matrix[self._rows[d]].copy()) for d in self._pending]
+        held = [(d, self._row(self._rows[d]).copy()) for d in self._pending]
         self._rows, self._pending, self._file, self._last_line = {}, [], None, b""
-        self._matrix = np.zeros((0, self.dim), dtype=np.float32)
-        self._count = self._persisted = 0
+        self._disk = self._mem = np.zeros((0, self.dim), dtype=np.float32)
+        self._mapped = self._count = self._persisted = 0
         for digest, vector in held:
             self._put(digest, vector)
 
     def _put(self, digest: str, vector: npt.NDArray[np.float32]) -> None:
-        if self._count == len(self._matrix):
-            grown = np.zeros((max(64, 2 * len(self._matrix)), self.dim), dtype=np.float32)
-            grown[: self._count] = self._matrix[: self._count]
-            self._matrix = grown
-        self._matrix[self._count] = vector
+        self._store_row(self._count, vector)
         self._rows[digest] = self._count
         self._count += 1
         self._pending.append(digest)
 
     def get(self, digest: str) -> npt.NDArray[np.float32] | None:
         row = self._rows.get(digest)
-        return None if row is None else self._matrix[row]
+        return None if row is None else self._row(row)
 
     def put_many(self, digests: list[str], vectors: Matrix) -> None:
         for digest, vector in zip(digests, vectors, strict=True):
@@ -186,12 +250,12 @@ class VectorCache:
             found = operator.itemgetter(*digests)(self._rows)
         except KeyError:
             return None
-        return self._matrix[list(found) if len(digests) > 1 else [found]]
+        return self._take(list(found) if len(digests) > 1 else [found])
 
     def rows(self, digests: list[str]) -> Matrix:
         """The vectors of `digests` (all must be present), as one matrix."""
         rows = self._rows
-        return self._matrix[[rows[d] for d in digests]]
+        return self._take([rows[d] for d in digests])
 
     @property
     def manifest_path(self) -> Path | None:
@@ -237,7 +301,7 @@ class VectorCache:
             self.refresh()
         if not self._pending:
             return
-        rows = self._matrix[self._persisted : self._count]
+        rows = self._mem[self._persisted - self._mapped : self._count - self._mapped]
         # Anything past our rows is a torn row or line left by a crash: written over.
         self._file = _write_at(
             self.dir,
@@ -254,13 +318,15 @@ class VectorCache:
         self._last_line = self._pending[-1].encode()
         self._persisted = self._count
         self._pending = []
+        if self._count - self._mapped >= REMAP_ROWS:
+            self._remap()
 
     def discard_unsaved(self, digests: set[str]) -> None:
         """Drop the unsaved rows of `digests` (texts forgotten meanwhile): never written, they
         need no erasing."""
         if not any(d in digests for d in self._pending):
             return
-        kept = [(d, self._matrix[self._rows[d]].copy()) for d in self._pending if d not in digests]
+        kept = [(d, self._row(self._rows[d]).copy()) for d in self._pending if d not in digests]
         for digest in self._pending:
             del self._rows[digest]
         self._count, self._pending = self._persisted, []
@@ -315,7 +381,9 @@ class VectorCache:
             os.fsync(vf.fileno())
         for digest in digests:
             if digest in self._rows:
-                self._matrix[self._rows.pop(digest)] = 0.0
+                row = self._rows.pop(digest)
+                if row >= self._mapped:  # a mapped row reads the zeros just written
+                    self._mem[row - self._mapped] = 0.0
         return len(rows)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -41,3 +42,37 @@ def test_memory_vectors_see_writes_of_another_store_on_the_same_home(
     made = writer.remember("Lin runs on Sundays", ["running"])
     reader.refresh()
     assert reader.memory_vectors().ids == [made.memory_id]
+
+
+def test_a_vector_cache_maps_its_saved_rows_instead_of_holding_them(tmp_path: Path) -> None:
+    """Rows on disk are mapped, not read into memory: a server that never needs most content
+    vectors does not hold them, and servers on one store share their pages. Rows this process
+    saves are mapped too once there are enough of them; a purge's zeros show through the map."""
+    from keytrail.projections import VectorCache, text_hash
+    from keytrail.projections import vectors as vectors_module
+
+    rng = np.random.default_rng(3)
+    n = vectors_module.REMAP_ROWS + 10
+    digests = [text_hash(f"text {i}") for i in range(n)]
+    rows = rng.standard_normal((n, 8)).astype(np.float32)
+    writer = VectorCache(tmp_path, "fp", 8)
+    writer.put_many(digests[:5], rows[:5])
+    writer.flush()
+    assert writer._mapped == 0 and len(writer._mem) >= 5  # a few saved rows stay in memory
+    writer.put_many(digests[5:], rows[5:])
+    writer.flush()
+    assert writer._mapped == n and len(writer._mem) == 0  # then they are mapped
+    reader = VectorCache(tmp_path, "fp", 8)  # another process
+    assert isinstance(reader._disk, np.memmap) and reader._mapped == n
+    assert len(reader._mem) == 0
+    for cache in (writer, reader):
+        assert np.array_equal(cache.rows(digests), rows)
+        assert np.array_equal(cache.rows_if_all(digests[::-7]), rows[::-7])  # type: ignore[arg-type]
+    # An unsaved row sits in memory beside the mapped ones; a lookup mixes both.
+    extra = text_hash("one more")
+    reader.put_many([extra], np.ones((1, 8), np.float32))
+    assert np.array_equal(reader.rows([digests[3], extra])[1], np.ones(8, np.float32))
+    # A purge by the writer zeroes the rows in the file: the reader's map shows it at once.
+    writer.purge({digests[7]})
+    assert not reader.get(digests[7]).any()  # type: ignore[union-attr]
+    assert np.array_equal(reader.get(digests[8]), rows[8])
