@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +63,36 @@ def hub_id(store: Store) -> str:
     return hub.id
 
 
+@contextmanager
+def one_instant(store: Store) -> Iterator[None]:
+    """Reads at one instant: a score moves with the clock (about 2e-7 per second of age), so a
+    read and the plain loop's a moment later may differ in the sixth digit on a loaded machine."""
+    now, clock = store.clock(), store.clock
+    store.clock = lambda: now
+    try:
+        yield
+    finally:
+        store.clock = clock
+
+
 def by_columns(store: Store, key_id: str, query: str, **page: Any) -> Any:
     """read_key by the columns, failing if they gave up (so the plain loop did not answer)."""
     key = store.state.keys[key_id]
     limit, offset, namespace = page.get("limit", 20), page.get("offset", 0), page.get("namespace")
-    found = store._rank_by_columns(key, namespace, store.clock(), offset, limit, query)
-    assert found is not None, "the columns gave up"
-    return store.read_key(key_id, query=query, **page)
+    with one_instant(store):
+        found = store._rank_by_columns(key, namespace, store.clock(), offset, limit, query)
+        assert found is not None, "the columns gave up"
+        return store.read_key(key_id, query=query, **page)
 
 
 def assert_same_as_plain(
     store: Store, query: str = QUERY, pages: list[dict[str, Any]] = PAGES
 ) -> None:
     key_id = hub_id(store)
-    for page in pages:
-        got = by_columns(store, key_id, query, **page)
-        assert got == plain_read_key(store, key_id, query=query, **page), page
+    with one_instant(store):
+        for page in pages:
+            got = by_columns(store, key_id, query, **page)
+            assert got == plain_read_key(store, key_id, query=query, **page), page
 
 
 def test_a_hub_read_with_a_query_from_a_fresh_import_without_vectors(
@@ -246,10 +261,11 @@ def test_nan_and_inf_vectors_fall_back_to_the_plain_loop(
     )
     key = store.state.keys[hub_id(store)]
     assert store._rank_by_columns(key, None, store.clock(), 0, 20, QUERY) is None
-    for page in PAGES:
-        got = store.read_key(key.id, query=QUERY, **page)
-        want = plain_read_key(store, key.id, query=QUERY, **page)
-        assert repr(got) == repr(want), page  # NaN != NaN: compare their reprs
+    with one_instant(store):
+        for page in PAGES:
+            got = store.read_key(key.id, query=QUERY, **page)
+            want = plain_read_key(store, key.id, query=QUERY, **page)
+            assert repr(got) == repr(want), page  # NaN != NaN: compare their reprs
     assert_same_as_plain(store, pages=[{"limit": 5, "offset": 0, "namespace": "other"}])
 
 
@@ -357,7 +373,10 @@ def test_a_content_another_process_forgot_still_ranks_the_memory_that_shares_it(
     other = make_store(home=store.home)
     other.forget(gone)
     other.close()
-    got = by_columns(store, hub_id(store), text, limit=5)
-    assert got.memories[0].memory_id == kept
-    assert got == make_store(home=store.home).read_key(hub_id(store), query=text, limit=5)
+    fresh = make_store(home=store.home)
+    with one_instant(store):
+        fresh.clock = store.clock
+        got = by_columns(store, hub_id(store), text, limit=5)
+        assert got.memories[0].memory_id == kept
+        assert got == fresh.read_key(hub_id(store), query=text, limit=5)
     assert_same_as_plain(store, query=text)
