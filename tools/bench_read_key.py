@@ -8,7 +8,8 @@ columns (keyrank.py), each round `--calls` calls at random offsets, with a `read
 the hub between calls so the columns have a change to catch up with. Also times `read_key` of
 ordinary keys (below the columns' threshold: the plain loop either way). Prints JSON: p50 ms of
 each, over all rounds, and the first (columns-building) call. Appends `memory.read` events to
-the store.
+the store. With `--query`, every read_key of the hub passes a query (one of a few, in turn),
+so each shown memory's score is multiplied by its content similarity.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from pathlib import Path
 
 from keytrail.core import HashEmbedder, Settings, Store, keyrank
 
+#: What an agent might ask of its "user" hub (taken in turn with --query).
+QUERIES = [
+    "what does the user like to eat",
+    "where did the user travel last year",
+    "the user's favourite book",
+    "meetings the user has next week",
+]
+
 
 def p50(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000, 3)
@@ -33,6 +42,7 @@ def main() -> None:
     parser.add_argument("--dir", required=True)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--query", action="store_true", help="read the hub with a query")
     args = parser.parse_args()
     rng = random.Random(11)
     settings = Settings(home=Path(args.dir) / "store", embedder="hash", snapshot_every=10**12)
@@ -42,10 +52,23 @@ def main() -> None:
     ids = list(hub.links)
     small = [k.id for k in store.state.keys.values() if len(k.links) < 100]
     columns_min = keyrank.COLUMNS_MIN_LINKS
+    queries = QUERIES if args.query else [None]
     t = time.perf_counter()
-    store.read_key(hub.id)
+    store.read_key(hub.id, query=queries[0])
     first_s = time.perf_counter() - t
+    # The answers must be the plain loop's, here at full size too (pages at two offsets), at
+    # one instant: a score moves in its sixth digit within a second.
+    same, clock = True, store.clock
+    now = clock()
+    store.clock = lambda: now
+    for offset in (0, 37):
+        by_columns = store.read_key(hub.id, offset=offset, query=queries[-1])
+        keyrank.COLUMNS_MIN_LINKS = 10**12
+        same &= by_columns == store.read_key(hub.id, offset=offset, query=queries[-1])
+        keyrank.COLUMNS_MIN_LINKS = columns_min
+    store.clock = clock
     timed: dict[str, list[float]] = {"plain": [], "columns": [], "ordinary": []}
+    calls = 0
     for i in range(2 * args.rounds):
         mode = "plain" if i % 2 == 0 else "columns"
         keyrank.COLUMNS_MIN_LINKS = 10**12 if mode == "plain" else columns_min
@@ -53,7 +76,9 @@ def main() -> None:
             store.read_memory(rng.choice(ids), via_key_id=hub.id)
             offset = rng.randrange(100)
             t = time.perf_counter()
-            page = store.read_key(hub.id, offset=offset)
+            query = queries[calls % len(queries)]
+            calls += 1
+            page = store.read_key(hub.id, offset=offset, query=query)
             timed[mode].append(time.perf_counter() - t)
             assert page.memories
             kid = rng.choice(small)
@@ -66,6 +91,8 @@ def main() -> None:
         json.dumps(
             {
                 "hub_links": len(hub.links),
+                "query": args.query,
+                "same_answers_as_plain": same,
                 "calls_each": args.rounds * args.calls,
                 "hub_read_key_plain_p50_ms": plain,
                 "hub_read_key_columns_p50_ms": columns,
