@@ -218,11 +218,15 @@ class Store(Queries, HybridQueries):
         if cache is None:
             with self._mutex:
                 if self._vector_cache is None:
-                    self._vector_cache = VectorCache(
+                    loaded = VectorCache(
                         self.home / "cache" / "vectors",
                         self.embedder.fingerprint,
                         self.embedder.dim,
                     )
+                    # Forgets folded before it was read: their rows may be mid-purge.
+                    for digest in self._forgotten_digests:
+                        loaded.forget_saved(digest)
+                    self._vector_cache = loaded
                 cache = self._vector_cache
         return cache
 
@@ -475,6 +479,10 @@ class Store(Queries, HybridQueries):
                     digest = text_hash(node.content) if node.content else ""
                     if digest:
                         self._forgotten_digests.add(digest)
+                        # A purge (here, or another process's already) zeroes its saved row,
+                        # which the mapped cache would read for a memory sharing the text.
+                        if self._vector_cache is not None:
+                            self._vector_cache.forget_saved(digest)
                     self.forgets_folded.append((event.memory_id, digest))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)

@@ -321,6 +321,15 @@ class VectorCache:
         if self._count - self._mapped >= REMAP_ROWS:
             self._remap()
 
+    def forget_saved(self, digest: str) -> None:
+        """Stop reading the saved row of `digest`, whose text a forget (maybe another
+        process's) is erasing: its purge writes zeros there, which a mapped row would show. A
+        memory still holding the same text has it embedded again when next needed. An unsaved
+        row stays, for `discard_unsaved`."""
+        row = self._rows.get(digest)
+        if row is not None and row < self._persisted:
+            del self._rows[digest]
+
     def discard_unsaved(self, digests: set[str]) -> None:
         """Drop the unsaved rows of `digests` (texts forgotten meanwhile): never written, they
         need no erasing."""

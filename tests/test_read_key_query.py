@@ -356,12 +356,6 @@ def test_the_real_model_ranks_a_hub_with_a_query_as_the_plain_loop(real_store: S
     assert {m.memory_id for m in got.memories[:2]} == same
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="since vectors-mmap (f672766) the cache maps saved rows: another process's purge "
-    "writes zeros that this process reads under the content's digest, still in its index until "
-    "its own next write purges it (projections/vectors.py VectorCache.purge/_take)",
-)
 def test_a_content_another_process_forgot_still_ranks_the_memory_that_shares_it(
     make_store: Callable[..., Store],
 ) -> None:
