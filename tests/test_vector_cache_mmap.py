@@ -4,6 +4,8 @@ a purge's zeros, another text's row or a fault from a cut file."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,3 +142,53 @@ def test_a_late_purge_by_another_process_does_not_zero_a_row_this_process_embedd
     assert got is None or np.array_equal(got, writer.embedder.embed([text])[0])
     again = writer.remember(text, keys=["user"], namespace="default")
     assert again.memory_id == kept
+
+
+@pytest.mark.parametrize("longer", ["vectors", "hashes"])
+def test_a_torn_last_row_then_a_writer_leaves_every_reader_its_rows(
+    tmp_path: Path, small_remap: None, longer: str
+) -> None:
+    """A crash left one file a row (or part of one) longer than the other; a reader maps what
+    is valid, a writer writes over the torn part, and both read every text right after."""
+    first = VectorCache(tmp_path, "fp", DIM)
+    put(first, *[f"text {i}" for i in range(5)])
+    first.flush()
+    folder = tmp_path / "fp"
+    name = "vectors.f32" if longer == "vectors" else "hashes.txt"
+    with open(folder / name, "ab") as f:
+        f.write(b"\x01" * (4 * DIM + 3 if longer == "vectors" else 20))
+    reader = VectorCache(tmp_path, "fp", DIM)
+    assert len(reader) == 5
+    writer = VectorCache(tmp_path, "fp", DIM)
+    put(writer, *[f"more {i}" for i in range(4)])
+    writer.flush()
+    for cache in (first, reader, writer):
+        cache.refresh()
+        reads_right(cache)
+        assert len(cache) == 9
+
+
+def test_a_cache_deleted_under_a_mapping_process_is_made_anew_and_read_right(
+    tmp_path: Path, small_remap: None
+) -> None:
+    """`rm -r cache/vectors` (or a rebuild) while a process maps the rows: its map keeps the old
+    file; another process starts the cache again, with other texts at the same row numbers; the
+    first reads only right vectors, before and after it notices, and its writes land after the
+    new rows."""
+    old = VectorCache(tmp_path, "fp", DIM)
+    put(old, *[f"text {i}" for i in range(6)])
+    old.flush()
+    assert old._mapped == 6
+    shutil.rmtree(tmp_path / "fp")
+    reads_right(old)  # the deleted file stays mapped, nothing faults
+    new = VectorCache(tmp_path, "fp", DIM)
+    put(new, *[f"other {i}" for i in range(7)])
+    new.flush()
+    reads_right(old)
+    put(old, "after")
+    old.flush()
+    for cache in (old, new, VectorCache(tmp_path, "fp", DIM)):
+        cache.refresh()
+        reads_right(cache)
+    assert text_hash("after") in VectorCache(tmp_path, "fp", DIM)
+    assert os.path.getsize(tmp_path / "fp" / "hashes.txt") == 8 * 33
