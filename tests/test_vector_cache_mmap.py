@@ -141,7 +141,7 @@ def test_a_late_purge_by_another_process_does_not_zero_a_row_this_process_embedd
     got = writer.vectors.get(digest)
     assert got is None or np.array_equal(got, writer.embedder.embed([text])[0])
     again = writer.remember(text, keys=["user"], namespace="default")
-    assert again.memory_id == kept
+    assert again.deduplicated is not None and again.deduplicated.memory_id == kept
 
 
 @pytest.mark.parametrize("longer", ["vectors", "hashes"])
