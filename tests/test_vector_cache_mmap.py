@@ -109,13 +109,6 @@ def test_a_forget_folded_before_its_purge_stays_dropped_across_a_refresh(tmp_pat
     assert got is None or np.array_equal(got, vector_of(shared))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a process that folds another's forget purges the text at its next write "
-    "(core/store.py _persist_vectors -> VectorCache.purge), zeroing also a row written after "
-    "the forget for a live memory sharing the text; a process mapping that row reads zeros "
-    "(before the map it held its own copy), so its dedup misses the live memory",
-)
 def test_a_late_purge_by_another_process_does_not_zero_a_row_this_process_embedded_again(
     make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
