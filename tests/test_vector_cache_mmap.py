@@ -185,3 +185,30 @@ def test_a_cache_deleted_under_a_mapping_process_is_made_anew_and_read_right(
         reads_right(cache)
     assert text_hash("after") in VectorCache(tmp_path, "fp", DIM)
     assert os.path.getsize(tmp_path / "fp" / "hashes.txt") == 8 * 33
+
+
+def test_a_reembed_to_another_model_and_back_keeps_a_mapping_process_reading_right(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server maps the first model's rows; another process builds a second model's cache,
+    forgets a memory that shares its text with a live one, and builds the first model again:
+    the server still reads every text it has a row for as that model embeds it."""
+    from keytrail.core import HashEmbedder, reembed
+
+    monkeypatch.setattr(vectors_module, "REMAP_ROWS", 2)
+    server = make_store()
+    text = "the user keeps the lamp in the drawer"
+    kept = server.remember(text, keys=["user"], namespace="default").memory_id
+    gone = server.remember(text, keys=["user"], namespace="other").memory_id
+    for i in range(5):
+        server.remember(f"note number {i}", keys=["misc"])
+    other = make_store(home=server.home, embedder=HashEmbedder(dim=64))
+    reembed.build(other)
+    other.forget(gone)
+    back = make_store(home=server.home)
+    reembed.build(back)
+    server.refresh()
+    texts = [n.content for n in server.state.memories.values() if n.content]
+    assert np.array_equal(server.embed(texts), server.embedder.embed(texts))
+    assert server.remember(text, keys=["user"], namespace="default").deduplicated.memory_id == kept  # type: ignore[union-attr]
+    assert np.array_equal(server.embed([text])[0], server.embedder.embed([text])[0])
