@@ -547,7 +547,15 @@ class Store(Queries, HybridQueries):
             self.vectors.discard_unsaved(self._forgotten_digests)
         self.vectors.flush()
         if self._forgotten_digests:
-            self.vectors.purge(self._forgotten_digests)
+            # A text another memory still holds is no secret, and a row saved for it since the
+            # forget's own purge is that memory's: other processes may map it, and would read
+            # zeros if it were erased again (its dedup would miss the memory).
+            held = {
+                digest
+                for node in self.state.memories.values()
+                if node.content and (digest := text_hash(node.content)) in self._forgotten_digests
+            }
+            self.vectors.purge(self._forgotten_digests - held)
             self._forgotten_digests.clear()
 
     # -- embeddings ------------------------------------------------------------------------

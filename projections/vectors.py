@@ -80,6 +80,9 @@ class VectorCache:
         self._count = 0
         self._persisted = 0  # rows already on disk
         self._pending: list[str] = []
+        #: digest -> highest saved row `forget_saved` dropped: a refresh re-reading the hash
+        #: lines before the forget's purge dashes them must not index those rows again
+        self._dropped: dict[str, int] = {}
         #: (device, inode) of the vectors file our persisted rows are in, and the hash line of
         #: the last of them: a cache deleted (and maybe made anew) under us shows in either
         self._file: tuple[int, int] | None = None
@@ -132,6 +135,9 @@ class VectorCache:
         except FileNotFoundError:
             return
         self._rows = {h.decode(): i for i, h in enumerate(hashes[:valid])}
+        for digest, dropped in self._dropped.items():
+            if self._rows.get(digest, -1) <= dropped:
+                self._rows.pop(digest, None)
         self._count = self._persisted = valid
         self._file, self._last_line = (vst.st_dev, vst.st_ino), hashes[valid - 1]
         self._pending = []
@@ -216,6 +222,8 @@ class VectorCache:
         vectors we had saved are embedded again when next needed."""
         held = [(d, self._row(self._rows[d]).copy()) for d in self._pending]
         self._rows, self._pending, self._file, self._last_line = {}, [], None, b""
+        # Row numbers in new files say nothing: every row of a dropped text stays unread.
+        self._dropped = dict.fromkeys(self._dropped, 2**62)
         self._disk = self._mem = np.zeros((0, self.dim), dtype=np.float32)
         self._mapped = self._count = self._persisted = 0
         for digest, vector in held:
@@ -329,6 +337,7 @@ class VectorCache:
         row = self._rows.get(digest)
         if row is not None and row < self._persisted:
             del self._rows[digest]
+            self._dropped[digest] = max(row, self._dropped.get(digest, -1))
 
     def discard_unsaved(self, digests: set[str]) -> None:
         """Drop the unsaved rows of `digests` (texts forgotten meanwhile): never written, they
@@ -389,6 +398,7 @@ class VectorCache:
             vf.flush()
             os.fsync(vf.fileno())
         for digest in digests:
+            self._dropped.pop(digest, None)  # every row of it on disk is erased now
             if digest in self._rows:
                 row = self._rows.pop(digest)
                 if row >= self._mapped:  # a mapped row reads the zeros just written

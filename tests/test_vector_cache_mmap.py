@@ -1,0 +1,214 @@
+"""The mapped vector cache under several processes on one home (one VectorCache each, sharing
+the files): whatever they interleave, a text a cache has a row for reads its own vector, never
+a purge's zeros, another text's row or a fault from a cut file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keytrail.core import Store
+from keytrail.projections import VectorCache, text_hash
+from keytrail.projections import vectors as vectors_module
+
+DIM = 8
+
+
+def vector_of(digest: str) -> np.ndarray:
+    """A unit vector fixed by the digest: what any process embeds for that text."""
+    seed = int(digest[:8], 16)
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def put(cache: VectorCache, *texts: str) -> list[str]:
+    digests = [text_hash(t) for t in texts]
+    cache.put_many(digests, np.stack([vector_of(d) for d in digests]))
+    return digests
+
+
+def reads_right(cache: VectorCache, forgotten: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Every row the cache answers for is that text's vector; no forgotten text answers."""
+    live = [d for d in cache._rows if not d.startswith("-")]  # erased lines: no text's
+    for digest in live:
+        got = cache.get(digest)
+        assert got is not None
+        assert digest not in forgotten, digest
+        assert np.array_equal(np.asarray(got), vector_of(digest)), digest
+    if live:
+        digests = live
+        assert np.array_equal(cache.rows(digests), np.stack([vector_of(d) for d in digests]))
+
+
+@pytest.fixture
+def small_remap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectors_module, "REMAP_ROWS", 3)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_interleaved_processes_around_the_remap_boundary_read_only_their_texts(
+    tmp_path: Path, small_remap: None, seed: int
+) -> None:
+    """Three processes put, flush (under the lock, one at a time), refresh, purge and forget in
+    a random order; texts repeat across processes. After each step every process reads every
+    text it has a row for as that text's vector."""
+    rng = np.random.default_rng(seed)
+    caches = [VectorCache(tmp_path, "fp", DIM) for _ in range(3)]
+    forgotten: set[str] = set()
+    for step in range(120):
+        cache = caches[int(rng.integers(3))]
+        op = rng.choice(["put", "put", "flush", "refresh", "purge", "forget"])
+        if op == "put":
+            texts = [f"text {int(t)}" for t in rng.integers(0, 40, size=int(rng.integers(1, 5)))]
+            texts = [t for t in texts if text_hash(t) not in forgotten]
+            if texts:
+                put(cache, *texts)
+        elif op == "flush":
+            cache.flush()
+        elif op == "refresh":
+            cache.refresh()
+        elif op == "purge":
+            live = sorted(d for d in cache._rows if not d.startswith("-"))
+            if not live:
+                continue
+            victim = live[int(rng.integers(len(live)))]
+            forgotten.add(victim)
+            # The forgetting process folds it first, then purges; the others fold it later.
+            for other in caches:
+                other.discard_unsaved({victim})
+            cache.purge({victim})
+            for other in caches:
+                other.forget_saved(victim)
+        for c in caches:
+            reads_right(c, forgotten)
+        del step
+
+
+def test_a_forget_folded_before_its_purge_stays_dropped_across_a_refresh(tmp_path: Path) -> None:
+    """A reader folds a forget from the log while the forgetting process is still purging (the
+    log line comes first). If the reader's cache reloads the hash lines then (they grew: the
+    purge's own flush appended the forgetter's unsaved rows), the text must not come back into
+    its index, or the purge's zeros that follow are what it reads for a memory that shares
+    the text."""
+    forgetter = VectorCache(tmp_path, "fp", DIM)
+    (shared,) = put(forgetter, "a text two memories hold")
+    forgetter.flush()
+    reader = VectorCache(tmp_path, "fp", DIM)
+    assert np.array_equal(reader.get(shared), vector_of(shared))  # type: ignore[arg-type]
+    reader.forget_saved(shared)  # folded the forget
+    put(forgetter, "something the forgetter embedded before it")
+    forgetter.flush()  # what purge's own flush does before it erases
+    reader.refresh()  # e.g. a miss elsewhere made the reader look for new rows
+    forgetter.purge({shared})
+    got = reader.get(shared)
+    assert got is None or np.array_equal(got, vector_of(shared))
+
+
+def test_a_late_purge_by_another_process_does_not_zero_a_row_this_process_embedded_again(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two memories share a text; `writer` forgets one (purging the text's row), then embeds
+    the text again for the live one and saves that new row (mapped here: REMAP_ROWS is 1).
+    `late`, opened before the forget, folds it afterwards and purges the text at its next
+    write, as every process that folds a forget does: that zeroes the new row too, which the
+    writer reads through its map, so its dedup no longer finds the live memory."""
+    monkeypatch.setattr(vectors_module, "REMAP_ROWS", 1)
+    writer = make_store()
+    text = "the user keeps the lamp in the drawer"
+    kept = writer.remember(text, keys=["user"], namespace="default").memory_id
+    gone = writer.remember(text, keys=["user"], namespace="other").memory_id
+    late = make_store(home=writer.home)
+    late.remember("an unrelated note", keys=["misc"])  # its cache is loaded, T in it
+    writer.forget(gone)
+    writer.remember("another unrelated note", keys=["misc"])
+    digest = text_hash(text)
+    writer.embed([text])  # the live memory's text, embedded again
+    writer.remember("a third unrelated note", keys=["misc"])  # saves (and maps) the new row
+    assert np.array_equal(writer.vectors.get(digest), writer.embedder.embed([text])[0])  # type: ignore[arg-type]
+    late.remember("a fourth unrelated note", keys=["misc"])  # folds the forget: purges T
+    got = writer.vectors.get(digest)
+    assert got is None or np.array_equal(got, writer.embedder.embed([text])[0])
+    again = writer.remember(text, keys=["user"], namespace="default")
+    assert again.deduplicated is not None and again.deduplicated.memory_id == kept
+
+
+@pytest.mark.parametrize("longer", ["vectors", "hashes"])
+def test_a_torn_last_row_then_a_writer_leaves_every_reader_its_rows(
+    tmp_path: Path, small_remap: None, longer: str
+) -> None:
+    """A crash left one file a row (or part of one) longer than the other; a reader maps what
+    is valid, a writer writes over the torn part, and both read every text right after."""
+    first = VectorCache(tmp_path, "fp", DIM)
+    put(first, *[f"text {i}" for i in range(5)])
+    first.flush()
+    folder = tmp_path / "fp"
+    name = "vectors.f32" if longer == "vectors" else "hashes.txt"
+    with open(folder / name, "ab") as f:
+        f.write(b"\x01" * (4 * DIM + 3 if longer == "vectors" else 20))
+    reader = VectorCache(tmp_path, "fp", DIM)
+    assert len(reader) == 5
+    writer = VectorCache(tmp_path, "fp", DIM)
+    put(writer, *[f"more {i}" for i in range(4)])
+    writer.flush()
+    for cache in (first, reader, writer):
+        cache.refresh()
+        reads_right(cache)
+        assert len(cache) == 9
+
+
+def test_a_cache_deleted_under_a_mapping_process_is_made_anew_and_read_right(
+    tmp_path: Path, small_remap: None
+) -> None:
+    """`rm -r cache/vectors` (or a rebuild) while a process maps the rows: its map keeps the old
+    file; another process starts the cache again, with other texts at the same row numbers; the
+    first reads only right vectors, before and after it notices, and its writes land after the
+    new rows."""
+    old = VectorCache(tmp_path, "fp", DIM)
+    put(old, *[f"text {i}" for i in range(6)])
+    old.flush()
+    assert old._mapped == 6
+    shutil.rmtree(tmp_path / "fp")
+    reads_right(old)  # the deleted file stays mapped, nothing faults
+    new = VectorCache(tmp_path, "fp", DIM)
+    put(new, *[f"other {i}" for i in range(7)])
+    new.flush()
+    reads_right(old)
+    put(old, "after")
+    old.flush()
+    for cache in (old, new, VectorCache(tmp_path, "fp", DIM)):
+        cache.refresh()
+        reads_right(cache)
+    assert text_hash("after") in VectorCache(tmp_path, "fp", DIM)
+    assert os.path.getsize(tmp_path / "fp" / "hashes.txt") == 8 * 33
+
+
+def test_a_reembed_to_another_model_and_back_keeps_a_mapping_process_reading_right(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server maps the first model's rows; another process builds a second model's cache,
+    forgets a memory that shares its text with a live one, and builds the first model again:
+    the server still reads every text it has a row for as that model embeds it."""
+    from keytrail.core import HashEmbedder, reembed
+
+    monkeypatch.setattr(vectors_module, "REMAP_ROWS", 2)
+    server = make_store()
+    text = "the user keeps the lamp in the drawer"
+    kept = server.remember(text, keys=["user"], namespace="default").memory_id
+    gone = server.remember(text, keys=["user"], namespace="other").memory_id
+    for i in range(5):
+        server.remember(f"note number {i}", keys=["misc"])
+    other = make_store(home=server.home, embedder=HashEmbedder(dim=64))
+    reembed.build(other)
+    other.forget(gone)
+    back = make_store(home=server.home)
+    reembed.build(back)
+    server.refresh()
+    texts = [n.content for n in server.state.memories.values() if n.content]
+    assert np.array_equal(server.embed(texts), server.embedder.embed(texts))
+    assert server.remember(text, keys=["user"], namespace="default").deduplicated.memory_id == kept  # type: ignore[union-attr]
+    assert np.array_equal(server.embed([text])[0], server.embedder.embed([text])[0])
