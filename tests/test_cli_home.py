@@ -11,17 +11,15 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from test_cli import kt
 
 from keytrail.core import NoStore, Settings, Store
 from keytrail.events import segment_name
 from keytrail.server.cli import build_parser, main
 from keytrail.server.shell import CREATING_VERBS
-
-REPO = Path(__file__).resolve().parent.parent
 
 #: Every verb that needs an existing store, with arguments that would make it run. {memory}
 #: and {key} are filled in with real ids where a store exists.
@@ -152,16 +150,7 @@ def test_a_verb_that_needs_a_store_refuses_a_home_without_one(
 def test_the_refusal_from_a_shell(tmp_path: Path) -> None:
     """As a user sees it: one line on stderr, status 2, and the mistyped home still absent."""
     home = tmp_path / "typo"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
-    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
-    proc = subprocess.run(
-        [sys.executable, "-m", "keytrail.server.cli", "stats"],
-        env=env,
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = kt(home, "stats", ok=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == (
         f"keytrail: error: no keytrail store at {home} (no such directory); check --home / "
@@ -178,17 +167,8 @@ def test_log_follow_refuses_a_store_whose_first_line_never_became_whole(
     """Not a store (Store.open_existing says so too): refused at once, not followed forever."""
     home = not_a_store(tmp_path, kind)
     before = files_under(home)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
-    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "keytrail.server.cli", "log", "--follow"],
-            env=env,
-            cwd=str(REPO),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = kt(home, "log", "--follow", ok=False)
     except subprocess.TimeoutExpired:
         pytest.fail("log --follow followed a home that holds no store")
     assert proc.returncode == 2
@@ -252,18 +232,8 @@ def test_import_creates_the_store(
 
 def test_serve_on_a_missing_home_creates_the_store(tmp_path: Path) -> None:
     home = tmp_path / "served"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
-    env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash")
     # stdin at its end: the server opens the store, then stops when the client goes.
-    proc = subprocess.run(
-        [sys.executable, "-m", "keytrail.server.cli", "serve"],
-        env=env,
-        cwd=str(REPO),
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        text=True,
-    )
+    proc = kt(home, "serve", ok=False, stdin="")
     assert (home / "log" / segment_name(1)).is_file()
     # The client's server log (stderr) says which store; stdout carries only the protocol.
     assert f": serving {home} over stdio" in proc.stderr and proc.stdout == ""
