@@ -77,9 +77,10 @@ class KeyColumns:
         self.links_cut = state.links_cut
         self.position = state.changes().end
         self.ids: list[str] = []
-        #: each row's content hash (a memory's content never changes while it is shown): the
-        #: vector cache's key, so read_key with a query hashes nothing per call
-        self.digests: list[str] = []
+        #: the content hash of rows [0, len) (a memory's content never changes while it is
+        #: shown): the vector cache's key, so read_key with a query hashes nothing per call.
+        #: Filled by `digests()`, on the first query, not for keys only read without one.
+        self._digests: list[str] = []
         self.rows: dict[str, int] = {}
         self.namespaces: dict[str, int] = {}
         self.size = 0
@@ -135,19 +136,23 @@ class KeyColumns:
         end = start + len(links)
         if end > len(self.weight):
             self._grow(end + end // 2)
-        memories, rows, ids, digests = self.state.memories, self.rows, self.ids, self.digests
+        memories, rows, ids = self.state.memories, self.rows, self.ids
         values = []
         for row, (memory_id, weight) in enumerate(links, start):
             rows[memory_id] = row
             ids.append(memory_id)
-            node = memories[memory_id]
-            digests.append(text_hash(node.content))
-            values.append(self._values(node, weight))
+            values.append(self._values(memories[memory_id], weight))
         if values:
             # By column, a slice at a time: far cheaper than one numpy store per value.
             for name, column in zip(_COLUMNS, zip(*values, strict=True), strict=True):
                 getattr(self, name)[start:end] = column
         self.size = end
+
+    def digests(self) -> list[str]:
+        """Every row's content hash, hashing only rows added since the last call."""
+        digests, memories, ids = self._digests, self.state.memories, self.ids
+        digests.extend(text_hash(memories[ids[r]].content) for r in range(len(digests), self.size))
+        return digests
 
     def _grow(self, capacity: int) -> None:
         for name in _COLUMNS:
@@ -157,7 +162,8 @@ class KeyColumns:
             setattr(self, name, new)
 
     def _write(self, row: int, node: MemoryNode, weight: float) -> None:
-        self.digests[row] = text_hash(node.content)  # the same id remembered anew (an import)
+        if row < len(self._digests):  # the same id remembered anew (an import)
+            self._digests[row] = text_hash(node.content)
         for name, value in zip(_COLUMNS, self._values(node, weight), strict=True):
             getattr(self, name)[row] = value
 

@@ -431,7 +431,7 @@ class Queries:
 
         similarity = None
         if query is not None:
-            memories, ids, digests = self.state.memories, columns.ids, columns.digests
+            memories, ids, digests = self.state.memories, columns.ids, columns.digests()
 
             def similarity(rows: np.ndarray) -> np.ndarray:
                 # The plain path's product: the shown memories' rows in link order, times the

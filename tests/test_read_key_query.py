@@ -150,7 +150,7 @@ def test_a_forgotten_memory_under_the_hub_is_not_shown_and_its_vector_not_brough
     columns = store._key_columns
     assert columns is not None
     kept = columns[hub_id(store)]
-    assert kept.digests[kept.rows[target]] != digest
+    assert kept.digests()[kept.rows[target]] != digest
     assert_same_as_plain(store, query=content)
 
 
