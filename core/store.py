@@ -163,6 +163,8 @@ class Store(Queries, HybridQueries):
         #: embedded (from the log, before its redaction) but had not saved would otherwise be
         #: written after that forget's purge.
         self._forgotten_digests: set[str] = set()
+        #: the lengths of those contents: only a memory of one of them may share the text
+        self._forgotten_lengths: set[int] = set()
         self._forgotten_unindexed: list[str] = []
         self._unfoldable: CorruptLog | None = None  # a line that cannot be applied (see _folded)
         self._pending_purge = str(forgetting.pending_path(self.home))  # checked on every write
@@ -479,6 +481,7 @@ class Store(Queries, HybridQueries):
                     digest = text_hash(node.content) if node.content else ""
                     if digest:
                         self._forgotten_digests.add(digest)
+                        self._forgotten_lengths.add(len(node.content))
                         # A purge (here, or another process's already) zeroes its saved row,
                         # which the mapped cache would read for a memory sharing the text.
                         if self._vector_cache is not None:
@@ -549,14 +552,18 @@ class Store(Queries, HybridQueries):
         if self._forgotten_digests:
             # A text another memory still holds is no secret, and a row saved for it since the
             # forget's own purge is that memory's: other processes may map it, and would read
-            # zeros if it were erased again (its dedup would miss the memory).
+            # zeros if it were erased again (its dedup would miss the memory). Only contents of
+            # a forgotten one's length are hashed.
+            lengths = self._forgotten_lengths
             held = {
                 digest
                 for node in self.state.memories.values()
-                if node.content and (digest := text_hash(node.content)) in self._forgotten_digests
+                if len(node.content) in lengths
+                and (digest := text_hash(node.content)) in self._forgotten_digests
             }
             self.vectors.purge(self._forgotten_digests - held)
             self._forgotten_digests.clear()
+            self._forgotten_lengths.clear()
 
     # -- embeddings ------------------------------------------------------------------------
 
