@@ -299,8 +299,13 @@ def home_path(value: str) -> str:
     return value
 
 
-def store_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
+    """The options naming the store and its embedder, taken before or after the verb
+    (`keytrail --home D stats` and `keytrail stats --home D`). After the verb they default to
+    SUPPRESS, so a verb's parser does not overwrite with None what was given before it."""
+    common = argparse.ArgumentParser(
+        add_help=False, argument_default=argparse.SUPPRESS if after_verb else None
+    )
     group = common.add_argument_group("store options (override KEYTRAIL_* variables)")
     group.add_argument(
         "--home", type=home_path, help="store directory (KEYTRAIL_HOME, default ~/.keytrail)"
@@ -328,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
         "message says what).",
     )
     parser.add_argument("--version", action="version", version=f"keytrail {keytrail.__version__}")
+    for action in store_options(after_verb=False)._actions:
+        parser._add_action(action)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = [store_options()]
 

@@ -183,6 +183,23 @@ def test_remember_says_when_nothing_was_extracted_and_no_key_leads_to_it(home: P
     assert "no keys" not in named and "Dana [name] new" in named
 
 
+def test_store_options_work_before_the_verb_too(home: Path, tmp_path: Path) -> None:
+    # `keytrail --home D stats` is how a person writes it; it used to fail as "invalid choice".
+    elsewhere = tmp_path / "elsewhere"
+    kt(home, "--home", str(elsewhere), "--namespace", "work", "remember", "Ana moved", "-k", "Ana")
+    assert not home.exists()  # KEYTRAIL_HOME (home) was overridden, not used
+    before = kt_json(home, "--home", str(elsewhere), "stats")
+    after = kt_json(home, "stats", "--home", str(elsewhere))
+    assert before == after and before["memories"] == 1
+    listed = kt_json(elsewhere, "list", "--namespace", "work")
+    assert [m["namespace"] for m in listed["memories"]] == ["work"]
+    # given on both sides, the verb's own option wins; an empty one is still refused
+    both = kt_json(tmp_path / "nowhere", "--home", str(home), "stats", "--home", str(elsewhere))
+    assert both["memories"] == 1
+    refused = kt(home, "--home", "", "stats", ok=False)
+    assert refused.returncode == 2 and "--home: empty" in refused.stderr
+
+
 def test_errors_are_one_line_and_exit_2(home: Path) -> None:
     proc = kt(home, "stats", ok=False)  # a read never makes a store (test_cli_home.py)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not home.exists()
