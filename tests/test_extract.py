@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from keytrail.core import RememberItem, Store
+from keytrail.core.config import Limits
 from keytrail.core.extract import extract_keys
 
 
@@ -59,3 +61,24 @@ def test_remember_batch_extracts_per_item(store: Store) -> None:
     assert [k.label for k in out[1].keys] == ["chess"]
     nodes = store.state.memories
     assert nodes[out[0].memory_id].keys and nodes[out[1].memory_id].keys
+
+
+def test_a_name_opening_with_a_non_ascii_capital_is_kept_whole() -> None:
+    # "Émile" was read from its second letter: a concept "mile", and "Ólafur" became "lafur".
+    got = labels("Émile met Ólafur and Ángela in Łódź, then flew to İzmir.")
+    assert {"Émile", "Ólafur", "Ángela", "Łódź", "İzmir"} <= set(got)
+    assert all(got[n] == "name" for n in ("Émile", "Ólafur", "Ángela", "Łódź", "İzmir"))
+    assert not {"mile", "lafur", "ngela", "zmir"} & set(got)
+
+
+def test_extracted_keys_keep_the_key_limits(make_store: Callable[..., Store]) -> None:
+    # A long run of capitalised words (a title, shouted text) is no name a query can spell: it
+    # made a 229-character key past the 100-character limit a given key is held to.
+    store = make_store(limits=Limits(keys_per_memory=3))
+    shouted = " ".join(["Alpha", "Beta", "Gamma", "Delta"] * 10) + " met here."
+    got = store.remember(shouted)
+    assert all(len(k.label) <= store.settings.limits.key_chars for k in got.keys)
+    many = store.remember("Caroline met Melanie and Zoë in Paris to discuss painting")
+    assert 1 <= len(many.keys) <= 3
+    for node in store.state.memories.values():
+        assert len(node.keys) <= 3

@@ -72,3 +72,18 @@ def test_a_named_date_raises_memories_of_that_day(tmp_path: Path) -> None:
     )
     other = after[later.memory_id].explain
     assert other is not None and other.date_factor == 1.0
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # A question opening with its period: "In" capitalised was not read as "in".
+        ("In May we moved; where to?", [("2023-05-01", "2023-06-01")]),
+        ("In 2022, where did she live?", [("2022-01-01", "2023-01-01")]),
+        ("During May, what happened?", [("2023-05-01", "2023-06-01")]),
+        ("Since 2021 what changed?", [("2021-01-01", "2022-01-01")]),
+        ("May I ask what happened In June?", [("2023-06-01", "2023-07-01")]),
+    ],
+)
+def test_a_period_opening_a_sentence_is_read(query: str, expected: list[tuple[str, str]]) -> None:
+    assert days(query) == expected
