@@ -65,10 +65,11 @@ def test_remember_batch_extracts_per_item(store: Store) -> None:
 
 def test_a_name_opening_with_a_non_ascii_capital_is_kept_whole() -> None:
     # "Émile" was read from its second letter: a concept "mile", and "Ólafur" became "lafur".
-    got = labels("Émile met Ólafur and Ángela in Łódź, then flew to İzmir.")
-    assert {"Émile", "Ólafur", "Ángela", "Łódź", "İzmir"} <= set(got)
-    assert all(got[n] == "name" for n in ("Émile", "Ólafur", "Ángela", "Łódź", "İzmir"))
-    assert not {"mile", "lafur", "ngela", "zmir"} & set(got)
+    got = labels("Émile met Ólafur in Łódź, then flew to İzmir.")
+    assert {got[n] for n in ("Émile", "Ólafur", "Łódź", "İzmir")} == {"name"}
+    assert not {"mile", "lafur", "zmir"} & set(got)
+    got = labels("We asked Ángela about the ómnibus schedule")
+    assert got.get("Ángela") == "name" and not {"ngela", "mnibus"} & set(got)
 
 
 def test_extracted_keys_keep_the_key_limits(make_store: Callable[..., Store]) -> None:
