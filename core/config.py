@@ -184,7 +184,7 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         for name in _NAMESPACES:  # a namespace given as an override (a command-line flag)
             if isinstance(overrides.get(name), str):
-                _check_namespace(name, overrides[name])
+                _check_namespace(name.removeprefix("default_"), overrides[name])
         if isinstance(values.get("home"), str):
             values["home"] = Path(values["home"]).expanduser()
         return cls(**values)
