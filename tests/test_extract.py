@@ -83,3 +83,17 @@ def test_extracted_keys_keep_the_key_limits(make_store: Callable[..., Store]) ->
     assert 1 <= len(many.keys) <= 3
     for node in store.state.memories.values():
         assert len(node.keys) <= 3
+
+
+def test_a_name_in_decomposed_unicode_is_the_same_key_and_is_found(store: Store) -> None:
+    # "Zoë" typed as Zoe + U+0308 (as macOS and some pastes produce) made a second name key,
+    # and a query so typed matched neither: labels and queries were not NFC-normalised.
+    composed, decomposed = "Zo\u00eb", "Zoe\u0308"
+    first = store.remember(f"{composed} moved to Oslo")
+    given = store.remember(f"Dana met {decomposed} at work", [decomposed], {decomposed: "name"})
+    extracted = store.remember(f"{decomposed} likes tea")
+    zoe = next(k.key_id for k in first.keys if k.label == composed)
+    assert [k.key_id for k in given.keys] == [zoe]
+    assert zoe in {k.key_id for k in extracted.keys}
+    for query in (f"Where is {composed}?", f"Where is {decomposed}?"):
+        assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]
