@@ -15,6 +15,7 @@ At most `MAX_NAMES` names and `MAX_CONCEPTS` concepts. The event marks every suc
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from .validation import KeySpec
 
@@ -85,7 +86,9 @@ def extract_keys(
     label longer than `max_chars` (a long run of capitalised words: a title, shouted text) is
     no name a query would spell, so it is left out rather than cut.
     """
-    tokens = _TOKEN.findall(content)
+    tokens = _TOKEN.findall(
+        unicodedata.normalize("NFC", content)
+    )  # labels as check.keys makes them
     names: list[str] = []
     in_name: set[str] = set()
     run: list[str] = []
