@@ -161,6 +161,8 @@ class Settings:
         ):
             if env.get(var):
                 values[name] = env[var]
+                if name in _NAMESPACES:
+                    _check_namespace(var, env[var])
         for name, (kind, _help) in _SCALARS.items():
             var = f"KEYTRAIL_{name.upper()}"
             if env.get(var):
@@ -178,7 +180,11 @@ class Settings:
         }
         if env.get("KEYTRAIL_TOOLSETS"):
             values["toolsets"] = parse_toolsets(env["KEYTRAIL_TOOLSETS"], "KEYTRAIL_TOOLSETS")
+        _check_clamp(values["rules"], env)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        for name in _NAMESPACES:  # a namespace given as an override (a command-line flag)
+            if isinstance(overrides.get(name), str):
+                _check_namespace(name.removeprefix("default_"), overrides[name])
         if isinstance(values.get("home"), str):
             values["home"] = Path(values["home"]).expanduser()
         return cls(**values)
@@ -284,6 +290,28 @@ def parse_toolsets(raw: str, field: str = "toolsets") -> tuple[str, ...]:
     return names
 
 
+#: hops a caller may ask of recall_memories, so also the most its default may be
+MAX_HOPS = 5
+
+#: Settings that name a namespace (checked like a namespace a call gives)
+_NAMESPACES = ("default_namespace", "kg_namespace")
+
+#: Numeric settings with a ceiling too (inclusive): depth and the factors and shares that
+#: multiply it or a score are 0..1 (past 1 a score goes negative or depth past its range), and
+#: the two durations must keep a date computed from them inside year 9999.
+_AT_MOST: dict[str, float] = {
+    "KEYTRAIL_HYBRID_HOPS": MAX_HOPS,
+    "KEYTRAIL_MAX_TTL_SECONDS": 1000 * 365 * 24 * 3600,
+    "KEYTRAIL_HYBRID_DATE_GRACE_DAYS": 100 * 365,
+    "KEYTRAIL_DEPTH_STEP": 1,
+    "KEYTRAIL_DEPTH_MAX": 1,
+    "KEYTRAIL_WEAKEN_THRESHOLD": 1,
+    "KEYTRAIL_WEAKEN_DEEP": 1,
+    "KEYTRAIL_WEAKEN_SHALLOW": 1,
+    "KEYTRAIL_HYBRID_TIME_WEIGHT": 1,
+    "KEYTRAIL_HYBRID_HEAD_DIVERSITY": 1,
+}
+
 #: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).
 #: Every other numeric setting must be at least 0, except thresholds (cosines, maybe negative).
 _POSITIVE = frozenset(
@@ -329,6 +357,27 @@ def _check_range(var: str, raw: str, value: float) -> None:
             raise InvalidInput(var, f"{raw!r} is out of range", limit="above 0")
     elif value < 0:
         raise InvalidInput(var, f"{raw!r} is out of range", limit="0 or more")
+    ceiling = _AT_MOST.get(var)
+    if ceiling is not None and value > ceiling:
+        low = "above 0" if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_") else "0"
+        raise InvalidInput(var, f"{raw!r} is out of range", limit=f"{low} to {ceiling:g}")
+
+
+def _check_namespace(field: str, value: str) -> None:
+    from .validation import NAMESPACE_CHARS, name  # validation imports this module
+
+    name(field, value, NAMESPACE_CHARS)
+
+
+def _check_clamp(rules: FoldRules, env: Mapping[str, str]) -> None:
+    """The link weight clamp [weight_min, weight_max] must not be inverted."""
+    if rules.weight_min > rules.weight_max:
+        var = "KEYTRAIL_WEIGHT_MIN" if env.get("KEYTRAIL_WEIGHT_MIN") else "KEYTRAIL_WEIGHT_MAX"
+        raise InvalidInput(
+            var,
+            f"weight_min {rules.weight_min:g} is above weight_max {rules.weight_max:g}",
+            limit="weight_min <= weight_max",
+        )
 
 
 def _override(obj: Any, prefix: str, env: Mapping[str, str]) -> Any:

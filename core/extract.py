@@ -15,6 +15,7 @@ At most `MAX_NAMES` names and `MAX_CONCEPTS` concepts. The event marks every suc
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from .validation import KeySpec
 
@@ -22,7 +23,8 @@ MAX_NAMES = 4
 MAX_CONCEPTS = 4
 MIN_CONCEPT_CHARS = 4
 
-_TOKEN = re.compile(r"[A-Za-z][\w'’-]*[\w]|[A-Za-z]|[.!?;:]")
+#: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
+_TOKEN = re.compile(r"[^\W\d_][\w'’-]*\w|[^\W\d_]|[.!?;:]")
 _POSSESSIVE = re.compile(r"['’]s$")
 
 #: Common English words: never a concept, and never a name when they open a sentence.
@@ -75,9 +77,18 @@ _CALENDAR = frozenset(
 )
 
 
-def extract_keys(content: str) -> list[KeySpec]:
-    """Name and concept keys for `content` (possibly none, for a text of only common words)."""
-    tokens = _TOKEN.findall(content)
+def extract_keys(
+    content: str, max_keys: int | None = None, max_chars: int | None = None
+) -> list[KeySpec]:
+    """Name and concept keys for `content` (possibly none, for a text of only common words).
+
+    The key limits a caller's keys are held to hold here too: at most `max_keys` keys, and a
+    label longer than `max_chars` (a long run of capitalised words: a title, shouted text) is
+    no name a query would spell, so it is left out rather than cut.
+    """
+    tokens = _TOKEN.findall(
+        unicodedata.normalize("NFC", content)
+    )  # labels as check.keys makes them
     names: list[str] = []
     in_name: set[str] = set()
     run: list[str] = []
@@ -126,4 +137,6 @@ def extract_keys(content: str) -> list[KeySpec]:
     specs = [KeySpec(n, "name") for n in names[:MAX_NAMES]]
     seen = {s.label.casefold() for s in specs}
     specs += [KeySpec(c, "concept") for c in concepts if c not in seen]
-    return specs
+    if max_chars is not None:
+        specs = [s for s in specs if len(s.label) <= max_chars]
+    return specs if max_keys is None else specs[:max_keys]

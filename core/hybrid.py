@@ -64,6 +64,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from keytrail.projections.text import IndexAhead
 
 from . import validation as check
+from .config import MAX_HOPS
 from .queries import HUB_LINKS, literal_candidates, newest_links, visible
 from .results import KeyRef
 from .sessions import SessionOrder
@@ -79,7 +80,6 @@ if TYPE_CHECKING:
     from .embedders import Embedder
     from .profiles import Thresholds
 
-MAX_HOPS = 5
 SIGNALS = ("bm25", "dense", "keys")
 #: found_by of a memory that only session adjacency brought in
 SESSION = "session"

@@ -10,6 +10,7 @@ import itertools
 import math
 import re
 import threading
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -84,6 +85,7 @@ def literal_candidates(text: str) -> list[str]:
     A possessive is the same word ("Anna's" matches Anna), so n-grams of the words without
     a trailing 's are candidates too.
     """
+    text = unicodedata.normalize("NFC", text)  # as key labels are (core/validation.py)
     words = _WORD.findall(text.casefold())
     grams = _ngrams(words)
     bare = [_POSSESSIVE.sub("", w) for w in words]

@@ -31,6 +31,9 @@ class SessionOrder:
         self._seen = 0
         self._members: dict[tuple[str, str], list[str]] = {}
         self._position: dict[str, tuple[tuple[str, str], int]] = {}
+        #: the turn each member stands for: its own id, or for a correction the turn it corrects
+        #: (the versions of one turn sit together, and a lookup steps over them as one)
+        self._turn: dict[str, str] = {}
 
     def catch_up(self, state: GraphState) -> SessionOrder:
         """Index the memories added to `state` since the last call (all, for a new state)."""
@@ -38,7 +41,7 @@ class SessionOrder:
             memories = state.memories
             if state is not self._state or len(memories) < self._seen:
                 self._state, self._seen = state, 0
-                self._members, self._position = {}, {}
+                self._members, self._position, self._turn = {}, {}, {}
             added = len(memories) - self._seen
             if added <= 0:
                 return self
@@ -59,10 +62,12 @@ class SessionOrder:
                     # version (never eligible together, so each read sees one in that place).
                     at = old[1] + 1
                     members.insert(at, memory_id)
+                    self._turn[memory_id] = self._turn[node.supersedes or ""]
                     for index in range(at, len(members)):
                         self._position[members[index]] = (session, index)
                     continue
                 self._position[memory_id] = (session, len(members))
+                self._turn[memory_id] = memory_id
                 members.append(memory_id)
             self._seen = len(memories)
             return self
@@ -76,20 +81,29 @@ class SessionOrder:
         return found[0] if found is not None else None
 
     def neighbours(self, memory_id: str, eligible: Callable[[str], Any]) -> list[str]:
-        """The nearest eligible turn before and after `memory_id` in its session (0-2 ids)."""
+        """The nearest eligible turn before and after `memory_id` in its session (0-2 ids).
+
+        Up to MAX_SKIP ineligible turns are stepped over on each side; the versions of one turn
+        (a correction chain) count once, and other versions of `memory_id`'s own turn not at all.
+        """
         found = self._position.get(memory_id)
         if found is None:
             return []
         session, at = found
-        members = self._members[session]
+        members, turn = self._members[session], self._turn
+        own = turn[memory_id]
         out: list[str] = []
         for step in (-1, 1):
             index = at + step
-            for _ in range(MAX_SKIP + 1):
-                if not 0 <= index < len(members):
+            skipped: set[str] = set()
+            while 0 <= index < len(members):
+                candidate = members[index]
+                if eligible(candidate) is not None:
+                    out.append(candidate)
                     break
-                if eligible(members[index]) is not None:
-                    out.append(members[index])
-                    break
+                if turn[candidate] != own:
+                    skipped.add(turn[candidate])
+                    if len(skipped) > MAX_SKIP:
+                        break
                 index += step
         return out

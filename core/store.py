@@ -661,7 +661,7 @@ class Store(Queries, HybridQueries):
         keys = check.keys(item.keys, item.key_types, limits, field=prefix + "keys", required=False)
         return _Checked(
             content=content,
-            keys=keys or extract_keys(content),
+            keys=keys or extract_keys(content, limits.keys_per_memory, limits.key_chars),
             extracted=not keys,
             namespace=check.namespace(
                 item.namespace, self.settings.default_namespace, prefix + "namespace"

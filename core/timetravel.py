@@ -50,7 +50,12 @@ def parse_time(field: str, value: object) -> datetime:
         raise InvalidInput(field, f"must be an ISO-8601 time, not {type(value).__name__}")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # a valid local time whose UTC instant is before year 1 or past 9999
+        raise InvalidInput(
+            field, f"{value!r} is outside the years 1 to 9999 in UTC", limit="0001 to 9999 UTC"
+        ) from None
 
 
 def parse_optional_time(field: str, value: object | None) -> datetime | None:

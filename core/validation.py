@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -90,9 +91,12 @@ def keys(
     types = dict(types or {})
     specs: list[KeySpec] = []
     seen: set[str] = set()
-    folded_types = {str(k).casefold(): v for k, v in types.items()}
+    folded_types = {unicodedata.normalize("NFC", str(k)).casefold(): v for k, v in types.items()}
     for i, raw in enumerate(labels):
-        label = " ".join(text(f"{field}[{i}]", raw, limits.key_chars).split())
+        # NFC: "Zoë" typed composed or as e + U+0308 is one label
+        label = unicodedata.normalize(
+            "NFC", " ".join(text(f"{field}[{i}]", raw, limits.key_chars).split())
+        )
         kind = folded_types.pop(label.casefold(), "concept")
         if kind not in KEY_TYPES:
             raise InvalidInput(

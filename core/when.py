@@ -3,8 +3,9 @@
 "What did we decide on 12 March?" asks about memories of that day, whatever their words. Only
 explicit calendar mentions count: a day (with month and year, or month alone), a month (with
 or without a year), a year, or an ISO date. Month names must be capitalised ("May", not the
-verb "may"), and "May" alone only after "in", "during", "since" or "of". A period without a
-year is the latest one that started by `now`. Relative phrases ("last week") are left alone.
+verb "may"), and "May" alone only after "in", "during", "since" or "of" (the lead word in any
+case: "In May, ..."). A period without a year is the latest one that started by `now`.
+Relative phrases ("last week") are left alone.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ _PATTERNS = [
     re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?\b"),
     re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+{_YEAR})?\b"),
     re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b"),
-    re.compile(rf"(?:\b(?:in|during|since|of|early|late|mid)\s+){_MONTH}\b"),
+    # The lead word in any case: a question may open with it ("In May, ...").
+    re.compile(rf"(?:\b(?i:in|during|since|of|early|late|mid)\s+){_MONTH}\b"),
     re.compile(rf"\b(?P<bare>{'|'.join(m for m in MONTHS if m != 'May')})\b"),
-    re.compile(rf"\b(?:in|during|since|of)\s+{_YEAR}\b"),
+    re.compile(rf"\b(?i:in|during|since|of)\s+{_YEAR}\b"),
 ]
 
 

@@ -13,7 +13,8 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from keytrail.core import Store
-from keytrail.core.hybrid import MAX_HOPS, MemoryRecall
+from keytrail.core.config import MAX_HOPS
+from keytrail.core.hybrid import MemoryRecall
 
 from .hybrid_cli import ENABLE_VARIABLE
 from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _reply

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from keytrail.core import RememberItem, Store
+from keytrail.core.config import Limits
 from keytrail.core.extract import extract_keys
 
 
@@ -59,3 +61,39 @@ def test_remember_batch_extracts_per_item(store: Store) -> None:
     assert [k.label for k in out[1].keys] == ["chess"]
     nodes = store.state.memories
     assert nodes[out[0].memory_id].keys and nodes[out[1].memory_id].keys
+
+
+def test_a_name_opening_with_a_non_ascii_capital_is_kept_whole() -> None:
+    # "Émile" was read from its second letter: a concept "mile", and "Ólafur" became "lafur".
+    got = labels("Émile met Ólafur in Łódź, then flew to İzmir.")
+    assert {got[n] for n in ("Émile", "Ólafur", "Łódź", "İzmir")} == {"name"}
+    assert not {"mile", "lafur", "zmir"} & set(got)
+    got = labels("We asked Ángela about the ómnibus schedule")
+    assert got.get("Ángela") == "name" and not {"ngela", "mnibus"} & set(got)
+
+
+def test_extracted_keys_keep_the_key_limits(make_store: Callable[..., Store]) -> None:
+    # A long run of capitalised words (a title, shouted text) is no name a query can spell: it
+    # made a 229-character key past the 100-character limit a given key is held to.
+    store = make_store(limits=Limits(keys_per_memory=3))
+    shouted = " ".join(["Alpha", "Beta", "Gamma", "Delta"] * 10) + " met here."
+    got = store.remember(shouted)
+    assert all(len(k.label) <= store.settings.limits.key_chars for k in got.keys)
+    many = store.remember("Caroline met Melanie and Zoë in Paris to discuss painting")
+    assert 1 <= len(many.keys) <= 3
+    for node in store.state.memories.values():
+        assert len(node.keys) <= 3
+
+
+def test_a_name_in_decomposed_unicode_is_the_same_key_and_is_found(store: Store) -> None:
+    # "Zoë" typed as Zoe + U+0308 (as macOS and some pastes produce) made a second name key,
+    # and a query so typed matched neither: labels and queries were not NFC-normalised.
+    composed, decomposed = "Zo\u00eb", "Zoe\u0308"
+    first = store.remember(f"{composed} moved to Oslo")
+    given = store.remember(f"Dana met {decomposed} at work", [decomposed], {decomposed: "name"})
+    extracted = store.remember(f"{decomposed} likes tea")
+    zoe = next(k.key_id for k in first.keys if k.label == composed)
+    assert [k.key_id for k in given.keys] == [zoe]
+    assert zoe in {k.key_id for k in extracted.keys}
+    for query in (f"Where is {composed}?", f"Where is {decomposed}?"):
+        assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]

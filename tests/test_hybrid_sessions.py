@@ -171,3 +171,23 @@ def test_a_store_without_sessions_never_walks_for_turn_order(store: Store) -> No
     store.remember_batch([RememberItem(t, session_id="s1") for t in OTHER])
     store.recall_memories("basil balcony", learn=False)
     assert store._session_order is not None and len(store._session_order) == len(OTHER)
+
+
+def test_a_turn_corrected_many_times_keeps_both_neighbours(store: Store) -> None:
+    """Each correction sits right after the version it corrects, so a turn corrected five times
+    had five superseded versions between its neighbour and its current version: past MAX_SKIP,
+    the lookup gave up and the turn lost its neighbour before (and that one its next turn)."""
+    s1 = remember_sessions(store)["s1"]
+    latest = s1[2]
+    for n in range(6):
+        latest = store.correct(latest, f"Ana: Porto, in March (version {n}).").memory_id
+    memories = store.state.memories
+
+    def current(memory_id: str) -> object:
+        node = memories.get(memory_id)
+        return node if node is not None and node.current() else None
+
+    order = SessionOrder().catch_up(store.state)
+    assert order.neighbours(latest, current) == [s1[1], s1[3]]
+    assert order.neighbours(s1[1], current) == [s1[0], latest]
+    assert order.neighbours(s1[3], current) == [latest]

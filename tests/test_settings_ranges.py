@@ -1,0 +1,80 @@
+"""KEYTRAIL_* values no code path can use are refused when settings are read, by variable name.
+
+Each of these was accepted, so `keytrail serve` started and then every call that used the
+setting failed (an error naming a call field the caller never gave, or a bare OverflowError),
+or the store was created with fold rules outside what the design allows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli import REPO, env_for
+
+from keytrail.core import InvalidInput, Settings
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        # recall_memories refused its own default: "hops: 7 is out of range (limit: 0 to 5)"
+        ("KEYTRAIL_HYBRID_HOPS", "7"),
+        # every remember/recall without a namespace failed naming "namespace"
+        ("KEYTRAIL_NAMESPACE", "bad ns!"),
+        ("KEYTRAIL_KG_NAMESPACE", "bad ns!"),
+        # a ttl under this limit overflowed the expiry datetime (OverflowError in remember)
+        ("KEYTRAIL_MAX_TTL_SECONDS", str(10**13)),
+        # a dated query overflowed the period's end + grace (OverflowError in recall_memories)
+        ("KEYTRAIL_HYBRID_DATE_GRACE_DAYS", "5000000"),
+        # fold rules: depth is 0..1, weakening multiplies depth by a factor 0..1, and the link
+        # clamp [weight_min, weight_max] must not be inverted
+        ("KEYTRAIL_DEPTH_MAX", "3"),
+        ("KEYTRAIL_WEAKEN_DEEP", "1000"),
+        ("KEYTRAIL_WEAKEN_SHALLOW", "1.5"),
+        ("KEYTRAIL_WEIGHT_MIN", "5"),
+        # a share of the score: above 1 makes older memories' scores negative
+        ("KEYTRAIL_HYBRID_TIME_WEIGHT", "5"),
+        ("KEYTRAIL_HYBRID_HEAD_DIVERSITY", "1.5"),
+    ],
+)
+def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({var: value})
+    assert caught.value.field == var
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("KEYTRAIL_HYBRID_HOPS", "5"),
+        ("KEYTRAIL_HYBRID_HOPS", "0"),
+        ("KEYTRAIL_NAMESPACE", "work.notes@me"),
+        ("KEYTRAIL_MAX_TTL_SECONDS", str(100 * 365 * 24 * 3600)),
+        ("KEYTRAIL_HYBRID_DATE_GRACE_DAYS", "365"),
+        ("KEYTRAIL_DEPTH_MAX", "1"),
+        ("KEYTRAIL_WEIGHT_MIN", "3"),
+        ("KEYTRAIL_HYBRID_TIME_WEIGHT", "1"),
+    ],
+)
+def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
+    Settings.from_env({var: value})
+
+
+def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    env = env_for(home) | {"KEYTRAIL_HYBRID_HOPS": "7"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "KEYTRAIL_HYBRID_HOPS" in proc.stderr
+    assert not home.exists()

@@ -1,0 +1,34 @@
+"""Times a caller gives (valid_from, as_of, valid_at) at the edges of what a datetime holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from keytrail.core import InvalidInput, Store
+from keytrail.core.timetravel import parse_time, view
+
+
+@pytest.mark.parametrize(
+    "value", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:30:00+00:45"]
+)
+def test_a_time_outside_utc_range_is_refused_by_name(value: str) -> None:
+    # Valid ISO-8601, but its UTC instant is before year 1 or after 9999: it raised a bare
+    # OverflowError (no field, not a KeytrailError, so the MCP client saw an internal error).
+    with pytest.raises(InvalidInput) as caught:
+        parse_time("valid_from", value)
+    assert caught.value.field == "valid_from"
+
+
+def test_remember_and_reads_refuse_such_a_time_and_change_nothing(store: Store) -> None:
+    store.remember("Dana moved to Oslo", ["Oslo"])
+    seq = store.state.seq
+    with pytest.raises(InvalidInput) as caught:
+        store.remember("Dana visited Rome", ["Rome"], valid_from="0001-01-01T00:00:00+01:00")
+    assert caught.value.field == "valid_from"
+    with pytest.raises(InvalidInput) as caught:
+        view(store, "9999-12-31T23:59:59-05:00").recall("Oslo")
+    assert caught.value.field == "as_of"
+    with pytest.raises(InvalidInput) as caught:
+        view(store, None, "9999-12-31T23:59:59-05:00").recall("Oslo")
+    assert caught.value.field == "valid_at"
+    assert store.refresh().seq == seq
