@@ -66,6 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
+    direct_recall = direct_recall_enabled()  # a bad value is refused before a store is made
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(
             "--token",
@@ -74,7 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     store = open_store(args)
     # The first calls answer at full speed, not at the lazy open's cost.
-    store.warm_up(memory_vectors=direct_recall_enabled())
+    store.warm_up(memory_vectors=direct_recall)
     try:
         if args.http:
             print(

@@ -12,7 +12,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from keytrail.core import Store
+from keytrail.core import InvalidInput, Store
 from keytrail.core.config import MAX_HOPS
 from keytrail.core.hybrid import MemoryRecall
 
@@ -20,9 +20,23 @@ from .hybrid_cli import ENABLE_VARIABLE
 from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _reply
 from .time_tools import AsOf
 
+_OFF = ("", "0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+
 
 def direct_recall_enabled() -> bool:
-    return os.environ.get(ENABLE_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+    """Whether `KEYTRAIL_DIRECT_RECALL` asks for the tool. A value that is neither on nor off
+    ("maybe", "ture") is refused, naming the variable, rather than quietly read as on."""
+    value = os.environ.get(ENABLE_VARIABLE, "").strip().lower()
+    if value in _OFF:
+        return False
+    if value in _ON:
+        return True
+    raise InvalidInput(
+        ENABLE_VARIABLE,
+        f"{value!r} is neither on nor off",
+        limit="one of " + ", ".join(repr(v) for v in (*_ON, *_OFF[1:])),
+    )
 
 
 def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:

@@ -206,6 +206,11 @@ def test_mcp_tool_only_when_enabled(store: Store, monkeypatch: pytest.MonkeyPatc
     assert "recall_memories" not in anyio.run(tools)
     monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")
     assert "recall_memories" in anyio.run(tools)
+    for off in ("0", "off", " False "):
+        monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", off)
+        assert "recall_memories" not in anyio.run(tools)
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "yes")
+    assert "recall_memories" in anyio.run(tools)
 
     async def call() -> dict[str, object]:
         result = await build_server(store).call_tool(

@@ -63,9 +63,19 @@ def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
     Settings.from_env({var: value})
 
 
-def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("KEYTRAIL_HYBRID_HOPS", "7"),
+        # neither on nor off: it used to be read as on
+        ("KEYTRAIL_DIRECT_RECALL", "maybe"),
+    ],
+)
+def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(
+    tmp_path: Path, var: str, value: str
+) -> None:
     home = tmp_path / "store"
-    env = env_for(home) | {"KEYTRAIL_HYBRID_HOPS": "7"}
+    env = env_for(home) | {var: value}
     proc = subprocess.run(
         [sys.executable, "-m", "keytrail.server.cli", "serve"],
         env=env,
@@ -76,5 +86,5 @@ def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(tmp_path: Pa
         timeout=60,
     )
     assert proc.returncode != 0
-    assert "KEYTRAIL_HYBRID_HOPS" in proc.stderr
+    assert var in proc.stderr and proc.stderr.count("\n") == 1  # one line, no traceback
     assert not home.exists()
