@@ -86,9 +86,8 @@ def extract_keys(
     label longer than `max_chars` (a long run of capitalised words: a title, shouted text) is
     no name a query would spell, so it is left out rather than cut.
     """
-    tokens = _TOKEN.findall(
-        unicodedata.normalize("NFC", content)
-    )  # labels as check.keys makes them
+    # NFC, as check.label makes every label
+    tokens = _TOKEN.findall(unicodedata.normalize("NFC", content))
     names: list[str] = []
     in_name: set[str] = set()
     run: list[str] = []

@@ -133,7 +133,7 @@ def _string(where: str, obj: dict[str, Any], name: str, limit: int) -> str:
     if not isinstance(value, str):
         raise InvalidInput(where, f"{name!r} must be a string, got {type(value).__name__}")
     try:
-        return " ".join(check.text(name, value, limit).split())
+        return check.label(name, value, limit)
     except InvalidInput as exc:
         raise InvalidInput(where, exc.problem, limit=exc.limit) from None
 

@@ -313,7 +313,7 @@ class KnowledgeGraph:
 
     def _name(self, field: str, value: object) -> str:
         limit = self.store.settings.limits.kg_name_chars
-        return " ".join(check.text(field, value, limit).split())
+        return check.label(field, value, limit)
 
     def _list(self, field: str, value: object, what: str) -> Sequence[Any]:
         limit = self.store.settings.limits.batch_items

@@ -33,6 +33,12 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
     return stripped
 
 
+def label(field: str, value: object, limit: int) -> str:
+    """A key label (or knowledge-graph entity name): whitespace collapsed and NFC-normalised, so
+    "Zoë" typed composed or as e + U+0308 (as some keyboards send it) is one label."""
+    return unicodedata.normalize("NFC", " ".join(text(field, value, limit).split()))
+
+
 def name(field: str, value: object, limit: int) -> str:
     """A namespace or session id: letters, digits and _ . : @ -, starting with a letter/digit."""
     if not isinstance(value, str) or not value:
@@ -93,18 +99,15 @@ def keys(
     seen: set[str] = set()
     folded_types = {unicodedata.normalize("NFC", str(k)).casefold(): v for k, v in types.items()}
     for i, raw in enumerate(labels):
-        # NFC: "Zoë" typed composed or as e + U+0308 is one label
-        label = unicodedata.normalize(
-            "NFC", " ".join(text(f"{field}[{i}]", raw, limits.key_chars).split())
-        )
-        kind = folded_types.pop(label.casefold(), "concept")
+        given = label(f"{field}[{i}]", raw, limits.key_chars)
+        kind = folded_types.pop(given.casefold(), "concept")
         if kind not in KEY_TYPES:
             raise InvalidInput(
-                types_field, f"{label!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)
+                types_field, f"{given!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)
             )
-        if label.casefold() not in seen:
-            seen.add(label.casefold())
-            specs.append(KeySpec(label, kind))
+        if given.casefold() not in seen:
+            seen.add(given.casefold())
+            specs.append(KeySpec(given, kind))
     if folded_types:
         raise InvalidInput(
             types_field, f"names keys that are not in {field}: {sorted(folded_types)}"

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from keytrail.core import RememberItem, Store
 from keytrail.core.config import Limits
 from keytrail.core.extract import extract_keys
+from keytrail.core.importers import import_text
+from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
 
 
 def labels(content: str) -> dict[str, str]:
@@ -97,3 +99,19 @@ def test_a_name_in_decomposed_unicode_is_the_same_key_and_is_found(store: Store)
     assert zoe in {k.key_id for k in extracted.keys}
     for query in (f"Where is {composed}?", f"Where is {decomposed}?"):
         assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]
+
+
+def test_entity_and_imported_names_are_nfc_too(store: Store) -> None:
+    # Every way a label enters (remember keys, a knowledge-graph entity, an import) is one key
+    # for "Zoë" however it was typed, so the entity's observations and memories meet.
+    composed, decomposed = "Zo\u00eb", "Zoe\u0308"
+    zoe = store.remember(f"{composed} moved to Oslo", [composed], {composed: "name"}).keys[0]
+    kg = KnowledgeGraph(store)
+    made = kg.create_entities([EntityInput(decomposed, "person", ["likes tea"])])
+    assert [e.name for e in made.entities] == [composed]  # the key became the entity
+    assert [e.name for e in kg.open_nodes([decomposed]).entities] == [composed]
+    entity = {"type": "entity", "name": decomposed, "entityType": "person", "observations": ["x"]}
+    import_text(store, json.dumps(entity) + "\n", "memory.jsonl", "memory-jsonl")
+    labels = [k.label for k in store.state.keys.values()]
+    assert labels.count(composed) == 1 and decomposed not in labels
+    assert store.state.keys[zoe.key_id].entity_type == "person"
