@@ -103,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        stats = view(store, args.as_of, args.valid_at).memory_stats()
+        stats = view(store, args.as_of).memory_stats()
     if args.json:
         emit_json(stats)
         return 0
@@ -381,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     p = verb("stats", "counts of memories, keys, links, sessions; log size", cmd_stats)
-    add_time_options(p)
+    # Counts are by record time (as memory_stats over MCP): valid time would change nothing.
+    add_time_options(p, valid_at=False)
 
     p = verb("log", "print the events of the log", cmd_log)
     p.add_argument(
