@@ -117,4 +117,6 @@ def add_time_verbs(verb: Verb) -> None:
     )
     p.add_argument("--since", metavar="SEQ|TIME", help="after this point (default: the start)")
     p.add_argument("--until", metavar="SEQ|TIME", help="up to this point (default: now)")
-    p.add_argument("--top", type=int, default=10, help="how many most-read memories")
+    p.add_argument(
+        "--top", type=int, default=10, help="how many most-read memories (default 10; 1 to 1000)"
+    )
