@@ -170,7 +170,9 @@ class MemoryItem(BaseModel):
     ttl_seconds: Ttl = None
     related_to: RelatedTo = None
     source: Source = None
-    session_id: SessionStr | None = None
+    session_id: Annotated[
+        SessionStr | None, Field(description="The conversation this came from.")
+    ] = None
     valid_from: ValidFrom = None
 
 
