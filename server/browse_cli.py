@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from keytrail.core.timetravel import view
 
-from .shell import emit_json, open_store, preview, short_time
+from .shell import OFFSET_HELP, PAGE_HELP, emit_json, open_store, preview, short_time
 from .time_cli import add_time_options
 
 Verb = Callable[..., argparse.ArgumentParser]
@@ -111,8 +111,8 @@ def cmd_conversation(args: argparse.Namespace) -> int:
 
 def add_browse_verbs(verb: Verb) -> None:
     p = verb("list", "current memories, newest first, with a preview", cmd_list)
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=int, default=20, help=PAGE_HELP.format(default=20))
+    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
     p = verb(
@@ -121,13 +121,17 @@ def add_browse_verbs(verb: Verb) -> None:
         cmd_related,
     )
     p.add_argument("memory_id")
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--limit", type=int, default=10, help=PAGE_HELP.format(default=10))
     add_time_options(p)
 
     p = verb("keys", "keys with their memory counts, most memories first", cmd_keys)
-    p.add_argument("--hubs", action="store_true", help="only hubs (keys with many memories)")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument(
+        "--hubs",
+        action="store_true",
+        help="only hubs (keys on KEYTRAIL_HUB_MIN, 3, or more current memories)",
+    )
+    p.add_argument("--limit", type=int, default=50, help=PAGE_HELP.format(default=50))
+    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
 
     verb(
         "cleanup-expired",
@@ -135,7 +139,11 @@ def add_browse_verbs(verb: Verb) -> None:
         cmd_cleanup_expired,
     )
 
-    verb("sessions", "sessions with recorded turns, most recently active first", cmd_sessions)
+    verb(
+        "sessions",
+        "sessions with recorded turns (MCP record_turn), most recently active first",
+        cmd_sessions,
+    )
 
     p = verb("conversation", "the recorded turns of a session, in order", cmd_conversation)
     p.add_argument("session_id")

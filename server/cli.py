@@ -24,7 +24,16 @@ from .browse_cli import add_browse_verbs
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
-from .shell import CREATING_VERBS, emit_json, open_store, settings_from, short_time
+from .shell import (
+    CREATING_VERBS,
+    OFFSET_HELP,
+    PAGE_HELP,
+    TOP_K_HELP,
+    emit_json,
+    open_store,
+    settings_from,
+    short_time,
+)
 from .time_cli import add_time_options, add_time_verbs
 
 DEFAULT_PORT = 8765
@@ -104,7 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        stats = view(store, args.as_of, args.valid_at).memory_stats()
+        stats = view(store, args.as_of).memory_stats()
     if args.json:
         emit_json(stats)
         return 0
@@ -322,7 +331,12 @@ def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
         dest="model_path",
         help="local model directory, no download (KEYTRAIL_EMBED_MODEL_PATH)",
     )
-    group.add_argument("--namespace", help="namespace (KEYTRAIL_NAMESPACE; default 'default')")
+    group.add_argument(
+        "--namespace",
+        help="the namespace remember and import write into (KEYTRAIL_NAMESPACE, default "
+        "'default'); given to a reading verb or export, only that namespace (default: all; "
+        "the variable is no filter)",
+    )
     return common
 
 
@@ -389,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     p = verb("stats", "counts of memories, keys, links, sessions; log size", cmd_stats)
-    add_time_options(p)
+    # Counts are by record time (as memory_stats over MCP): valid time would change nothing.
+    add_time_options(p, valid_at=False)
 
     p = verb("log", "print the events of the log", cmd_log)
     p.add_argument(
@@ -439,22 +454,37 @@ def build_parser() -> argparse.ArgumentParser:
         type=name_key,
         help="a name key, matched literally (repeatable)",
     )
-    p.add_argument("--ttl", type=int, help="forget after this many seconds")
-    p.add_argument("--related-to", dest="related_to", action="append", metavar="MEMORY_ID")
-    p.add_argument("--session", help="session id")
+    p.add_argument(
+        "--ttl",
+        type=int,
+        metavar="SECONDS",
+        help="hide it (expired) this many seconds from now; `forget` is what erases",
+    )
+    p.add_argument(
+        "--related-to",
+        dest="related_to",
+        action="append",
+        metavar="MEMORY_ID",
+        help="a memory this one relates to (repeatable; `related` follows it)",
+    )
+    p.add_argument(
+        "--session",
+        metavar="SESSION_ID",
+        help="the conversation it came from (recall-memories reads its neighbouring turns)",
+    )
     p.add_argument("--source", help="where the fact came from")
     add_time_options(p, valid_from=True)
 
     p = verb("recall", "keys a query leads to (never content)", cmd_recall)
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, default=10)
+    p.add_argument("--top-k", dest="top_k", type=int, default=10, help=TOP_K_HELP)
     add_time_options(p)
 
     p = verb("read-key", "memories behind a key (no content)", cmd_read_key)
     p.add_argument("key_id")
     p.add_argument("--query", help="rank by relevance to this")
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=int, default=20, help=PAGE_HELP.format(default=20))
+    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
     p = verb("read", "read a memory in full (recorded: deepens it)", cmd_read)
@@ -481,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-n", "--name", dest="keys", action="append", type=name_key, help="new name keys"
     )
-    p.add_argument("--source")
+    p.add_argument("--source", help="where the new version came from")
     add_time_options(p, valid_from=True)
 
     p = verb("forget", "forget a memory for good (its content erased from every file)", cmd_forget)

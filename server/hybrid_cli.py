@@ -5,7 +5,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .shell import emit_json, open_store, preview
+from .shell import TOP_K_HELP, emit_json, open_store, preview
 
 # Here rather than in hybrid_tools: importing that module imports mcp_server, whose tool
 # schemas read the limits from the environment before `serve` has applied its flags.
@@ -80,8 +80,12 @@ def add_hybrid_verbs(
         cmd_recall_memories,
     )
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, default=10)
-    p.add_argument("--hops", type=int, help="hops over shared keys and related_to (0-5)")
+    p.add_argument("--top-k", dest="top_k", type=int, default=10, help=TOP_K_HELP)
+    p.add_argument(
+        "--hops",
+        type=int,
+        help="hops over shared keys and related_to (0-5; default KEYTRAIL_HYBRID_HOPS, 1)",
+    )
     p.add_argument("--explain", action="store_true", help="break each score down by signal")
     p.add_argument(
         "--no-learn",

@@ -210,6 +210,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete entities with their observations and every relation to or from them.
 
+        An observation linked to any other key (another entity, a concept) is only unlinked.
         Names that do not exist are reported in `notFound`, not an error. Example:
         delete_entities(entityNames=["David Barnett"]) -> {"success": true, "message": ...}
         """
@@ -220,6 +221,9 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         deletions: Annotated[list[DeletionArg], Many],
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete specific observations (exact text) from entities.
+
+        An observation another entity also has is only unlinked from this one; it is deleted
+        when no other entity has it. Either way it stays in the log's history (`forget` erases).
 
         Example: delete_observations(deletions=[{"entityName": "David Barnett",
         "observations": ["Prefers morning meetings"]}]) -> {"deletedCount": 1, ...}

@@ -144,7 +144,13 @@ Source = Annotated[
     str | None, Field(max_length=LIMITS.source_chars, description="Where the fact came from.")
 ]
 Ttl = Annotated[
-    int | None, Field(ge=1, le=LIMITS.ttl_seconds, description="Forget after this many seconds.")
+    int | None,
+    Field(
+        ge=1,
+        le=LIMITS.ttl_seconds,
+        description="Seconds until it stops being true (604800: a week); then it is hidden "
+        "from reads as expired. Not erased: only `forget` erases.",
+    ),
 ]
 Query = Annotated[str, Field(min_length=1, max_length=LIMITS.query_chars)]
 Limit = Annotated[int, Field(ge=1, le=LIMITS.page, description="Page size.")]
@@ -164,7 +170,9 @@ class MemoryItem(BaseModel):
     ttl_seconds: Ttl = None
     related_to: RelatedTo = None
     source: Source = None
-    session_id: SessionStr | None = None
+    session_id: Annotated[
+        SessionStr | None, Field(description="The conversation this came from.")
+    ] = None
     valid_from: ValidFrom = None
 
 

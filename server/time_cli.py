@@ -11,7 +11,11 @@ from .shell import emit_json, open_store, preview, short_time
 Verb = Callable[..., argparse.ArgumentParser]
 
 
-def add_time_options(parser: argparse.ArgumentParser, *, valid_from: bool = False) -> None:
+def add_time_options(
+    parser: argparse.ArgumentParser, *, valid_from: bool = False, valid_at: bool = True
+) -> None:
+    """--as-of (and --valid-at unless the verb's answer does not depend on valid time), or
+    --valid-from on a writing verb."""
     if valid_from:
         parser.add_argument(
             "--valid-from",
@@ -27,6 +31,8 @@ def add_time_options(parser: argparse.ArgumentParser, *, valid_from: bool = Fals
         help="answer as the store stood right after this log seq or ISO-8601 time "
         "(records nothing)",
     )
+    if not valid_at:
+        return
     parser.add_argument(
         "--valid-at",
         dest="valid_at",
@@ -111,4 +117,6 @@ def add_time_verbs(verb: Verb) -> None:
     )
     p.add_argument("--since", metavar="SEQ|TIME", help="after this point (default: the start)")
     p.add_argument("--until", metavar="SEQ|TIME", help="up to this point (default: now)")
-    p.add_argument("--top", type=int, default=10, help="how many most-read memories")
+    p.add_argument(
+        "--top", type=int, default=10, help="how many most-read memories (default 10; 1 to 1000)"
+    )

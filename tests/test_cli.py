@@ -36,6 +36,7 @@ VERBS = [
     "cleanup-expired",
     "sessions",
     "conversation",
+    "recall-memories",
 ]
 
 
@@ -77,6 +78,21 @@ def test_help_for_every_verb(home: Path) -> None:
         assert verb in top.stdout
         out = kt(home, verb, "--help").stdout
         assert f"usage: keytrail {verb}" in out and "--home" in out
+
+
+def test_stats_offers_no_valid_at_it_would_ignore(home: Path) -> None:
+    """memory_stats counts by record time only (the MCP tool takes as_of, no valid_at), so
+    `stats --valid-at` is refused as a usage error instead of printing today's counts as if
+    they were the counts valid then."""
+    kt(home, "remember", "Dana lives in Lyon", "-n", "Dana")
+    log = sorted((home / "log").glob("*.jsonl"))
+    before = [p.read_bytes() for p in log]
+    refused = kt(home, "stats", "--valid-at", "2020-01-01", ok=False)
+    assert refused.returncode == 2
+    assert "--valid-at" in refused.stderr
+    assert [p.read_bytes() for p in log] == before
+    assert "--valid-at" not in kt(home, "stats", "--help").stdout
+    assert kt_json(home, "stats", "--as-of", "1")["memories"] == 0
 
 
 def test_quick_verbs(home: Path) -> None:
