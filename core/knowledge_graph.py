@@ -98,7 +98,11 @@ class Deletion(
         "missing_entities": "missingEntities",
     },
 ):
-    """What a delete_* tool returns: the reference's success/message, plus the details."""
+    """What a delete_* tool returns: the reference's success/message, plus the details.
+
+    `deleted` names what went: entity names (delete_entities), observation texts
+    (delete_observations) or "from relationType to" (delete_relations), once each.
+    """
 
     success: bool
     message: str
@@ -575,6 +579,7 @@ class KnowledgeGraph:
             state = store.state
             # memory id -> the entity keys it is being deleted from, in the order asked
             doomed: dict[str, dict[str, None]] = {}
+            texts: dict[str, None] = {}  # the observations deleted, once each, in order
             missing: list[str] = []
             requested = 0
             for name, contents in checked:
@@ -587,6 +592,7 @@ class KnowledgeGraph:
                 for node in observation_nodes(state, key, self.namespace, app.at):
                     if node.content in wanted:
                         doomed.setdefault(node.id, {})[key.id] = None
+                        texts[node.content] = None
             # An observation shared with an entity it is not deleted from stays that entity's:
             # only the links to the entities named go. Otherwise the memory is forgotten.
             forgotten: list[str] = []
@@ -613,6 +619,7 @@ class KnowledgeGraph:
             return Deletion(
                 success=True,
                 message=message,
+                deleted=list(texts),
                 deleted_count=count,
                 missing_entities=missing,
                 seq=seq,
@@ -628,6 +635,7 @@ class KnowledgeGraph:
         def decide(app: Appender) -> Deletion:
             state = store.state
             specs: dict[str, RelationSpec] = {}
+            names: dict[str, str] = {}  # relation id -> "from relationType to", as stored
             matched = 0  # relations asked for that exist (one named twice counts twice)
             for src, dst, kind in checked:
                 a, b = entity_key(state, src), entity_key(state, dst)
@@ -637,6 +645,7 @@ class KnowledgeGraph:
                 if rid in state.relations:
                     matched += 1
                     specs[rid] = RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
+                    names[rid] = f"{a.label} {kind} {b.label}"
             count = len(specs)
             message = (
                 "Relations deleted successfully"
@@ -646,7 +655,13 @@ class KnowledgeGraph:
             seq = None
             if specs:
                 seq = store._append(app, RelationsRemoved(relations=list(specs.values()))).seq
-            return Deletion(success=True, message=message, deleted_count=count, seq=seq)
+            return Deletion(
+                success=True,
+                message=message,
+                deleted=list(names.values()),
+                deleted_count=count,
+                seq=seq,
+            )
 
         return store._write(decide)
 

@@ -152,6 +152,7 @@ def test_observations_are_deduplicated_and_deleted_by_text(kg: KnowledgeGraph) -
         [ObservationInput("Alice", ["likes tea", "never said"]), ObservationInput("Zed", ["x"])]
     )
     assert (gone.deleted_count, gone.missing_entities) == (1, ["Zed"])
+    assert gone.deleted == ["likes tea"]  # what went, as deletedCount counts it
     assert "Deleted 1 of 3" in gone.message
     assert kg.open_nodes(["Alice"]).entities[0].observations == ["plays chess"]
 

@@ -173,3 +173,4 @@ def test_delete_relations_says_every_relation_asked_for_matched(store: Store) ->
         [RelationInput("Al", "Bob", "knows"), RelationInput("al", "BOB", "knows")]
     )
     assert (out.deleted_count, out.message) == (1, "Relations deleted successfully")
+    assert out.deleted == ["Al knows Bob"]  # once, spelled as stored
