@@ -276,6 +276,17 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _output(path: str | None) -> TextIO:
+    """Where an export writes: stdout, or the file named by --output (refused, naming the
+    option, when it cannot be created: a missing folder, a directory, no permission)."""
+    if path in (None, "-"):
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput("--output", f"cannot write {path}: {exc.strerror}") from None
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if getattr(args, "format", None) == "memory-jsonl":
         return export_memory_jsonl(args)
@@ -290,23 +301,17 @@ def cmd_export(args: argparse.Namespace) -> int:
             path=str(home),
         )
     events: Iterable[AnyEvent] = log.iter_new()
-    if args.namespace is not None:
-        namespace = check.namespace(args.namespace, "default")
-        try:
+    try:
+        if args.namespace is not None:
+            namespace = check.namespace(args.namespace, "default")
             _require_namespace(log, namespace)
-        except BaseException:
-            log.close()
-            raise
-        events = namespace_events(log.iter_new(), namespace)
+            events = namespace_events(log.iter_new(), namespace)
+        out = _output(args.output)
+    except BaseException:
+        log.close()
+        raise
     total = sum(log.segment_size(s) for s in log.segments())
     bar = ProgressBar("export")
-    out: TextIO = (
-        sys.stdout
-        if args.output in (None, "-")
-        else open(  # noqa: SIM115
-            args.output, "w", encoding="utf-8"
-        )
-    )
     count = 0
     try:
         for event in events:
@@ -401,13 +406,7 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
     if args.namespace is not None:
         _require_namespace_in({m.namespace for m in state.memories.values()}, namespace)
     lines = memory_jsonl_lines(state, namespace, utc_now())
-    out: TextIO = (
-        sys.stdout
-        if args.output in (None, "-")
-        else open(  # noqa: SIM115
-            args.output, "w", encoding="utf-8"
-        )
-    )
+    out = _output(args.output)
     count = 0
     try:
         for line in lines:
@@ -430,6 +429,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         else:
             with open(args.input, encoding="utf-8") as f:
                 text = f.read()
+    except OSError as exc:
+        raise InvalidInput("input", f"cannot read {label}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(label, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     fmt = getattr(args, "format", None) or detect_format(text)

@@ -216,6 +216,29 @@ def test_store_options_work_before_the_verb_too(home: Path, tmp_path: Path) -> N
     assert refused.returncode == 2 and "--home: empty" in refused.stderr
 
 
+def segments(home: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((home / "log").glob("*.jsonl"))]
+
+
+def test_unreadable_import_and_unwritable_export_name_the_argument(
+    home: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-folder" / "x.jsonl"
+    refused = kt(home, "import", str(missing), ok=False)
+    assert refused.returncode == 2 and not home.exists()
+    assert refused.stderr.startswith(f"keytrail: error: input: cannot read {missing}")
+    kt(home, "remember", "Ana moved to Porto", "-k", "Ana")
+    before = segments(home)
+    for fmt in ("keytrail", "memory-jsonl"):
+        refused = kt(home, "export", "--format", fmt, "-o", str(missing), ok=False)
+        assert refused.returncode == 2, refused.stderr
+        assert f"--output: cannot write {missing}" in refused.stderr
+    refused = kt(home, "import", str(tmp_path), ok=False)  # a directory
+    assert "input: cannot read" in refused.stderr
+    assert segments(home) == before  # nothing written by a refused export or import
+    assert kt_json(home, "stats")["memories"] == 1
+
+
 def test_errors_are_one_line_and_exit_2(home: Path) -> None:
     proc = kt(home, "stats", ok=False)  # a read never makes a store (test_cli_home.py)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not home.exists()
