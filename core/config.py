@@ -8,8 +8,10 @@ query-time or input-limit knob.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +128,8 @@ class Settings:
     time_decay_days: float = 30.0
     #: a key with at least this many active memories in a namespace is a hub
     hub_min: int = 3
+    #: the zone (an IANA name) a query's named days, months and years are read in
+    time_zone: str = "UTC"
     #: write a key-graph snapshot after this many events past the last one
     snapshot_every: int = 10_000
     #: most archived snapshots kept for time travel: past that they thin out evenly, so their
@@ -207,10 +211,32 @@ class Variable:
         return "--" + self.env.removeprefix("KEYTRAIL_").lower().replace("_", "-")
 
 
+class TimeZone(str):
+    """An IANA time zone name this machine knows ("Europe/Berlin", "UTC"); ValueError if not."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str) -> TimeZone:
+        try:
+            zone_info(name)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise ValueError(name) from None
+        return super().__new__(cls, name)
+
+
+@functools.cache
+def zone_info(name: str) -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo(name)
+
+
 #: Scalar settings, each set by KEYTRAIL_<NAME>: name -> (type, help).
 _SCALARS: dict[str, tuple[type[Any], str]] = {
     "time_decay_days": (float, "days in the time factor 0.5 + 0.5*exp(-age*(1-0.7*depth)/days)"),
     "hub_min": (int, "a key with at least this many active memories in a namespace is a hub"),
+    "time_zone": (
+        TimeZone,
+        "the zone a query's named days, months and years are read in (an IANA name)",
+    ),
     "snapshot_every": (int, "write a key-graph snapshot after this many new events"),
     "snapshot_keep": (int, "most archived key-graph snapshots kept for time travel"),
     "segment_bytes": (int, "start a new log segment past this size"),

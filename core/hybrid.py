@@ -54,7 +54,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,7 +64,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from keytrail.projections.text import IndexAhead
 
 from . import validation as check
-from .config import MAX_HOPS
+from .config import MAX_HOPS, zone_info
 from .queries import HUB_LINKS, literal_candidates, newest_links, visible
 from .results import KeyRef
 from .sessions import SessionOrder
@@ -206,6 +206,7 @@ def hybrid_recall(
     top_k: int,
     hops: int,
     namespace: str | None = None,
+    zone: tzinfo = UTC,
     max_seq: int | None = None,
     sessions: Callable[[], SessionOrder] | None = None,
     shown: Callable[[MemoryNode, datetime], bool] = visible,
@@ -267,7 +268,7 @@ def hybrid_recall(
             cand.fused += share
 
     grace = timedelta(days=params.date_grace_days)
-    periods = [(start, end + grace) for start, end in named_periods(query, now)]
+    periods = [(start, end + grace) for start, end in named_periods(query, now, zone)]
 
     def modulate(cand: _Candidate) -> None:
         node = cand.node
@@ -724,6 +725,7 @@ class HybridQueries:
                 params=params,
                 now=source.clock(),
                 decay_days=self.settings.time_decay_days,
+                zone=zone_info(self.settings.time_zone),
                 top_k=top_k,
                 hops=hops,
                 namespace=namespace,

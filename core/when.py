@@ -5,13 +5,15 @@ explicit calendar mentions count: a day (with month and year, or month alone), a
 or without a year), a year, or an ISO date. Month names must be capitalised ("May", not the
 verb "may"), and "May" alone only after "in", "during", "since" or "of" (the lead word in any
 case: "In May, ..."). A period without a year is the latest one that started by `now`.
-Relative phrases ("last week") are left alone.
+Relative phrases ("last week") are left alone. Periods are calendar periods of a time zone
+(`KEYTRAIL_TIME_ZONE`, default UTC): "1 March" in Europe/Berlin starts at 23:00 UTC on 28
+February.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 MONTHS = {
     name: number
@@ -56,10 +58,10 @@ def _month_number(text: str) -> int:
 
 def _latest_start(month: int, day: int | None, now: datetime) -> datetime:
     """The latest date with this month (and day) that is not after `now` (29 February: up to
-    four years back). Raises ValueError for a day no month has (31 June)."""
+    four years back), in `now`'s zone. Raises ValueError for a day no month has (31 June)."""
     for year in range(now.year, now.year - 5, -1):
         try:
-            start = datetime(year, month, day or 1, tzinfo=UTC)
+            start = datetime(year, month, day or 1, tzinfo=now.tzinfo)
         except ValueError:  # 29 February of a common year
             continue
         if start <= now:
@@ -71,8 +73,10 @@ def _next_month(start: datetime) -> datetime:
     return start.replace(year=start.year + (start.month == 12), month=start.month % 12 + 1, day=1)
 
 
-def named_periods(query: str, now: datetime) -> list[tuple[datetime, datetime]]:
-    """[start, end) of every period the query names, in the order found; [] when none."""
+def named_periods(query: str, now: datetime, zone: tzinfo = UTC) -> list[tuple[datetime, datetime]]:
+    """[start, end) in UTC of every period the query names, read as calendar periods of `zone`,
+    in the order found; [] when none."""
+    now = now.astimezone(zone)
     periods: list[tuple[datetime, datetime]] = []
     taken: list[tuple[int, int]] = []
     for pattern in _PATTERNS:
@@ -83,7 +87,9 @@ def named_periods(query: str, now: datetime) -> list[tuple[datetime, datetime]]:
             taken.append(span)  # an impossible date ("31 June") is not read as its month
             found = _period(match.groupdict(), now)
             if found is not None:
-                periods.append(found)
+                # Wall-clock arithmetic in the zone (a day of a DST change is 23 or 25 hours),
+                # then the instants.
+                periods.append((found[0].astimezone(UTC), found[1].astimezone(UTC)))
     return periods
 
 
@@ -92,17 +98,19 @@ def _period(groups: dict[str, str | None], now: datetime) -> tuple[datetime, dat
     month_text = groups.get("month") or groups.get("bare")
     try:
         if iso is not None:
-            date = datetime.strptime(iso, "%Y-%m-%d").replace(tzinfo=UTC)
+            date = datetime.strptime(iso, "%Y-%m-%d").replace(tzinfo=now.tzinfo)
             return date, date + timedelta(days=1)
         year = int(year_text) if year_text is not None else None
         if month_text is None:
             if year is None:
                 return None
-            return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+            return datetime(year, 1, 1, tzinfo=now.tzinfo), datetime(
+                year + 1, 1, 1, tzinfo=now.tzinfo
+            )
         month = _month_number(month_text)
         day = int(day_text) if day_text is not None else None
         if year is not None:
-            start = datetime(year, month, day or 1, tzinfo=UTC)
+            start = datetime(year, month, day or 1, tzinfo=now.tzinfo)
         else:
             start = _latest_start(month, day, now)
     except ValueError:  # 31 June, 00 March

@@ -69,6 +69,7 @@ def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
         ("KEYTRAIL_HYBRID_HOPS", "7"),
         # neither on nor off: it used to be read as on
         ("KEYTRAIL_DIRECT_RECALL", "maybe"),
+        ("KEYTRAIL_TIME_ZONE", "Mars/Olympus_Mons"),
     ],
 )
 def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, InvalidInput, Settings, Store
+from keytrail.core.config import zone_info
 from keytrail.core.when import named_periods
 
 NOW = datetime(2023, 10, 20, 12, tzinfo=UTC)
@@ -89,23 +90,21 @@ def test_a_period_opening_a_sentence_is_read(query: str, expected: list[tuple[st
     assert days(query) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="valid_from is kept in UTC only, so a day named in a query is matched as a UTC day: "
-    "a memory dated 00:30 on 1 March at +02:00 (28 February 22:30 UTC) is not raised by "
-    "'on 1 March'. Needs the offset kept (an event field) or the day's start widened by the "
-    "largest UTC offset; either changes LoCoMo ranking and wants a benchmark run.",
-)
-def test_a_day_named_in_a_query_is_the_day_the_memory_was_dated_in_its_own_zone(
-    tmp_path: Path,
+@pytest.mark.parametrize(("zone", "raised"), [("Europe/Berlin", True), ("UTC", False)])
+def test_a_day_named_in_a_query_is_a_day_of_the_configured_zone(
+    tmp_path: Path, zone: str, raised: bool
 ) -> None:
+    # 00:30 on 1 March in Berlin is 23:30 UTC on 28 February: "on 1 March" means the
+    # user's day, so with KEYTRAIL_TIME_ZONE=Europe/Berlin it raises the memory; read in
+    # UTC (the default) it does not.
     clock = Clock(datetime(2023, 3, 10, tzinfo=UTC))
-    store = Store(Settings(home=tmp_path, embedder="hash"), embedder=HashEmbedder(), clock=clock)
+    settings = Settings(home=tmp_path, embedder="hash", time_zone=zone)
+    store = Store(settings, embedder=HashEmbedder(), clock=clock)
     try:
         dated = store.remember(
             "Gina met a supplier for her clothing store",
             ["store"],
-            valid_from="2023-03-01T00:30:00+02:00",
+            valid_from="2023-03-01T00:30:00+01:00",
         )
         found = store.recall_memories(
             "Gina supplier on 1 March, 2023", hops=0, explain=True, learn=False
@@ -113,4 +112,38 @@ def test_a_day_named_in_a_query_is_the_day_the_memory_was_dated_in_its_own_zone(
     finally:
         store.close()
     explained = {m.memory_id: m.explain for m in found.memories}[dated.memory_id]
-    assert explained is not None and explained.date_factor > 1.0
+    assert explained is not None and (explained.date_factor > 1.0) is raised
+
+
+def test_periods_are_calendar_periods_of_the_zone_across_a_dst_change() -> None:
+    now = datetime(2023, 6, 1, tzinfo=UTC)
+    berlin = zone_info("Europe/Berlin")
+    # 26 March 2023: clocks went forward in Berlin, so that day is 23 hours long
+    [(start, end)] = named_periods("on 26 March, 2023", now, berlin)
+    assert (start, end) == (
+        datetime(2023, 3, 25, 23, tzinfo=UTC),
+        datetime(2023, 3, 26, 22, tzinfo=UTC),
+    )
+    # a month, a year and a date without a year are the zone's too
+    [(start, end)] = named_periods("in March 2023", now, berlin)
+    assert (start, end) == (
+        datetime(2023, 2, 28, 23, tzinfo=UTC),
+        datetime(2023, 3, 31, 22, tzinfo=UTC),
+    )
+    [(start, _)] = named_periods("in 2023", now, berlin)
+    assert start == datetime(2022, 12, 31, 23, tzinfo=UTC)
+    [(start, _)] = named_periods("on 2023-07-04", now, zone_info("America/New_York"))
+    assert start == datetime(2023, 7, 4, 4, tzinfo=UTC)
+    # "the latest one that started by now" is judged by the zone's calendar: at 23:30 UTC on
+    # 31 May it is already 1 June in Berlin, so "1 June" is this year's
+    late = datetime(2023, 5, 31, 23, 30, tzinfo=UTC)
+    [(start, _)] = named_periods("on 1 June", late, berlin)
+    assert start == datetime(2023, 5, 31, 22, tzinfo=UTC)
+    [(start, _)] = named_periods("on 1 June", late)
+    assert start == datetime(2022, 6, 1, tzinfo=UTC)
+
+
+def test_an_unknown_time_zone_is_refused_naming_the_variable() -> None:
+    with pytest.raises(InvalidInput, match="KEYTRAIL_TIME_ZONE"):
+        Settings.from_env({"KEYTRAIL_TIME_ZONE": "Mars/Olympus_Mons"})
+    assert Settings.from_env({"KEYTRAIL_TIME_ZONE": "Asia/Tokyo"}).time_zone == "Asia/Tokyo"
