@@ -186,6 +186,10 @@ class Queries:
     def refresh(self) -> GraphState:
         raise NotImplementedError
 
+    def _missing(self, field: str, kind: str, ident: str) -> NotFound:
+        """The error for an id this state does not hold (a past view says why)."""
+        return NotFound(field, kind, ident)
+
     def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
         raise NotImplementedError
 
@@ -365,7 +369,7 @@ class Queries:
             self.refresh()
             key = self.state.keys.get(key_id)
             if key is None:
-                raise NotFound("key_id", "key", key_id)
+                raise self._missing("key_id", "key", key_id)
             now = self.clock()
             memories = self.state.memories
             shown = self._visible
@@ -533,7 +537,9 @@ class Queries:
         with self._mutex:
             self.refresh()
             node = self.state.memories.get(memory_id)
-            if node is None or self._forgotten(node):
+            if node is None:
+                raise self._missing("memory_id", "memory", memory_id)
+            if self._forgotten(node):
                 raise NotFound("memory_id", "memory", memory_id)
             now = self.clock()
             memories, keys = self.state.memories, self.state.keys

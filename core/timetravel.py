@@ -261,6 +261,13 @@ class TimeView(Queries):
     def _clock(self) -> datetime:
         return self._now
 
+    def _missing(self, field: str, kind: str, ident: str) -> NotFound:
+        # An id the present holds (the state whose forgets hold here too) but this past state
+        # does not came later: say so.
+        present = self._forgotten_by
+        later = (present.keys if kind == "key" else present.memories).get(ident) is not None
+        return NotFound(field, kind, ident, "not at that point in time" if later else "")
+
     def _valid_then(self, node: MemoryNode, now: datetime) -> bool:
         assert self.valid_at is not None
         return valid_at_time(node, self.state.memories, now, self.valid_at)
@@ -311,7 +318,7 @@ class TimeView(Queries):
             self.refresh()
             node = self.state.memories.get(memory_id)
             if node is None:
-                raise NotFound("memory_id", "memory", memory_id, "not at that point in time")
+                raise self._missing("memory_id", "memory", memory_id)
             if self._forgotten(node):
                 raise NotFound("memory_id", "memory", memory_id, "it was forgotten")
             if node.status == "expired" or (

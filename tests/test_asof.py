@@ -239,6 +239,32 @@ def test_read_memory_as_of_refuses_what_a_live_read_refuses(
     assert read_memory_at(store, tea.memory_id, tea_key, as_of=seq).memory_id == tea.memory_id
 
 
+def test_a_past_read_of_what_came_later_says_so(make_store: Callable[..., Store]) -> None:
+    # read_memory, read_key and related as of a point before an id existed say why there is
+    # nothing; an id that never existed gets the plain answer.
+    store = make_store()
+    store.remember("Newton saw an apple fall", ["Newton", "apple"])
+    seq = store.state.seq
+    later = store.remember("Tea is brewed with hot water", ["tea"])
+    past = view(store, seq)
+    calls: list[Callable[[], object]] = [
+        lambda: read_memory_at(store, later.memory_id, as_of=seq),
+        lambda: past.read_key(later.keys[0].key_id),
+        lambda: past.related(later.memory_id),
+    ]
+    for call in calls:
+        with pytest.raises(NotFound, match="not at that point in time"):
+            call()
+    for call in (
+        lambda: read_memory_at(store, "m_000000000000", as_of=seq),
+        lambda: past.read_key("k_0000000000"),
+        lambda: past.related("m_000000000000"),
+    ):
+        with pytest.raises(NotFound) as caught:
+            call()
+        assert "point in time" not in str(caught.value)
+
+
 def test_keys_that_did_not_exist_yet_are_not_matched(make_store: Callable[..., Store]) -> None:
     store = make_store()
     store.remember("Newton saw an apple fall", ["Newton", "apple"], {"Newton": "name"})
