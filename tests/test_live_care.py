@@ -1,0 +1,67 @@
+"""The care verbs (rebuild, reembed, verify, export, import, forget, cleanup-expired) while
+servers are live on the same store: each finishes correctly, or fails with a clear message and
+leaves the store usable; no server answers wrongly because a verb replaced files under it.
+
+The interleavings are driven explicitly here (a server's Store in this process holding the
+appenders' lock at the moment that matters); tools/live_care_drive.py drives the same with two
+real `keytrail serve` processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from test_multi_server import waiters_on
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.maintenance import drop_cache, verify
+
+
+def open_store(home: Path) -> Store:
+    return Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+def test_rebuild_drops_the_cache_only_between_other_processes_writes(tmp_path: Path) -> None:
+    """A server writes its vector rows (and snapshots, and a forget's purges) into cache/
+    holding the appenders' lock. rebuild's drop_cache removed cache/ without it: a server's
+    write landing in the middle of the removal made it fail ("Directory not empty") or left
+    the server's rows half in files being deleted. It must wait for the lock."""
+    home = tmp_path / "store"
+    server = open_store(home)
+    try:
+        first = server.remember("Dana lives in Lyon", ["Lyon"])
+        server.memory_vectors()
+        server.save_vectors()
+        server.embed(["a query embedded since the last write"])  # unsaved: flushed next write
+
+        outcome: list[BaseException | None] = []
+
+        def rebuild_drop() -> None:
+            try:
+                drop_cache(home)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                outcome.append(exc)
+
+        dropper = threading.Thread(target=rebuild_drop)
+        with server.log.lock():  # the server, mid-way through a write
+            dropper.start()
+            while not outcome and waiters_on(home / "lock") == 0:
+                dropper.join(0.02)
+            assert not outcome, "drop_cache went on while another process held the lock"
+            server.vectors.flush()  # the server's write, as it does under the lock
+        dropper.join(60)
+        assert outcome == [None]
+        assert not (home / "cache").exists()
+
+        # The server goes on answering from the log; the store verifies.
+        second = server.remember("Noor lives in Oslo", ["Oslo"])
+        found = server.recall_memories("Oslo").memories
+        assert second.memory_id in [m.memory_id for m in found]
+        assert server.read_memory(first.memory_id).content == "Dana lives in Lyon"
+    finally:
+        server.close()
+    assert verify(home).ok
