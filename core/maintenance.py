@@ -385,12 +385,22 @@ def _consumed(log: EventLog) -> int:
 
 def drop_cache(home: Path | str) -> None:
     """Delete everything derived (snapshots, vectors, the text index). The log alone is the
-    store; each is made anew from it when next needed."""
-    cache = Path(home) / "cache"
-    if cache.exists():
-        shutil.rmtree(cache)
-    index = TextIndex(Path(home) / TEXT_INDEX_DIR)
+    store; each is made anew from it when next needed.
+
+    Holding the appenders' lock: live servers write into cache/ (vector rows, snapshots, a
+    forget's purges) only under it, so none writes into a folder being removed (which made
+    the removal fail, "Directory not empty"). Each notices the files gone at its next look.
+    """
+    log = EventLog(home)
     try:
-        index.remove()  # under its writers' lock: nobody is mid-commit into what is removed
+        with log.lock():
+            cache = Path(home) / "cache"
+            if cache.exists():
+                shutil.rmtree(cache)
+            index = TextIndex(Path(home) / TEXT_INDEX_DIR)
+            try:
+                index.remove()  # under its writers' lock: nobody is mid-commit into it
+            finally:
+                index.close()
     finally:
-        index.close()
+        log.close()
