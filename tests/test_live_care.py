@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from test_multi_server import waiters_on
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, Settings, Store, maintenance
 from keytrail.core.maintenance import drop_cache, verify
+from keytrail.projections import snapshot as snapshots
 
 
 def open_store(home: Path) -> Store:
@@ -65,3 +66,35 @@ def test_rebuild_drops_the_cache_only_between_other_processes_writes(tmp_path: P
     finally:
         server.close()
     assert verify(home).ok
+
+
+def test_verify_is_clean_when_a_server_replaces_the_snapshot_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify notes each snapshot's seq when it starts and loads the file when its fold
+    reaches that seq. A server that wrote a newer keygraph.msgpack in between (every
+    snapshot_every events, and at close) made verify report "differs from the log": only
+    another process's work, not a problem."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    store.remember("Dana lives in Lyon", ["Lyon"])
+    store.close()  # writes cache/snapshot/keygraph.msgpack
+
+    read_header = snapshots.read_header
+    replaced: list[int] = []
+
+    def header_then_a_server_writes(path: Path) -> snapshots.Header | None:
+        header = read_header(path)
+        if not replaced:  # verify has noted the seq; now a live server moves the snapshot on
+            replaced.append(header.seq if header else 0)  # once (the server reads headers too)
+            server = open_store(home)
+            server.remember("Noor lives in Oslo", ["Oslo"])
+            server.close()
+            replaced.append(server.state.seq)
+        return header
+
+    monkeypatch.setattr(maintenance.snapshots, "read_header", header_then_a_server_writes)
+    report = verify(home)
+    assert replaced[1] > replaced[0]
+    assert report.ok, report.cache_problems
+    assert any(c.startswith("cache/snapshot/keygraph.msgpack") for c in report.caches_checked)
