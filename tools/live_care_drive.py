@@ -33,8 +33,14 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: --snapshot-every: small, so servers write snapshots while rebuild and forget touch them
+SNAPSHOT_EVERY = ""
+
+
 def env_for(home: Path, real: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
+    if SNAPSHOT_EVERY:
+        env["KEYTRAIL_SNAPSHOT_EVERY"] = SNAPSHOT_EVERY
     env.update(KEYTRAIL_HOME=str(home), PYTHONUNBUFFERED="1", KEYTRAIL_DIRECT_RECALL="1")
     if real:
         env.update(
@@ -198,7 +204,10 @@ def main() -> None:
     ap.add_argument("--verbs", default="verify,rebuild,forget,export,reembed,cleanup-expired,"
                     "import,verify,import-refused,rebuild")
     ap.add_argument("--keep", help="work dir to keep")
+    ap.add_argument("--snapshot-every", default="")
     opts = ap.parse_args()
+    global SNAPSHOT_EVERY
+    SNAPSHOT_EVERY = opts.snapshot_every
     work = Path(opts.keep or tempfile.mkdtemp(prefix="live-care-"))
     if work.exists() and opts.keep:
         shutil.rmtree(work)
