@@ -401,7 +401,7 @@ def drop_cache(home: Path | str) -> None:
     forget's purges) only under it, so none writes into a folder being removed (which made
     the removal fail, "Directory not empty"). Each notices the files gone at its next look.
     """
-    log = EventLog(home)
+    log = EventLog(Path(home))
     try:
         with log.lock():
             cache = Path(home) / "cache"

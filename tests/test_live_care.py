@@ -44,7 +44,7 @@ def test_rebuild_drops_the_cache_only_between_other_processes_writes(tmp_path: P
             try:
                 drop_cache(home)
                 outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            except BaseException as exc:
                 outcome.append(exc)
 
         dropper = threading.Thread(target=rebuild_drop)

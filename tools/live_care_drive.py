@@ -83,10 +83,13 @@ def texts(result: Any) -> str:
     return " ".join(getattr(c, "text", "") for c in result.content)
 
 
-async def worker(name: str, home: Path, env: dict[str, str], rec: Record, stop: anyio.Event,
-                 errlog: Path) -> None:
+async def worker(
+    name: str, home: Path, env: dict[str, str], rec: Record, stop: anyio.Event, errlog: Path
+) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "keytrail.server.cli", "serve"], env=env,
+        command=sys.executable,
+        args=["-m", "keytrail.server.cli", "serve"],
+        env=env,
         cwd=str(REPO),
     )
     rng = random.Random(name)
@@ -98,7 +101,7 @@ async def worker(name: str, home: Path, env: dict[str, str], rec: Record, stop: 
                 rec.calls[tool] += 1
                 try:
                     result = await s.call_tool(tool, args)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     rec.bad(f"{name} {tool}({args}) raised {exc!r}")
                     return None
                 if result.is_error:
@@ -140,8 +143,11 @@ async def worker(name: str, home: Path, env: dict[str, str], rec: Record, stop: 
                 # Someone else's acknowledged memory (not one the care loop forgets).
                 with rec.lock:
                     others = [
-                        (m, c) for m, c in rec.acked.items()
-                        if not c.startswith(name) and " note " in c and "cupboard" in c
+                        (m, c)
+                        for m, c in rec.acked.items()
+                        if not c.startswith(name)
+                        and " note " in c
+                        and "cupboard" in c
                         and not c.endswith("ttl")
                     ]
                 if others:
@@ -151,8 +157,14 @@ async def worker(name: str, home: Path, env: dict[str, str], rec: Record, stop: 
                         rec.bad(f"{name} read_memory({m}) (other) gave {view.get('content')!r}")
 
 
-def care_loop(home: Path, env: dict[str, str], rec: Record, stop: threading.Event,
-              work: Path, verbs: list[str]) -> None:
+def care_loop(
+    home: Path,
+    env: dict[str, str],
+    rec: Record,
+    stop: threading.Event,
+    work: Path,
+    verbs: list[str],
+) -> None:
     rng = random.Random(7)
     n = 0
     while not stop.is_set():
@@ -161,8 +173,14 @@ def care_loop(home: Path, env: dict[str, str], rec: Record, stop: threading.Even
         time.sleep(rng.uniform(0, 1.5))
         t0 = time.monotonic()
         if verb == "forget":
-            made = cli(env, "remember", f"care secret {n} zz{rng.randrange(10**6)}", "-k",
-                       f"secret {n}", "--json")
+            made = cli(
+                env,
+                "remember",
+                f"care secret {n} zz{rng.randrange(10**6)}",
+                "-k",
+                f"secret {n}",
+                "--json",
+            )
             if made.returncode:
                 outcome = made
             else:
@@ -175,13 +193,27 @@ def care_loop(home: Path, env: dict[str, str], rec: Record, stop: threading.Even
                 imp = cli(env_for(fresh, False), "import", str(work / f"export{n}.jsonl"))
                 ver = cli(env_for(fresh, False), "verify")
                 if imp.returncode or ver.returncode:
-                    rec.care.append({"verb": "import-fresh", "rc": imp.returncode,
-                                     "err": imp.stderr[-800:], "verify": ver.stdout[-800:]})
+                    rec.care.append(
+                        {
+                            "verb": "import-fresh",
+                            "rc": imp.returncode,
+                            "err": imp.stderr[-800:],
+                            "verify": ver.stdout[-800:],
+                        }
+                    )
         elif verb == "import":
             graph = work / f"g{n}.jsonl"
-            graph.write_text(json.dumps({"type": "entity", "name": f"Imported {n}",
-                                         "entityType": "person",
-                                         "observations": [f"imported observation {n}"]}) + "\n")
+            graph.write_text(
+                json.dumps(
+                    {
+                        "type": "entity",
+                        "name": f"Imported {n}",
+                        "entityType": "person",
+                        "observations": [f"imported observation {n}"],
+                    }
+                )
+                + "\n"
+            )
             outcome = cli(env, "import", str(graph))
         elif verb == "import-refused":
             exports = sorted(work.glob("export*.jsonl")) or [work / "none.jsonl"]
@@ -201,8 +233,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--real-model", action="store_true")
-    ap.add_argument("--verbs", default="verify,rebuild,forget,export,reembed,cleanup-expired,"
-                    "import,verify,import-refused,rebuild")
+    ap.add_argument(
+        "--verbs",
+        default="verify,rebuild,forget,export,reembed,cleanup-expired,"
+        "import,verify,import-refused,rebuild",
+    )
     ap.add_argument("--keep", help="work dir to keep")
     ap.add_argument("--snapshot-every", default="")
     opts = ap.parse_args()
@@ -217,10 +252,14 @@ def main() -> None:
     first = cli(env, "remember", "seed memory about the garden", "-k", "garden")
     assert first.returncode == 0, first.stderr
     rec = Record()
-    follow_out = open(work / "follow.txt", "w")
+    follow_out = open(work / "follow.txt", "w")  # noqa: SIM115 - open for the whole run
     follower = subprocess.Popen(
         [sys.executable, "-m", "keytrail.server.cli", "log", "--follow", "--json"],
-        env=env, cwd=str(REPO), stdout=follow_out, stderr=subprocess.PIPE, text=True,
+        env=env,
+        cwd=str(REPO),
+        stdout=follow_out,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     stop_care = threading.Event()
     care = threading.Thread(
@@ -271,9 +310,9 @@ def main() -> None:
     fresh_equal = None
     if not opts.real_model:
         with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as store:
-            fresh_equal = msgspec.msgpack.encode(materialize(store.state)) == msgspec.msgpack.encode(
-                fold(events)
-            )
+            fresh_equal = msgspec.msgpack.encode(
+                materialize(store.state)
+            ) == msgspec.msgpack.encode(fold(events))
     report = {
         "work": str(work),
         "events": len(events),
