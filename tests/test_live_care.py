@@ -98,3 +98,34 @@ def test_verify_is_clean_when_a_server_replaces_the_snapshot_while_it_runs(
     assert replaced[1] > replaced[0]
     assert report.ok, report.cache_problems
     assert any(c.startswith("cache/snapshot/keygraph.msgpack") for c in report.caches_checked)
+
+
+def test_verify_is_clean_when_another_process_forgets_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify reads the text index's memories when it starts and judges them against the log
+    at its end. A forget by another process in between (its event folded by verify, its
+    purge of the index done after verify's read) is not a forgotten text left indexed."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    gone = store.remember("The door code is 4711", ["door"])
+    store.remember("Dana lives in Lyon", ["Lyon"])
+    store.index_text()
+    store.close()
+
+    committed = maintenance.TextIndex.committed
+    forgot: list[str] = []
+
+    def committed_then_a_forget(index: maintenance.TextIndex) -> tuple[int, set[str]]:
+        found = committed(index)
+        if not forgot:
+            forgot.append(gone.memory_id)
+            other = open_store(home)
+            other.forget(gone.memory_id)
+            other.close()
+        return found
+
+    monkeypatch.setattr(maintenance.TextIndex, "committed", committed_then_a_forget)
+    report = verify(home)
+    assert forgot
+    assert report.ok, report.cache_problems
