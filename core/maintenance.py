@@ -307,9 +307,33 @@ class _Derived:
             return
         finally:
             index.close()
-        self._at(seq, name, lambda state: self._text_ids(name, ids, state))
+        self._at(seq, name, lambda state: self._text_ids(name, ids, state, home))
 
-    def _text_ids(self, name: str, ids: set[str], state: GraphState) -> None:
+    @staticmethod
+    def _indexed_now(home: Path) -> set[str]:
+        """The memories in the committed text index, read while no appender is mid-way (a
+        forget purges the index holding the appenders' lock, before it is acknowledged)."""
+        found: set[str] = set()
+
+        def read() -> bool:
+            index = TextIndex(home / TEXT_INDEX_DIR)
+            try:
+                found.update(index.committed()[1])
+            except (ValueError, OSError):
+                pass  # gone or unreadable now: it holds nothing a store would answer from
+            finally:
+                index.close()
+            return True
+
+        log = EventLog(home)
+        try:
+            # Never create the lock file (verify writes nothing): without it, no appender is.
+            log.wait_for_lock(read) if log.lock_path.exists() else read()
+        finally:
+            log.close()
+        return found
+
+    def _text_ids(self, name: str, ids: set[str], state: GraphState, home: Path) -> None:
         seq = state.seq
         existed = {m.id for m in state.memories.values() if m.status != "forgotten"}
 
@@ -317,12 +341,14 @@ class _Derived:
             # A memory forgotten after `seq` is purged from the index at once, so it is judged
             # by the final state: its text must be gone whatever seq the index records.
             forgotten = {m.id for m in final.memories.values() if m.status == "forgotten"}
+            left = ids & forgotten - self.pending
+            if left:
+                # `ids` were read when verify began: a forget since then (another process's)
+                # has purged the index, or is purging it now. Judge what the index holds now.
+                left &= self._indexed_now(home)
             found = [
                 (sorted(existed - forgotten - ids), "memories of the log missing"),
-                (
-                    sorted(ids & forgotten - self.pending),
-                    "forgotten memories whose text is still indexed",
-                ),
+                (sorted(left), "forgotten memories whose text is still indexed"),
                 (sorted(ids - existed - forgotten), "memories the log does not have by then"),
             ]
             wrong = [f"{len(m)} {what} ({_some(m)})" for m, what in found if m]
