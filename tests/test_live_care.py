@@ -17,6 +17,8 @@ from test_multi_server import waiters_on
 
 from keytrail.core import HashEmbedder, Settings, Store, maintenance
 from keytrail.core.maintenance import drop_cache, verify
+from keytrail.events import AnyEvent
+from keytrail.projections import GraphState
 from keytrail.projections import snapshot as snapshots
 
 
@@ -126,6 +128,38 @@ def test_verify_is_clean_when_another_process_forgets_while_it_runs(
         return found
 
     monkeypatch.setattr(maintenance.TextIndex, "committed", committed_then_a_forget)
+    report = verify(home)
+    assert forgot
+    assert report.ok, report.cache_problems
+
+
+def test_verify_is_clean_when_a_forget_blanks_a_snapshot_it_has_not_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget by another process blanks the memory's content in every snapshot. verify
+    that had already folded the memory's line (content and all) and reached an archived
+    snapshot only then saw a blanked copy: only another process's forget, not a problem."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    gone = store.remember("The door code is 4711", ["door"])
+    created = store.state.seq
+    store.close()  # a snapshot at `created`, archived by the next close
+    store = open_store(home)
+    store.remember("Dana lives in Lyon", ["Lyon"])
+    store.close()
+
+    apply = maintenance.apply
+    forgot: list[str] = []
+
+    def apply_then_a_forget(state: GraphState, event: AnyEvent) -> None:
+        apply(state, event)
+        if event.seq == created and not forgot:  # verify has folded the content
+            forgot.append(gone.memory_id)
+            other = open_store(home)
+            other.forget(gone.memory_id)
+            other.close()
+
+    monkeypatch.setattr(maintenance, "apply", apply_then_a_forget)
     report = verify(home)
     assert forgot
     assert report.ok, report.cache_problems
