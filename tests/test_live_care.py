@@ -1,0 +1,165 @@
+"""The care verbs (rebuild, reembed, verify, export, import, forget, cleanup-expired) while
+servers are live on the same store: each finishes correctly, or fails with a clear message and
+leaves the store usable; no server answers wrongly because a verb replaced files under it.
+
+The interleavings are driven explicitly here (a server's Store in this process holding the
+appenders' lock at the moment that matters); tools/live_care_drive.py drives the same with two
+real `keytrail serve` processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from test_multi_server import waiters_on
+
+from keytrail.core import HashEmbedder, Settings, Store, maintenance
+from keytrail.core.maintenance import drop_cache, verify
+from keytrail.events import AnyEvent
+from keytrail.projections import GraphState
+from keytrail.projections import snapshot as snapshots
+
+
+def open_store(home: Path) -> Store:
+    return Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+def test_rebuild_drops_the_cache_only_between_other_processes_writes(tmp_path: Path) -> None:
+    """A server writes its vector rows (and snapshots, and a forget's purges) into cache/
+    holding the appenders' lock. rebuild's drop_cache removed cache/ without it: a server's
+    write landing in the middle of the removal made it fail ("Directory not empty") or left
+    the server's rows half in files being deleted. It must wait for the lock."""
+    home = tmp_path / "store"
+    server = open_store(home)
+    try:
+        first = server.remember("Dana lives in Lyon", ["Lyon"])
+        server.memory_vectors()
+        server.save_vectors()
+        server.embed(["a query embedded since the last write"])  # unsaved: flushed next write
+
+        outcome: list[BaseException | None] = []
+
+        def rebuild_drop() -> None:
+            try:
+                drop_cache(home)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        dropper = threading.Thread(target=rebuild_drop)
+        with server.log.lock():  # the server, mid-way through a write
+            dropper.start()
+            while not outcome and waiters_on(home / "lock") == 0:
+                dropper.join(0.02)
+            assert not outcome, "drop_cache went on while another process held the lock"
+            server.vectors.flush()  # the server's write, as it does under the lock
+        dropper.join(60)
+        assert outcome == [None]
+        assert not (home / "cache").exists()
+
+        # The server goes on answering from the log; the store verifies.
+        second = server.remember("Noor lives in Oslo", ["Oslo"])
+        found = server.recall_memories("Oslo").memories
+        assert second.memory_id in [m.memory_id for m in found]
+        assert server.read_memory(first.memory_id).content == "Dana lives in Lyon"
+    finally:
+        server.close()
+    assert verify(home).ok
+
+
+def test_verify_is_clean_when_a_server_replaces_the_snapshot_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify notes each snapshot's seq when it starts and loads the file when its fold
+    reaches that seq. A server that wrote a newer keygraph.msgpack in between (every
+    snapshot_every events, and at close) made verify report "differs from the log": only
+    another process's work, not a problem."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    store.remember("Dana lives in Lyon", ["Lyon"])
+    store.close()  # writes cache/snapshot/keygraph.msgpack
+
+    read_header = snapshots.read_header
+    replaced: list[int] = []
+
+    def header_then_a_server_writes(path: Path) -> snapshots.Header | None:
+        header = read_header(path)
+        if not replaced:  # verify has noted the seq; now a live server moves the snapshot on
+            replaced.append(header.seq if header else 0)  # once (the server reads headers too)
+            server = open_store(home)
+            server.remember("Noor lives in Oslo", ["Oslo"])
+            server.close()
+            replaced.append(server.state.seq)
+        return header
+
+    monkeypatch.setattr(maintenance.snapshots, "read_header", header_then_a_server_writes)
+    report = verify(home)
+    assert replaced[1] > replaced[0]
+    assert report.ok, report.cache_problems
+    assert any(c.startswith("cache/snapshot/keygraph.msgpack") for c in report.caches_checked)
+
+
+def test_verify_is_clean_when_another_process_forgets_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify reads the text index's memories when it starts and judges them against the log
+    at its end. A forget by another process in between (its event folded by verify, its
+    purge of the index done after verify's read) is not a forgotten text left indexed."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    gone = store.remember("The door code is 4711", ["door"])
+    store.remember("Dana lives in Lyon", ["Lyon"])
+    store.index_text()
+    store.close()
+
+    committed = maintenance.TextIndex.committed
+    forgot: list[str] = []
+
+    def committed_then_a_forget(index: maintenance.TextIndex) -> tuple[int, set[str]]:
+        found = committed(index)
+        if not forgot:
+            forgot.append(gone.memory_id)
+            other = open_store(home)
+            other.forget(gone.memory_id)
+            other.close()
+        return found
+
+    monkeypatch.setattr(maintenance.TextIndex, "committed", committed_then_a_forget)
+    report = verify(home)
+    assert forgot
+    assert report.ok, report.cache_problems
+
+
+def test_verify_is_clean_when_a_forget_blanks_a_snapshot_it_has_not_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget by another process blanks the memory's content in every snapshot. verify
+    that had already folded the memory's line (content and all) and reached an archived
+    snapshot only then saw a blanked copy: only another process's forget, not a problem."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    gone = store.remember("The door code is 4711", ["door"])
+    created = store.state.seq
+    store.close()  # a snapshot at `created`, archived by the next close
+    store = open_store(home)
+    store.remember("Dana lives in Lyon", ["Lyon"])
+    store.close()
+
+    apply = maintenance.apply
+    forgot: list[str] = []
+
+    def apply_then_a_forget(state: GraphState, event: AnyEvent) -> None:
+        apply(state, event)
+        if event.seq == created and not forgot:  # verify has folded the content
+            forgot.append(gone.memory_id)
+            other = open_store(home)
+            other.forget(gone.memory_id)
+            other.close()
+
+    monkeypatch.setattr(maintenance, "apply", apply_then_a_forget)
+    report = verify(home)
+    assert forgot
+    assert report.ok, report.cache_problems
