@@ -824,7 +824,13 @@ class Store(Queries, HybridQueries):
             if specs:
                 links, outcomes = batch.resolve_keys(specs)
             else:  # no keys given: the new version is reached the way the old one was
-                links = batch.inherited_links(old.id, [])
+                # through the same keys, its links starting afresh like its depth: the weights
+                # reading earned stay with the old version (as when the keys are given).
+                initial = self.state.rules.link_initial
+                links = [
+                    msgspec.structs.replace(lk, weight=initial)
+                    for lk in batch.inherited_links(old.id, [])
+                ]
                 outcomes = [KeyOutcome(lk.key_id, lk.label, lk.type, "existing") for lk in links]
             rules = self.state.rules
             factor = (
