@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -222,9 +222,47 @@ class StoreVersusModel(RuleBasedStateMachine):
             self._note_keys(names, one.keys)
             self._add(one.memory_id, content, ns, names, ttl)
 
-    @rule(index=pick, labels=st.none() | labels_st)
-    def correct(self, index: int, labels: list[str] | None) -> None:
-        old = self._pick_memory(index)
+    @rule(
+        items=st.lists(st.tuples(labels_st, st.sampled_from(NAMESPACES)), min_size=1, max_size=3),
+        bad=pick,
+        how=st.sampled_from(["ttl", "related_to"]),
+    )
+    def remember_batch_refused(
+        self, items: list[tuple[list[str], str]], bad: int, how: str
+    ) -> None:
+        """One bad item refuses the whole batch: nothing of it is written, no key is made.
+
+        A ttl of 0 is refused before the lock; a related_to naming no memory while deciding,
+        after the earlier items' keys were resolved."""
+        event(f"batch refused: {how}")
+        wrong = bad % len(items)
+        batch = [
+            RememberItem(
+                self._content(),
+                keys=labels,
+                namespace=ns,
+                ttl_seconds=0 if i == wrong and how == "ttl" else None,
+                related_to=["m_000000000000"] if i == wrong and how == "related_to" else None,
+            )
+            for i, (labels, ns) in enumerate(items)
+        ]
+        self._refused(InvalidInput, self.store.remember_batch, batch)
+
+    @rule(
+        index=pick,
+        labels=st.none() | labels_st,
+        which=st.sampled_from(["any", "current", "deepest"]),
+    )
+    def correct(self, index: int, labels: list[str] | None, which: str) -> None:
+        """Any memory (refusals included), a current one, or the deepest current one (so the
+        ×0.8 weakening of a memory at depth ≥ 0.7 comes up too)."""
+        shown = [m for m in self.model.memories.values() if self.model.visible(m)]
+        if which == "any" or not shown:
+            old = self._pick_memory(index)
+        elif which == "current":
+            old = shown[index % len(shown)]
+        else:
+            old = max(shown, key=lambda m: m.depth)
         if old is None:
             return
         model = self.model
@@ -241,6 +279,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         assert done.seq == model.seq and done.old_id == old.id
         rules = self.RULES
         factor = rules.weaken_deep if old.depth >= rules.weaken_threshold else rules.weaken_shallow
+        event(f"correct: weakened x{factor}, keys {'kept' if labels is None else 'given'}")
         assert done.weaken_factor == factor, (done.weaken_factor, factor, old.depth)
         assert close(done.old_depth, old.depth)
         names = old.keys if labels is None else key_names(labels)  # no keys: the old ones
@@ -300,6 +339,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         m.last_read_at = model.now
         if name is not None:  # Hebbian: the traversed edge only
             w = model.weights[(name, m.id)] + rules.hebbian_step
+            event("read: weight at its ceiling" if w >= rules.weight_max else "read: via a key")
             model.link(name, m.id, min(rules.weight_max, max(rules.weight_min, w)))
         assert view.seq == model.seq
         assert view.memory_id == m.id and view.content == m.content
@@ -347,6 +387,7 @@ class StoreVersusModel(RuleBasedStateMachine):
             assert done.seq is None
         for mid in due:
             model.memories[mid].expired = True
+        event(f"cleanup_expired: {'some' if due else 'none'} due")
 
     @rule(seconds=st.sampled_from(STEPS))
     def advance_clock(self, seconds: int) -> None:
