@@ -40,8 +40,9 @@ LABELS = ["apple", "Apple", "fruit", "Newton", "gravity", "tea"]
 NAMESPACES = ["default", "work"]
 TTLS = [None, None, None, 60, 3600]
 STEPS = [1, 30, 60, 600, 3 * 86400]  # 60: a ttl of 60 s ends exactly now
-#: Cosines never reach 2: no key becomes an alias, no memory a duplicate of another.
-NO_MERGES = {"merge": 2.0, "dedup": 2.0}
+#: Cosines never reach 2: no key becomes an alias. Only the same text deduplicates: every
+#: content differs from the others in a number ("fact number 7"), which is never a duplicate.
+NO_MERGES = {"merge": 2.0, "dedup": 0.999}
 HUB_MIN = 3
 DECAY_DAYS = 30.0
 TOLERANCE = 1e-6  # the store rounds depths, weights and scores to 6 places
@@ -205,6 +206,56 @@ class StoreVersusModel(RuleBasedStateMachine):
         assert done.deduplicated is None
         self._note_keys(names, done.keys)
         self._add(done.memory_id, content, ns, names, ttl)
+
+    @rule(
+        index=pick,
+        labels=labels_st,
+        same_namespace=st.booleans(),
+        ttl=st.sampled_from(TTLS),
+    )
+    def remember_again(
+        self, index: int, labels: list[str], same_namespace: bool, ttl: int | None
+    ) -> None:
+        """The text of an earlier memory told again. It replaces a current memory of the same
+        namespace with that text and a key in common (reason `duplicate`), which passes on what
+        reading built up: depth, reads and the weights of its links."""
+        earlier = self._pick_memory(index)
+        if earlier is None:
+            return
+        model = self.model
+        ns = (
+            earlier.namespace
+            if same_namespace
+            else NAMESPACES[1 - NAMESPACES.index(earlier.namespace)]
+        )
+        names = key_names(labels)
+        twins = [
+            m
+            for m in model.memories.values()
+            if model.visible(m)
+            and m.namespace == ns
+            and m.content == earlier.content
+            and set(m.keys) & set(names)
+        ]
+        self._seen_keys = set(model.key_ids)
+        done = self.store.remember(earlier.content, keys=labels, namespace=ns, ttl_seconds=ttl)
+        model.seq += 1
+        assert done.seq == model.seq
+        self._note_keys(names, done.keys)
+        self._add(done.memory_id, earlier.content, ns, names, ttl)
+        event(f"remember again: {'duplicate' if twins else 'not a duplicate'}")
+        if not twins:
+            assert done.deduplicated is None
+            return
+        assert done.deduplicated is not None
+        old = model.memories[done.deduplicated.memory_id]
+        assert old in twins
+        new = model.memories[done.memory_id]
+        new.keys += [name for name in old.keys if name not in names]
+        for name in old.keys:
+            model.link(name, new.id, model.weights[(name, old.id)])
+        new.depth, new.access_count = old.depth, old.access_count
+        new.supersedes, old.superseded_by = old.id, new.id
 
     @rule(
         items=st.lists(
@@ -589,3 +640,19 @@ def test_correct_without_keys_starts_the_new_links_afresh(tmp_path: Path) -> Non
         assert [(k.key_id, k.weight) for k in summary.keys] == [(key_id, 1.0)]
         # the old version keeps the weight its read earned
         assert [k.weight for k in store.read_memory(old.memory_id).keys] == [1.1]
+
+
+def test_a_duplicate_keeps_the_weights_reading_earned(tmp_path: Path) -> None:
+    """The same fact told again keeps what reading built up: depth, reads and the weight of
+    every link of the old version, the keys it names again included (not reset to 1.0)."""
+    with _store(tmp_path / "s") as store:
+        old = store.remember("The user drinks green tea", keys=["tea", "morning"])
+        tea, morning = (k.key_id for k in old.keys)
+        store.read_memory(old.memory_id, via_key_id=tea)  # tea 1.0 -> 1.1
+        store.read_memory(old.memory_id, via_key_id=morning)  # morning 1.0 -> 1.1
+        again = store.remember("The user drinks green tea", keys=["tea"])
+        assert again.deduplicated is not None and again.deduplicated.memory_id == old.memory_id
+        [summary] = store.list_memories().memories
+        assert summary.memory_id == again.memory_id
+        assert (summary.depth, summary.access_count) == (0.1, 2)
+        assert {k.key_id: k.weight for k in summary.keys} == {tea: 1.1, morning: 1.1}
