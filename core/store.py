@@ -750,7 +750,17 @@ class Store(Queries, HybridQueries):
                 item.namespace, item.content, vector, [link.key_id for link in links]
             )
             if duplicate is not None:
-                links = links + batch.inherited_links(duplicate.memory_id, links)
+                # The same fact told again keeps what reading built up (the fold keeps depth
+                # and reads): every link of the old version at its weight, named again or not.
+                earned = {
+                    lk.key_id: lk.weight for lk in batch.inherited_links(duplicate.memory_id, [])
+                }
+                links = [
+                    msgspec.structs.replace(lk, weight=earned[lk.key_id])
+                    if lk.key_id in earned
+                    else lk
+                    for lk in links
+                ] + batch.inherited_links(duplicate.memory_id, links)
             new = NewMemory(
                 memory_id=memory_id,
                 namespace=item.namespace,
