@@ -750,7 +750,17 @@ class Store(Queries, HybridQueries):
                 item.namespace, item.content, vector, [link.key_id for link in links]
             )
             if duplicate is not None:
-                links = links + batch.inherited_links(duplicate.memory_id, links)
+                # The same fact told again keeps what reading built up (the fold keeps depth
+                # and reads): every link of the old version at its weight, named again or not.
+                earned = {
+                    lk.key_id: lk.weight for lk in batch.inherited_links(duplicate.memory_id, [])
+                }
+                links = [
+                    msgspec.structs.replace(lk, weight=earned[lk.key_id])
+                    if lk.key_id in earned
+                    else lk
+                    for lk in links
+                ] + batch.inherited_links(duplicate.memory_id, links)
             new = NewMemory(
                 memory_id=memory_id,
                 namespace=item.namespace,
@@ -824,7 +834,13 @@ class Store(Queries, HybridQueries):
             if specs:
                 links, outcomes = batch.resolve_keys(specs)
             else:  # no keys given: the new version is reached the way the old one was
-                links = batch.inherited_links(old.id, [])
+                # through the same keys, its links starting afresh like its depth: the weights
+                # reading earned stay with the old version (as when the keys are given).
+                initial = self.state.rules.link_initial
+                links = [
+                    msgspec.structs.replace(lk, weight=initial)
+                    for lk in batch.inherited_links(old.id, [])
+                ]
                 outcomes = [KeyOutcome(lk.key_id, lk.label, lk.type, "existing") for lk in links]
             rules = self.state.rules
             factor = (
