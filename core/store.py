@@ -1027,6 +1027,15 @@ class Store(Queries, HybridQueries):
 
     def _current_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
         node = self._visible_memory(field, memory_id, now)
+        newer = self.state.memories.get(node.superseded_by) if node.superseded_by else None
+        if newer is not None and newer.status == "forgotten":
+            # A version has one successor, so the chain cannot fork here: the fact is told anew.
+            raise InvalidInput(
+                field,
+                f"memory {memory_id!r} was replaced by {newer.id!r}, which was forgotten; "
+                "remember the fact again",
+                value=memory_id,
+            )
         if node.superseded_by is not None:
             raise InvalidInput(
                 field,

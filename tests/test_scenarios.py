@@ -161,6 +161,12 @@ def test_correction_hides_old_version_and_keeps_it(
     # Correcting the old version again is refused: correct the current one.
     with pytest.raises(InvalidInput, match="already replaced"):
         s.correct(old.memory_id, "The user lives in Hamburg")
+    # Once the current version is forgotten, the refusal says so and what to do instead.
+    s.forget(fix.memory_id)
+    seq = s.state.seq
+    with pytest.raises(InvalidInput, match="which was forgotten; remember the fact again"):
+        s.correct(old.memory_id, "The user lives in Hamburg")
+    assert s.refresh().seq == seq
 
 
 def test_depth_grows_per_read_and_caps_at_one(real_store: Store) -> None:
