@@ -1,0 +1,108 @@
+"""Streamable HTTP edges: DNS-rebinding checks on loopback, the bearer token's form, and
+several clients at once. `keytrail serve --http` in a subprocess, raw HTTP or the SDK client."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from test_server import REPO, server_env
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def can_bind(host: str) -> bool:
+    try:
+        free_port(host)
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def serving(
+    home: Path,
+    tmp_path: Path,
+    *flags: str,
+    host: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """`keytrail serve --http` on host; yields its base URL (http://host:port/mcp)."""
+    port = free_port(host)
+    errpath = tmp_path / f"http-stderr-{port}.txt"
+    with open(errpath, "w") as err:
+        serve = ["serve", "--http", "--host", host, "--port", str(port), *flags]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keytrail.server.cli", *serve],
+            env={**server_env(home), **(env or {})},
+            cwd=str(REPO),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(errpath.read_text())
+                try:
+                    socket.create_connection((host, port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the HTTP server did not start in 30 s") from None
+                    time.sleep(0.1)
+            yield f"http://{host}:{port}/mcp"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def post_init(url: str, **headers: str) -> Any:
+    with httpx2.Client(timeout=20) as client:
+        return client.post(url, json=INIT, headers={**HEADERS, **headers})
+
+
+# -- DNS rebinding ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not can_bind("127.0.0.2"), reason="127.0.0.2 is not a local address here")
+def test_a_tokenless_server_on_any_loopback_address_refuses_foreign_hosts(
+    tmp_path: Path,
+) -> None:
+    """Serving on loopback needs no token, so the Host/Origin checks are all that stops a web
+    page whose DNS name was rebound to 127.0.0.x from driving the store. The SDK turns them on
+    only for the literal hosts 127.0.0.1, localhost and ::1; keytrail calls every loopback
+    address loopback, so every one must keep them."""
+    with serving(tmp_path / "store", tmp_path, host="127.0.0.2") as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        assert post_init(url).status_code == 200
+        assert post_init(url, Host=f"evil.example:{port}").status_code == 421
+        assert post_init(url, Origin="http://evil.example").status_code == 403
