@@ -8,7 +8,6 @@ a verb that needs an existing store when its home holds none (only `serve`, `rem
 """
 
 import argparse
-import ipaddress
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from .shell import (
     PAGE_HELP,
     TOP_K_HELP,
     emit_json,
+    is_loopback,
     open_store,
     settings_from,
     short_time,
@@ -40,15 +40,6 @@ DEFAULT_PORT = 8765
 
 
 # -- serve -----------------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
