@@ -106,3 +106,47 @@ def test_a_tokenless_server_on_any_loopback_address_refuses_foreign_hosts(
         assert post_init(url).status_code == 200
         assert post_init(url, Host=f"evil.example:{port}").status_code == 421
         assert post_init(url, Origin="http://evil.example").status_code == 403
+
+
+# -- the bearer token ------------------------------------------------------------------------
+
+
+def test_the_auth_scheme_is_case_insensitive_the_token_is_not() -> None:
+    """RFC 7235 2.1: the scheme ('Bearer') is case-insensitive; the token is compared exactly."""
+    from keytrail.server.mcp_server import token_matches
+
+    assert token_matches("Bearer s3cret", "s3cret")
+    assert token_matches("bearer s3cret", "s3cret")
+    assert token_matches("BEARER s3cret", "s3cret")
+    assert not token_matches("Bearer S3CRET", "s3cret")
+    assert not token_matches("Bearer s3cret2", "s3cret")
+    assert not token_matches("Basic s3cret", "s3cret")
+    assert not token_matches("Bearers3cret", "s3cret")
+    assert not token_matches(None, "s3cret")
+
+
+@pytest.mark.parametrize("token", ["s3cret ", " s3cret", "s3cret\n", "pässwörd", "a\tb"])
+def test_a_token_no_client_could_send_is_refused_at_start(tmp_path: Path, token: str) -> None:
+    """HTTP strips a header value's surrounding whitespace and carries only ASCII, so such a
+    token (a stray space or newline from a .env file) would make a server that refuses every
+    client with 401 and never says why. It is refused before serving, naming --token."""
+    for how in ("flag", "env"):
+        flags = ["--token", token] if how == "flag" else []
+        env = server_env(tmp_path / "store")
+        if how == "env":
+            env["KEYTRAIL_HTTP_TOKEN"] = token
+        try:
+            serve = ["serve", "--http", "--port", str(free_port()), *flags]
+            proc = subprocess.run(
+                [sys.executable, "-m", "keytrail.server.cli", *serve],
+                env=env,
+                cwd=str(REPO),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"served with the unusable token {token!r} ({how})") from None
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("keytrail: error: --token"), proc.stderr
+        assert token.strip() not in proc.stderr  # the secret is not echoed
