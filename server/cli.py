@@ -66,6 +66,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
+    if (
+        args.http
+        and token is not None
+        and not (token.isascii() and token.isprintable() and token == token.strip())
+    ):
+        # HTTP strips a header's surrounding whitespace and carries only ASCII: a server with
+        # such a token would refuse every client. The token itself is not echoed.
+        raise InvalidInput(
+            "--token",
+            "the bearer token must be printable ASCII without leading or trailing whitespace "
+            "(--token or KEYTRAIL_HTTP_TOKEN)",
+        )
     direct_recall = direct_recall_enabled()  # a bad value is refused before a store is made
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(

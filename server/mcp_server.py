@@ -544,10 +544,14 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
 
 def token_matches(header: str | None, token: str) -> bool:
-    """Constant-time check of an `Authorization: Bearer <token>` header."""
-    if not header or not header.startswith("Bearer "):
+    """Constant-time check of an `Authorization: Bearer <token>` header.
+
+    The scheme is case-insensitive (RFC 7235 2.1: `bearer` is `Bearer`); the token is not.
+    """
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    return hmac.compare_digest(given.lstrip(" ").encode(), token.encode())
 
 
 class BearerAuth:
