@@ -150,3 +150,58 @@ def test_a_token_no_client_could_send_is_refused_at_start(tmp_path: Path, token:
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("keytrail: error: --token"), proc.stderr
         assert token.strip() not in proc.stderr  # the secret is not echoed
+
+
+# -- several clients at once -----------------------------------------------------------------
+
+
+def test_several_http_sessions_remember_at_once_and_lose_nothing(tmp_path: Path) -> None:
+    """Four clients, each its own MCP session, remember concurrently: every write lands once,
+    and each client reads back exactly what it stored (no cross-session mix-up)."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from test_server import call, run
+
+    clients, each = 4, 8
+    stored: dict[int, dict[str, str]] = {}
+
+    async def client(url: str, n: int) -> None:
+        http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
+        async with (
+            http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as s,
+        ):
+            await s.initialize()
+            mine: dict[str, str] = {}
+            for i in range(each):
+                content = f"Client {n} fact {i}: the lighthouse {n}-{i} is painted red"
+                r = await call(s, "remember", content=content, keys=[f"c{n}", f"f{n}-{i}"])
+                mine[r["memory_id"]] = content
+            for memory_id, content in mine.items():
+                assert (await call(s, "read_memory", memory_id=memory_id))["content"] == content
+            stored[n] = mine
+
+    with serving(tmp_path / "store", tmp_path, "--token", "s3cret") as url:
+
+        async def test() -> None:
+            async with anyio.create_task_group() as tg:
+                for n in range(clients):
+                    tg.start_soon(client, url, n)
+            http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
+            async with (
+                http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as s,
+            ):
+                await s.initialize()
+                stats = await call(s, "memory_stats")
+                assert stats["memories"] == clients * each
+                listed = await call(s, "list_memories", limit=100)
+                assert {m["memory_id"] for m in listed["memories"]} == {
+                    memory_id for mine in stored.values() for memory_id in mine
+                }
+
+        run(test)
