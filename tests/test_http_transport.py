@@ -205,3 +205,36 @@ def test_several_http_sessions_remember_at_once_and_lose_nothing(tmp_path: Path)
                 }
 
         run(test)
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+def test_the_banner_gives_a_usable_url_for_an_ipv6_host(tmp_path: Path) -> None:
+    """`--host ::1` serves at http://[::1]:port/mcp; `http://::1:port/mcp` is not a URL."""
+    with socket.socket(socket.AF_INET6) as sock:
+        sock.bind(("::1", 0))
+        port = sock.getsockname()[1]
+    serve = ["serve", "--http", "--host", "::1", "--port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", *serve],
+        env=server_env(tmp_path / "store"),
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        banner = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert f"http://[::1]:{port}/mcp" in banner, banner
