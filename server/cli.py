@@ -90,9 +90,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     store.warm_up(memory_vectors=direct_recall)
     try:
         if args.http:
+            # An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8765/mcp.
+            bare = args.host.strip("[]")
+            url_host = f"[{bare}]" if ":" in bare else args.host
             print(
                 f"keytrail {keytrail.__version__}: serving {store.home} on "
-                f"http://{args.host}:{args.port}/mcp"
+                f"http://{url_host}:{args.port}/mcp"
                 + (" (bearer token required)" if token else ""),
                 file=sys.stderr,
                 flush=True,
