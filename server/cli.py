@@ -8,7 +8,6 @@ a verb that needs an existing store when its home holds none (only `serve`, `rem
 """
 
 import argparse
-import ipaddress
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from .shell import (
     PAGE_HELP,
     TOP_K_HELP,
     emit_json,
+    is_loopback,
     open_store,
     settings_from,
     short_time,
@@ -40,15 +40,6 @@ DEFAULT_PORT = 8765
 
 
 # -- serve -----------------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
@@ -75,6 +66,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
+    if (
+        args.http
+        and token is not None
+        and not (token.isascii() and token.isprintable() and token == token.strip())
+    ):
+        # HTTP strips a header's surrounding whitespace and carries only ASCII: a server with
+        # such a token would refuse every client. The token itself is not echoed.
+        raise InvalidInput(
+            "--token",
+            "the bearer token must be printable ASCII without leading or trailing whitespace "
+            "(--token or KEYTRAIL_HTTP_TOKEN)",
+        )
     direct_recall = direct_recall_enabled()  # a bad value is refused before a store is made
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(
@@ -87,9 +90,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     store.warm_up(memory_vectors=direct_recall)
     try:
         if args.http:
+            # An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8765/mcp.
+            bare = args.host.strip("[]")
+            url_host = f"[{bare}]" if ":" in bare else args.host
             print(
                 f"keytrail {keytrail.__version__}: serving {store.home} on "
-                f"http://{args.host}:{args.port}/mcp"
+                f"http://{url_host}:{args.port}/mcp"
                 + (" (bearer token required)" if token else ""),
                 file=sys.stderr,
                 flush=True,

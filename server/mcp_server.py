@@ -8,6 +8,7 @@ argument a tool does not have is refused the same way (see strict_arguments.py).
 """
 
 import hmac
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +42,7 @@ from keytrail.core.timetravel import read_memory_at, view
 from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
 
 from .output_schemas import FlatSchemaServer
+from .shell import is_loopback
 from .strict_arguments import StrictArgumentsServer
 from .time_tools import AsOf, ValidAt, ValidFrom, register_time_tools
 
@@ -541,10 +544,14 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
 
 def token_matches(header: str | None, token: str) -> bool:
-    """Constant-time check of an `Authorization: Bearer <token>` header."""
-    if not header or not header.startswith("Bearer "):
+    """Constant-time check of an `Authorization: Bearer <token>` header.
+
+    The scheme is case-insensitive (RFC 7235 2.1: `bearer` is `Bearer`); the token is not.
+    """
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    return hmac.compare_digest(given.lstrip(" ").encode(), token.encode())
 
 
 class BearerAuth:
@@ -576,6 +583,29 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+def loopback_security(host: str) -> TransportSecuritySettings | None:
+    """Host and Origin checks against DNS rebinding, for a server on a loopback address.
+
+    A loopback server needs no token, so these checks are all that keeps a web page whose name
+    was rebound to 127.0.0.x from driving it. The SDK turns them on only for the literal hosts
+    127.0.0.1, localhost and ::1; this covers every loopback address (127.0.0.2,
+    0:0:0:0:0:0:0:1, [::1]) and a Host without a port (port 80). None elsewhere: the SDK's
+    default (no checks), where a token is required instead.
+    """
+    if not is_loopback(host):
+        return None
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    bare = host.strip("[]")
+    if bare != "localhost":
+        address = ipaddress.ip_address(bare)
+        names |= {f"[{bare}]", f"[{address.compressed}]"} if address.version == 6 else {bare}
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(h for name in names for h in (name, f"{name}:*")),
+        allowed_origins=sorted(o for name in names for o in (f"http://{name}", f"http://{name}:*")),
+    )
+
+
 def run_stdio(store: Store) -> None:
     build_server(store).run("stdio")
 
@@ -586,7 +616,9 @@ def run_http(
     """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given."""
     import uvicorn
 
-    app: Any = build_server(store).streamable_http_app(host=host)
+    app: Any = build_server(store).streamable_http_app(
+        host=host, transport_security=loopback_security(host)
+    )
     if token:
         app = BearerAuth(app, token)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,6 +1,7 @@
 """What every `keytrail` verb shares: settings from flags, opening the store, printing."""
 
 import argparse
+import ipaddress
 import json
 import sys
 from datetime import datetime
@@ -14,6 +15,16 @@ from keytrail.core.config import parse_toolsets
 PAGE_HELP = "how many to show (default {default}; 1 to KEYTRAIL_MAX_PAGE, 200)"
 OFFSET_HELP = "how many to skip first (default 0)"
 TOP_K_HELP = "how many to return (default 10; 1 to KEYTRAIL_MAX_TOP_K, 100)"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 bracketed or not) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

@@ -1,0 +1,240 @@
+"""Streamable HTTP edges: DNS-rebinding checks on loopback, the bearer token's form, and
+several clients at once. `keytrail serve --http` in a subprocess, raw HTTP or the SDK client."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from test_server import REPO, server_env
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def can_bind(host: str) -> bool:
+    try:
+        free_port(host)
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def serving(
+    home: Path,
+    tmp_path: Path,
+    *flags: str,
+    host: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """`keytrail serve --http` on host; yields its base URL (http://host:port/mcp)."""
+    port = free_port(host)
+    errpath = tmp_path / f"http-stderr-{port}.txt"
+    with open(errpath, "w") as err:
+        serve = ["serve", "--http", "--host", host, "--port", str(port), *flags]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keytrail.server.cli", *serve],
+            env={**server_env(home), **(env or {})},
+            cwd=str(REPO),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(errpath.read_text())
+                try:
+                    socket.create_connection((host, port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the HTTP server did not start in 30 s") from None
+                    time.sleep(0.1)
+            yield f"http://{host}:{port}/mcp"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def post_init(url: str, **headers: str) -> Any:
+    with httpx2.Client(timeout=20) as client:
+        return client.post(url, json=INIT, headers={**HEADERS, **headers})
+
+
+# -- DNS rebinding ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not can_bind("127.0.0.2"), reason="127.0.0.2 is not a local address here")
+def test_a_tokenless_server_on_any_loopback_address_refuses_foreign_hosts(
+    tmp_path: Path,
+) -> None:
+    """Serving on loopback needs no token, so the Host/Origin checks are all that stops a web
+    page whose DNS name was rebound to 127.0.0.x from driving the store. The SDK turns them on
+    only for the literal hosts 127.0.0.1, localhost and ::1; keytrail calls every loopback
+    address loopback, so every one must keep them."""
+    with serving(tmp_path / "store", tmp_path, host="127.0.0.2") as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        assert post_init(url).status_code == 200
+        assert post_init(url, Host=f"evil.example:{port}").status_code == 421
+        assert post_init(url, Origin="http://evil.example").status_code == 403
+
+
+# -- the bearer token ------------------------------------------------------------------------
+
+
+def test_the_auth_scheme_is_case_insensitive_the_token_is_not() -> None:
+    """RFC 7235 2.1: the scheme ('Bearer') is case-insensitive; the token is compared exactly."""
+    from keytrail.server.mcp_server import token_matches
+
+    assert token_matches("Bearer s3cret", "s3cret")
+    assert token_matches("bearer s3cret", "s3cret")
+    assert token_matches("BEARER s3cret", "s3cret")
+    assert not token_matches("Bearer S3CRET", "s3cret")
+    assert not token_matches("Bearer s3cret2", "s3cret")
+    assert not token_matches("Basic s3cret", "s3cret")
+    assert not token_matches("Bearers3cret", "s3cret")
+    assert not token_matches(None, "s3cret")
+
+
+@pytest.mark.parametrize("token", ["s3cret ", " s3cret", "s3cret\n", "pässwörd", "a\tb"])
+def test_a_token_no_client_could_send_is_refused_at_start(tmp_path: Path, token: str) -> None:
+    """HTTP strips a header value's surrounding whitespace and carries only ASCII, so such a
+    token (a stray space or newline from a .env file) would make a server that refuses every
+    client with 401 and never says why. It is refused before serving, naming --token."""
+    for how in ("flag", "env"):
+        flags = ["--token", token] if how == "flag" else []
+        env = server_env(tmp_path / "store")
+        if how == "env":
+            env["KEYTRAIL_HTTP_TOKEN"] = token
+        try:
+            serve = ["serve", "--http", "--port", str(free_port()), *flags]
+            proc = subprocess.run(
+                [sys.executable, "-m", "keytrail.server.cli", *serve],
+                env=env,
+                cwd=str(REPO),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"served with the unusable token {token!r} ({how})") from None
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("keytrail: error: --token"), proc.stderr
+        assert token.strip() not in proc.stderr  # the secret is not echoed
+
+
+# -- several clients at once -----------------------------------------------------------------
+
+
+def test_several_http_sessions_remember_at_once_and_lose_nothing(tmp_path: Path) -> None:
+    """Four clients, each its own MCP session, remember concurrently: every write lands once,
+    and each client reads back exactly what it stored (no cross-session mix-up)."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from test_server import call, run
+
+    clients, each = 4, 8
+    stored: dict[int, dict[str, str]] = {}
+
+    async def client(url: str, n: int) -> None:
+        http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
+        async with (
+            http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as s,
+        ):
+            await s.initialize()
+            mine: dict[str, str] = {}
+            for i in range(each):
+                content = f"Client {n} fact {i}: the lighthouse {n}-{i} is painted red"
+                r = await call(s, "remember", content=content, keys=[f"c{n}", f"f{n}-{i}"])
+                mine[r["memory_id"]] = content
+            for memory_id, content in mine.items():
+                assert (await call(s, "read_memory", memory_id=memory_id))["content"] == content
+            stored[n] = mine
+
+    with serving(tmp_path / "store", tmp_path, "--token", "s3cret") as url:
+
+        async def test() -> None:
+            async with anyio.create_task_group() as tg:
+                for n in range(clients):
+                    tg.start_soon(client, url, n)
+            http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
+            async with (
+                http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as s,
+            ):
+                await s.initialize()
+                stats = await call(s, "memory_stats")
+                assert stats["memories"] == clients * each
+                listed = await call(s, "list_memories", limit=100)
+                assert {m["memory_id"] for m in listed["memories"]} == {
+                    memory_id for mine in stored.values() for memory_id in mine
+                }
+
+        run(test)
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+def test_the_banner_gives_a_usable_url_for_an_ipv6_host(tmp_path: Path) -> None:
+    """`--host ::1` serves at http://[::1]:port/mcp; `http://::1:port/mcp` is not a URL."""
+    with socket.socket(socket.AF_INET6) as sock:
+        sock.bind(("::1", 0))
+        port = sock.getsockname()[1]
+    serve = ["serve", "--http", "--host", "::1", "--port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", *serve],
+        env=server_env(tmp_path / "store"),
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        banner = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert f"http://[::1]:{port}/mcp" in banner, banner
