@@ -79,6 +79,10 @@ SNAPSHOT_FILE = "keygraph.msgpack"
 TURN_ROLES = ("user", "assistant", "system", "tool")
 #: Called while opening with (bytes of the log folded so far, total bytes).
 OpenProgress = Callable[[int, int], None]
+#: Called during long work with (units done, units in all).
+Progress = Callable[[int, int], None]
+#: Texts a progress-reporting embed hands the model at a time
+EMBED_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -567,10 +571,17 @@ class Store(Queries, HybridQueries):
 
     # -- embeddings ------------------------------------------------------------------------
 
-    def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
+    def embed(
+        self,
+        texts: Sequence[str],
+        digests: list[str] | None = None,
+        progress: Progress | None = None,
+    ) -> Matrix:
         """Unit vectors for `texts`, from the cache where possible (each text embedded once).
 
-        `digests`, when the caller knows them, are the texts' `text_hash`es.
+        `digests`, when the caller knows them, are the texts' `text_hash`es. `progress(done,
+        total)` hears of the texts the model embeds, `EMBED_CHUNK` at a time (each chunk is
+        cached as it comes, so work already done survives an interruption).
         """
         if digests is None:
             digests = [text_hash(t) for t in texts]
@@ -582,8 +593,15 @@ class Store(Queries, HybridQueries):
         if self.vectors.missing(digests):
             self.vectors.refresh()  # another process may have embedded them meanwhile
             missing = {digests[i]: texts[i] for i in self.vectors.missing(digests)}
-            if missing:
-                self.vectors.put_many(list(missing), self.embedder.embed(list(missing.values())))
+            keys, values = list(missing), list(missing.values())
+            if keys and progress is None:
+                self.vectors.put_many(keys, self.embedder.embed(values))
+            elif keys and progress is not None:
+                progress(0, len(keys))
+                for start in range(0, len(keys), EMBED_CHUNK):
+                    end = start + EMBED_CHUNK
+                    self.vectors.put_many(keys[start:end], self.embedder.embed(values[start:end]))
+                    progress(min(end, len(keys)), len(keys))
         return self.vectors.rows(digests)
 
     def embed_contents(self, contents: Mapping[str, str]) -> Matrix:
@@ -706,9 +724,17 @@ class Store(Queries, HybridQueries):
         )[0]
 
     def remember_batch(
-        self, items: Sequence[RememberItem], *, _single: bool = False
+        self,
+        items: Sequence[RememberItem],
+        *,
+        progress: Progress | None = None,
+        _single: bool = False,
     ) -> list[Remembered]:
-        """Store several memories as one event: all of them or, on any bad input, none."""
+        """Store several memories as one event: all of them or, on any bad input, none.
+
+        `progress(done, total)` hears how far embedding the new contents and labels has got
+        (the long part of a big batch with a real model); nothing when all were embedded before.
+        """
         limits = self.settings.limits
         if not items:
             raise InvalidInput(
@@ -725,7 +751,8 @@ class Store(Queries, HybridQueries):
         with self._mutex:
             vectors = self.embed(
                 [c.content for c in checked]
-                + [k.label for c in checked for k in c.keys if k.type == "concept"]
+                + [k.label for c in checked for k in c.keys if k.type == "concept"],
+                progress=progress,
             )
         return self._write(lambda app: self._decide_remember(app, checked, vectors, _single))
 

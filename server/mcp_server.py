@@ -7,14 +7,16 @@ message, which names the field and the limit. Nothing is ever returned as error 
 argument a tool does not have is refused the same way (see strict_arguments.py).
 """
 
+import functools
 import hmac
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio.from_thread
 import msgspec
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -198,6 +200,16 @@ def _reply(call: Callable[[], Any]) -> CallToolResult:
     # msgspec writes the same compact UTF-8 JSON as json.dumps(ensure_ascii=False), 3x faster.
     text = msgspec.json.encode(data).decode()
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _progress_of(ctx: Context, message: str) -> Callable[[int, int], None]:
+    """A `progress(done, total)` for core work running in the SDK's worker thread: each call
+    sends notifications/progress through the event loop (a no-op unless the client asked)."""
+
+    def report(done: int, total: int) -> None:
+        anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, message))
+
+    return report
 
 
 def _hints(
@@ -384,8 +396,11 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
                 description="The memories, each with the arguments of remember.",
             ),
         ],
+        ctx: Context,
     ) -> Annotated[CallToolResult, BatchRemembered]:
         """Store several facts at once, all or none (one bad item stores nothing).
+
+        Reports progress (texts embedded of all to embed) when the client asks for it.
 
         Example: remember_batch(items=[{"content": "Dana lives in Lyon",
         "keys": ["Dana", "Lyon", "home"], "key_types": {"Dana": "name", "Lyon": "name"}}, ...])
@@ -405,7 +420,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             )
             for i in items
         ]
-        return _reply(lambda: BatchRemembered(memories=store.remember_batch(batch)))
+        progress = _progress_of(ctx, "embedding")
+        return _reply(
+            lambda: BatchRemembered(memories=store.remember_batch(batch, progress=progress))
+        )
 
     @server.tool(annotations=_hints(title="Correct a memory"))
     def correct(
