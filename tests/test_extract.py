@@ -139,3 +139,6 @@ def test_a_name_stored_decomposed_before_nfc_labels_is_still_found(
     again = store.remember("Zoe moved to Oslo", [decomposed], {decomposed: "name"})
     assert [k.resolution for k in again.keys] == ["existing"]
     assert len(store.state.keys) == 1
+    zoe = again.keys[0].key_id
+    for query in ("Where is Zo\u00eb?", f"Where is {decomposed}?"):
+        assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]
