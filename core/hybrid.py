@@ -461,9 +461,8 @@ def _keys(
     """Memories through the keys the query matches: key similarity x IDF x link weight."""
     matched: dict[str, float] = {}
     for gram in literal_candidates(query):
-        key_id = state.labels.get(gram)
-        if key_id is not None:
-            matched[key_id] = 1.0
+        if (key := state.key_for_label(gram)) is not None:
+            matched[key.id] = 1.0
     if len(vectors):
         scores = vectors.matrix @ query_vector
         above = np.flatnonzero(scores >= threshold)

@@ -294,9 +294,8 @@ class Queries:
             now = self.clock()
             scores: dict[str, tuple[str, float]] = {}
             for gram in literal_candidates(query):
-                key_id = self.state.labels.get(gram)
-                if key_id is not None:
-                    scores[key_id] = ("literal", 1.0)
+                if (key := self.state.key_for_label(gram)) is not None:
+                    scores[key.id] = ("literal", 1.0)
             similar = self._similar_keys(query, context)
             counts: dict[str, int] = {}
 

@@ -35,8 +35,15 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
 
 def label(field: str, value: object, limit: int) -> str:
     """A key label (or knowledge-graph entity name): whitespace collapsed and NFC-normalised, so
-    "Zoë" typed composed or as e + U+0308 (as some keyboards send it) is one label."""
-    return unicodedata.normalize("NFC", " ".join(text(field, value, limit).split()))
+    "Zoë" typed composed or as e + U+0308 (as some keyboards send it) is one label. The limit
+    counts the label as stored: NFC shortens a decomposed name and lengthens a few characters."""
+    if isinstance(value, str):
+        value = _normal_label(value)
+    return text(field, value, limit)
+
+
+def _normal_label(value: str) -> str:
+    return unicodedata.normalize("NFC", " ".join(value.split()))
 
 
 def name(field: str, value: object, limit: int) -> str:
@@ -97,7 +104,7 @@ def keys(
     types = dict(types or {})
     specs: list[KeySpec] = []
     seen: set[str] = set()
-    folded_types = {unicodedata.normalize("NFC", str(k)).casefold(): v for k, v in types.items()}
+    folded_types = {_normal_label(str(k)).casefold(): v for k, v in types.items()}
     for i, raw in enumerate(labels):
         given = label(f"{field}[{i}]", raw, limits.key_chars)
         kind = folded_types.pop(given.casefold(), "concept")

@@ -7,6 +7,7 @@ everything it needs is in the event or in the fold rules the log itself carries.
 from __future__ import annotations
 
 import gc
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -196,6 +197,10 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
 
     def key_for_label(self, label: str) -> KeyNode | None:
         key_id = self.labels.get(label.casefold())
+        if key_id is None and not label.isascii():
+            # A log written before labels were NFC-normalised holds them as typed, most often
+            # decomposed (macOS): the NFC label asked for must still reach that key.
+            key_id = self.labels.get(unicodedata.normalize("NFD", label).casefold())
         return self.keys[key_id] if key_id is not None else None
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from keytrail.core import RememberItem, Store
+from keytrail.core import validation as check
 from keytrail.core.config import Limits
 from keytrail.core.extract import extract_keys
 from keytrail.core.importers import import_text
@@ -115,3 +119,26 @@ def test_entity_and_imported_names_are_nfc_too(store: Store) -> None:
     labels = [k.label for k in store.state.keys.values()]
     assert labels.count(composed) == 1 and decomposed not in labels
     assert store.state.keys[zoe.key_id].entity_type == "person"
+
+
+def test_a_name_stored_decomposed_before_nfc_labels_is_still_found(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A store written before labels were NFC-normalised holds "Zoe + U+0308" as typed. After
+    # the upgrade the very same name, now normalised on the way in, must still reach that key:
+    # not a missing entity, and not a second "Zoë" key beside it.
+    decomposed = "Zoe\u0308"
+    home = tmp_path / "old"
+    with monkeypatch.context() as old_code:
+        old_code.setattr(check, "label", lambda f, v, lim: " ".join(check.text(f, v, lim).split()))
+        old = make_store(home)
+        KnowledgeGraph(old).create_entities([EntityInput(decomposed, "person", ["likes tea"])])
+        old.close()
+    store = make_store(home)
+    assert [e.name for e in KnowledgeGraph(store).open_nodes([decomposed]).entities] == [decomposed]
+    again = store.remember("Zoe moved to Oslo", [decomposed], {decomposed: "name"})
+    assert [k.resolution for k in again.keys] == ["existing"]
+    assert len(store.state.keys) == 1
+    zoe = again.keys[0].key_id
+    for query in ("Where is Zo\u00eb?", f"Where is {decomposed}?"):
+        assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]

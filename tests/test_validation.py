@@ -371,3 +371,21 @@ def test_good_input_after_bad_input_is_appended_normally(seeded: dict[str, Any])
     with pytest.raises(InvalidInput):
         store.remember("", ["x"])
     assert store.remember("a valid fact", ["x"]).seq == seq + 1
+
+
+def test_key_types_name_a_key_as_keys_spell_it(store: Store) -> None:
+    # A label's whitespace is collapsed; key_types naming the very same string must find it
+    # (it was refused as "names keys that are not in keys").
+    made = store.remember("A trip to New York", [" New  York "], {" New  York ": "name"})
+    assert [(k.label, k.type) for k in made.keys] == [("New York", "name")]
+
+
+def test_label_limits_count_the_normalised_label(make_store: Callable[..., Store]) -> None:
+    # key_chars counts the label as stored (NFC): the same 10-letter name typed decomposed is
+    # accepted, and a label NFC lengthens past the limit is refused rather than stored longer.
+    store = make_store(limits=Limits(key_chars=10))
+    composed, decomposed = "\u00e9" * 10, "e\u0301" * 10
+    assert [k.label for k in store.remember("x", [decomposed]).keys] == [composed]
+    with pytest.raises(InvalidInput) as refused:
+        store.remember("y", ["\ufb2c" * 4])  # each NFC-decomposes to three characters
+    assert refused.value.field == "keys[0]"
