@@ -276,11 +276,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _output(path: str | None) -> TextIO:
+def _output(path: str | None, home: Path) -> TextIO:
     """Where an export writes: stdout, or the file named by --output (refused, naming the
-    option, when it cannot be created: a missing folder, a directory, no permission)."""
+    option, when it cannot be created: a missing folder, a directory, no permission; or when it
+    lies inside the store, where opening it for writing could wipe a log segment)."""
     if path in (None, "-"):
         return sys.stdout
+    if Path(path).resolve().is_relative_to(home.resolve()):
+        raise InvalidInput("--output", f"{path} is inside the store {home}: write it elsewhere")
     try:
         return open(path, "w", encoding="utf-8")
     except OSError as exc:
@@ -306,7 +309,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             namespace = check.namespace(args.namespace, "default")
             _require_namespace(log, namespace)
             events = namespace_events(log.iter_new(), namespace)
-        out = _output(args.output)
+        out = _output(args.output, home)
     except BaseException:
         log.close()
         raise
@@ -406,7 +409,7 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
     if args.namespace is not None:
         _require_namespace_in({m.namespace for m in state.memories.values()}, namespace)
     lines = memory_jsonl_lines(state, namespace, utc_now())
-    out = _output(args.output)
+    out = _output(args.output, home)
     count = 0
     try:
         for line in lines:

@@ -349,6 +349,8 @@ def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keytrail",
+        # A prefix is no option: `--name X` must not quietly mean `--namespace X`.
+        allow_abbrev=False,
         description="Event-sourced associative memory for LLM agents, served over MCP.",
         epilog=f"{STORE_SPLIT} Exit status: 0 done, 1 verify found problems, 2 error (the "
         "message says what).",
@@ -363,7 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
         name: str, help_: str, func: Callable[[argparse.Namespace], int], json_flag: bool = True
     ) -> argparse.ArgumentParser:
         note = CREATES_NOTE if name in CREATING_VERBS else NEEDS_NOTE
-        p = sub.add_parser(name, help=help_, description=f"{help_}. {note}", parents=common)
+        p = sub.add_parser(
+            name,
+            help=help_,
+            description=f"{help_}. {note}",
+            parents=common,
+            allow_abbrev=False,
+        )
         p.set_defaults(func=func)
         if json_flag:
             p.add_argument("--json", action="store_true", help="print JSON")

@@ -199,6 +199,14 @@ def test_remember_says_when_nothing_was_extracted_and_no_key_leads_to_it(home: P
     assert "no keys" not in named and "Dana [name] new" in named
 
 
+def test_an_option_prefix_is_no_option(home: Path) -> None:
+    # `--name X` quietly meant `--namespace X`: argparse took any unambiguous prefix.
+    kt(home, "remember", "Ana moved to Porto", "-k", "Ana", "--namespace", "work")
+    for args in (["--name", "work", "list"], ["list", "--name", "work"]):
+        refused = kt(home, *args, ok=False)
+        assert refused.returncode == 2 and refused.stdout == ""  # refused, nothing listed
+
+
 def test_store_options_work_before_the_verb_too(home: Path, tmp_path: Path) -> None:
     # `keytrail --home D stats` is how a person writes it; it used to fail as "invalid choice".
     elsewhere = tmp_path / "elsewhere"
@@ -235,6 +243,11 @@ def test_unreadable_import_and_unwritable_export_name_the_argument(
         assert f"--output: cannot write {missing}" in refused.stderr
     refused = kt(home, "import", str(tmp_path), ok=False)  # a directory
     assert "input: cannot read" in refused.stderr
+    # an export written over the store's own files would wipe a log segment before reading it
+    segment = sorted((home / "log").glob("*.jsonl"))[0]
+    for target in (segment, home / "export.jsonl"):
+        refused = kt(home, "export", "-o", str(target), ok=False)
+        assert refused.returncode == 2 and "is inside the store" in refused.stderr
     assert segments(home) == before  # nothing written by a refused export or import
     assert kt_json(home, "stats")["memories"] == 1
 
