@@ -38,6 +38,10 @@ SNAPSHOT_EVERY = ""
 
 
 def env_for(home: Path, real: bool) -> dict[str, str]:
+    # The model as CI finds it (../shared beside the checkout) unless the caller names one.
+    model = os.environ.get("KEYTRAIL_EMBED_MODEL_PATH") or str(
+        (REPO.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx").resolve()
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
     if SNAPSHOT_EVERY:
         env["KEYTRAIL_SNAPSHOT_EVERY"] = SNAPSHOT_EVERY
@@ -45,7 +49,7 @@ def env_for(home: Path, real: bool) -> dict[str, str]:
     if real:
         env.update(
             KEYTRAIL_EMBEDDER="fastembed",
-            KEYTRAIL_EMBED_MODEL_PATH="/work/shared/models/all-MiniLM-L6-v2-onnx",
+            KEYTRAIL_EMBED_MODEL_PATH=model,
             HF_HUB_OFFLINE="1",
         )
     else:
