@@ -7,26 +7,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from test_server import REPO, server_env
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+from test_server import HEADERS, INIT, REPO, server_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -167,7 +155,8 @@ def test_several_http_sessions_remember_at_once_and_lose_nothing(tmp_path: Path)
     clients, each = 4, 8
     stored: dict[int, dict[str, str]] = {}
 
-    async def client(url: str, n: int) -> None:
+    @asynccontextmanager
+    async def session(url: str) -> AsyncIterator[ClientSession]:
         http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
         async with (
             http,
@@ -175,6 +164,10 @@ def test_several_http_sessions_remember_at_once_and_lose_nothing(tmp_path: Path)
             ClientSession(read, write) as s,
         ):
             await s.initialize()
+            yield s
+
+    async def client(url: str, n: int) -> None:
+        async with session(url) as s:
             mine: dict[str, str] = {}
             for i in range(each):
                 content = f"Client {n} fact {i}: the lighthouse {n}-{i} is painted red"
@@ -190,13 +183,7 @@ def test_several_http_sessions_remember_at_once_and_lose_nothing(tmp_path: Path)
             async with anyio.create_task_group() as tg:
                 for n in range(clients):
                     tg.start_soon(client, url, n)
-            http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
-            async with (
-                http,
-                streamable_http_client(url, http_client=http) as (read, write),
-                ClientSession(read, write) as s,
-            ):
-                await s.initialize()
+            async with session(url) as s:
                 stats = await call(s, "memory_stats")
                 assert stats["memories"] == clients * each
                 listed = await call(s, "list_memories", limit=100)

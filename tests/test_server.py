@@ -48,6 +48,20 @@ TOOLS = [
 ]
 
 
+#: An MCP initialize request and the headers streamable HTTP wants, for raw HTTP probes
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
 def server_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYTRAIL_")}
     env.update(KEYTRAIL_HOME=str(home), KEYTRAIL_EMBEDDER="hash", PYTHONUNBUFFERED="1")
@@ -607,17 +621,7 @@ def test_http_remember_and_recall(http_server: tuple[str, str]) -> None:
 
 def test_http_refuses_requests_without_the_token(http_server: tuple[str, str]) -> None:
     url, token = http_server
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    init, headers = INIT, HEADERS
     with httpx2.Client(timeout=10) as client:
         none = client.post(url, json=init, headers=headers)
         assert none.status_code == 401
