@@ -454,16 +454,22 @@ def drop_cache(home: Path | str) -> None:
     forget's purges) only under it, so none writes into a folder being removed (which made
     the removal fail, "Directory not empty"). Each notices the files gone at its next look.
     """
+
+    def drop() -> bool:
+        cache = Path(home) / "cache"
+        if cache.exists():
+            shutil.rmtree(cache)
+        index = TextIndex(Path(home) / TEXT_INDEX_DIR)
+        try:
+            index.remove()  # under its writers' lock: nobody is mid-commit into it
+        finally:
+            index.close()
+        return True
+
+    # wait_for_lock, not lock(): the lock is all this needs, and lock() would first read the
+    # whole log into this fresh EventLog, holding every writer up for a full replay.
     log = EventLog(Path(home))
     try:
-        with log.lock():
-            cache = Path(home) / "cache"
-            if cache.exists():
-                shutil.rmtree(cache)
-            index = TextIndex(Path(home) / TEXT_INDEX_DIR)
-            try:
-                index.remove()  # under its writers' lock: nobody is mid-commit into it
-            finally:
-                index.close()
+        log.wait_for_lock(drop)
     finally:
         log.close()
