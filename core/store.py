@@ -594,14 +594,16 @@ class Store(Queries, HybridQueries):
             self.vectors.refresh()  # another process may have embedded them meanwhile
             missing = {digests[i]: texts[i] for i in self.vectors.missing(digests)}
             keys, values = list(missing), list(missing.values())
-            if keys and progress is None:
-                self.vectors.put_many(keys, self.embedder.embed(values))
-            elif keys and progress is not None:
-                progress(0, len(keys))
-                for start in range(0, len(keys), EMBED_CHUNK):
-                    end = start + EMBED_CHUNK
-                    self.vectors.put_many(keys[start:end], self.embedder.embed(values[start:end]))
-                    progress(min(end, len(keys)), len(keys))
+            total = len(keys)
+            # One model call unless someone is listening; then a chunk at a time.
+            step = EMBED_CHUNK if progress is not None else max(total, 1)
+            if progress is not None and total:
+                progress(0, total)
+            for start in range(0, total, step):
+                end = min(start + step, total)
+                self.vectors.put_many(keys[start:end], self.embedder.embed(values[start:end]))
+                if progress is not None:
+                    progress(end, total)
         return self.vectors.rows(digests)
 
     def embed_contents(self, contents: Mapping[str, str]) -> Matrix:
@@ -779,15 +781,14 @@ class Store(Queries, HybridQueries):
             if duplicate is not None:
                 # The same fact told again keeps what reading built up (the fold keeps depth
                 # and reads): every link of the old version at its weight, named again or not.
-                earned = {
-                    lk.key_id: lk.weight for lk in batch.inherited_links(duplicate.memory_id, [])
-                }
+                earned = {lk.key_id: lk for lk in batch.inherited_links(duplicate.memory_id, [])}
+                named = {lk.key_id for lk in links}
                 links = [
-                    msgspec.structs.replace(lk, weight=earned[lk.key_id])
+                    msgspec.structs.replace(lk, weight=earned[lk.key_id].weight)
                     if lk.key_id in earned
                     else lk
                     for lk in links
-                ] + batch.inherited_links(duplicate.memory_id, links)
+                ] + [lk for key_id, lk in earned.items() if key_id not in named]
             new = NewMemory(
                 memory_id=memory_id,
                 namespace=item.namespace,
