@@ -6,21 +6,14 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from test_server import HEADERS, INIT, REPO, server_env
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+from test_server import HEADERS, INIT, REPO, free_port, server_env, serving
 
 
 def can_bind(host: str) -> bool:
@@ -29,48 +22,6 @@ def can_bind(host: str) -> bool:
     except OSError:
         return False
     return True
-
-
-@contextmanager
-def serving(
-    home: Path,
-    tmp_path: Path,
-    *flags: str,
-    host: str = "127.0.0.1",
-    env: dict[str, str] | None = None,
-) -> Iterator[str]:
-    """`keytrail serve --http` on host; yields its base URL (http://host:port/mcp)."""
-    port = free_port(host)
-    errpath = tmp_path / f"http-stderr-{port}.txt"
-    with open(errpath, "w") as err:
-        serve = ["serve", "--http", "--host", host, "--port", str(port), *flags]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keytrail.server.cli", *serve],
-            env={**server_env(home), **(env or {})},
-            cwd=str(REPO),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(errpath.read_text())
-                try:
-                    socket.create_connection((host, port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise AssertionError("the HTTP server did not start in 30 s") from None
-                    time.sleep(0.1)
-            yield f"http://{host}:{port}/mcp"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 def post_init(url: str, **headers: str) -> Any:

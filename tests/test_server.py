@@ -12,8 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -539,54 +539,59 @@ def test_two_servers_share_one_store(home: Path, errlog: Path) -> None:
 # -- streamable HTTP -------------------------------------------------------------------------
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def http_server(home: Path, tmp_path: Path) -> Any:
-    port = free_port()
-    token = "s3cret-token"
-    err = open(tmp_path / "http-stderr.txt", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "keytrail.server.cli",
-            "serve",
-            "--http",
-            "--port",
-            str(port),
-            "--token",
-            token,
-        ],
-        env=server_env(home),
-        cwd=str(REPO),
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError((tmp_path / "http-stderr.txt").read_text())
+@contextmanager
+def serving(
+    home: Path,
+    tmp_path: Path,
+    *flags: str,
+    host: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """`keytrail serve --http` on host; yields its base URL (http://host:port/mcp)."""
+    port = free_port(host)
+    errpath = tmp_path / f"http-stderr-{port}.txt"
+    with open(errpath, "w") as err:
+        serve = ["serve", "--http", "--host", host, "--port", str(port), *flags]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keytrail.server.cli", *serve],
+            env={**server_env(home), **(env or {})},
+            cwd=str(REPO),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise AssertionError("the HTTP server did not start in 30 s")
-    yield f"http://127.0.0.1:{port}/mcp", token
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    err.close()
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(errpath.read_text())
+                try:
+                    socket.create_connection((host, port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the HTTP server did not start in 30 s") from None
+                    time.sleep(0.1)
+            yield f"http://{host}:{port}/mcp"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server(home: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    token = "s3cret-token"
+    with serving(home, tmp_path, "--token", token) as url:
+        yield url, token
 
 
 def test_http_remember_and_recall(http_server: tuple[str, str]) -> None:
