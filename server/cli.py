@@ -351,13 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keytrail",
         # A prefix is no option: `--name X` must not quietly mean `--namespace X`.
         allow_abbrev=False,
+        parents=[store_options(after_verb=False)],
         description="Event-sourced associative memory for LLM agents, served over MCP.",
         epilog=f"{STORE_SPLIT} Exit status: 0 done, 1 verify found problems, 2 error (the "
         "message says what).",
     )
     parser.add_argument("--version", action="version", version=f"keytrail {keytrail.__version__}")
-    for action in store_options(after_verb=False)._actions:
-        parser._add_action(action)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = [store_options()]
 
