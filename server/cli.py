@@ -389,8 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--token",
-        help="bearer token clients must send (KEYTRAIL_HTTP_TOKEN); "
-        "required for a non-loopback host",
+        help="bearer token clients must send; required for a non-loopback host. Prefer "
+        "KEYTRAIL_HTTP_TOKEN: a command-line argument is visible to other users in ps",
     )
     p.add_argument(
         "--toolsets",
