@@ -164,6 +164,7 @@ def test_an_unknown_time_zone_is_refused_naming_the_variable() -> None:
         ("from 2019 to now", [("2019-01-01", "2020-01-01")]),
         ("at the end of 2020", [("2020-01-01", "2021-01-01")]),
         ("the summer of 2019", [("2019-01-01", "2020-01-01")]),
+        ("What state did Joanna visit in summer 2021?", [("2021-01-01", "2022-01-01")]),
         ("in mid-2022", [("2022-01-01", "2023-01-01")]),
         ("March of 2020", [("2020-03-01", "2020-04-01")]),
         # months in date context
