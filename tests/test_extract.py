@@ -142,3 +142,33 @@ def test_a_name_stored_decomposed_before_nfc_labels_is_still_found(
     zoe = again.keys[0].key_id
     for query in ("Where is Zo\u00eb?", f"Where is {decomposed}?"):
         assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]
+
+
+@pytest.mark.parametrize(
+    ("content", "concept"),
+    [
+        ("we like café", "café"),
+        ("we like cafe\u0301", "café"),  # decomposed as typed: NFC first, one word
+        ("we like naïve", "naïve"),
+        ("we like über", "über"),
+        ("we like straße", "straße"),  # lowercased, not case-folded to "strasse"
+        ("we like λόγος", "λόγος"),  # its final sigma kept (casefold would make it σ)
+        ("we like привет", "привет"),
+        ("we like हिन्दी", "हिन्दी"),  # vowel signs are marks, not word breaks
+    ],
+)
+def test_a_concept_word_with_non_ascii_letters_is_extracted(content: str, concept: str) -> None:
+    # Only ASCII words could be concepts: "café" or "привет" gave no key at all.
+    assert labels(content) == {concept: "concept"}
+
+
+def test_non_ascii_concepts_keep_the_rules_ascii_ones_follow() -> None:
+    # shorter than four letters: no concept, as "we like tea"
+    assert labels("we like été and мир") == {}
+    # a name's words are not concepts too, and the name keeps its capital
+    assert labels("we like Zürich; zürich is lovely") == {"Zürich": "name", "lovely": "concept"}
+    # the most repeated first, at most four
+    got = labels("café café naïve über привет λόγος straße")
+    assert list(got) == ["café", "привет", "straße", "naïve"]
+    # a script written without spaces has no words to take: not a whole clause as one key
+    assert labels("我喜欢喝咖啡") == {} and labels("東京でラーメンを食べた") == {}
