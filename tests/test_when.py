@@ -219,3 +219,23 @@ def test_an_unknown_time_zone_is_refused_naming_the_variable() -> None:
 )
 def test_only_dates_in_date_context_are_read(query: str, expected: list[tuple[str, str]]) -> None:
     assert days(query) == expected
+
+
+def test_a_count_in_a_query_raises_no_memory_of_that_year(tmp_path: Path) -> None:
+    # "a crowd of 2000 people" read "of 2000" as the year 2000 and raised what was told then.
+    clock = Clock(datetime(2023, 5, 10, tzinfo=UTC))
+    store = Store(Settings(home=tmp_path, embedder="hash"), embedder=HashEmbedder(), clock=clock)
+    try:
+        store.remember("The marathon drew a big crowd", ["marathon"], valid_from="2000-06-01")
+        store.remember("The concert drew a big crowd", ["concert"])
+        counted = store.recall_memories(
+            "which event drew a crowd of 2000 people?", hops=0, explain=True, learn=False
+        )
+        dated = store.recall_memories(
+            "which event drew a crowd in 2000?", hops=0, explain=True, learn=False
+        )
+    finally:
+        store.close()
+    assert counted.memories
+    assert all(m.explain and m.explain.date_factor == 1.0 for m in counted.memories)
+    assert any(m.explain and m.explain.date_factor > 1.0 for m in dated.memories)
