@@ -14,8 +14,9 @@ context (the lead word in any case: "In May, ..."):
 
 - A year alone ("2020") only after a preposition of time (in, during, throughout, since, until,
   till, before, after, from; "in summer 2021" too), early/late/mid, or "end/start/summer/...
-  of", and never when a word follows that makes it a count ("in 2000 ways", "before 2000 people
-  arrived", "2000 km").
+  of", with the years joined to it ("from 2019 to 2021", "between 2019 and 2020", "in 2018,
+  2019 or 2020"), and never when a word follows that makes it a count ("in 2000 ways", "before
+  2000 people arrived", "2000 km").
   "of 2000" is a year only after a month ("March of 2020"); "a 2020 census" is not read (the
   census is not when the memory was told).
 - January, February, July, September, October, November and December are read on their own.
@@ -56,7 +57,9 @@ _ABBREVIATIONS = {name[:3]: number for name, number in MONTHS.items() if name !=
 _NAMES = frozenset(["Jan", "April", "May", "June", "August"])
 #: read with no date context at all: no other meaning a capitalised query word would have
 _UNAMBIGUOUS = ["January", "February", "July", "September", "October", "November", "December"]
-_MONTH = r"(?P<month>" + "|".join([*MONTHS, *(f"{a}\\.?" for a in _ABBREVIATIONS)]) + r")"
+_MONTH = (
+    r"(?P<month>" + "|".join([*MONTHS, "Sept\\.?", *(f"{a}\\.?" for a in _ABBREVIATIONS)]) + r")"
+)
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 #: "the end of June", "the summer of 2019": a part of the period, read as the whole period
@@ -66,7 +69,9 @@ _SEASON = r"(?i:summer|winter|spring|autumn|fall)"
 _TIME_PREPOSITION = r"in|during|throughout|since|until|till|before|after|from"
 # The lead word in any case: a question may open with it ("In May, ...").
 _MONTH_LEAD = rf"(?P<lead>(?i:{_TIME_PREPOSITION}|by|of|early|late|mid|last|next|this|{_PART_OF}))"
-_YEAR_LEAD = rf"(?i:{_TIME_PREPOSITION}|early|late|mid|{_SEASON_OF})"
+_YEAR_LEAD = rf"(?P<year_lead>(?i:{_TIME_PREPOSITION}|between|early|late|mid|{_SEASON_OF}))"
+#: more years joined to a year read ("from 2019 to 2021", "in 2019, 2020 and 2021")
+_MORE_YEARS = r"(?P<more>(?:\s*(?:,|-|–|&|(?i:to|and|or|through|until|till))\s*(?:19|20)\d\d\b)*)"
 _PATTERNS = [
     re.compile(r"\b(?P<iso>(?:19|20)\d\d-[01]\d-[0-3]\d)\b"),
     re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?\b"),
@@ -74,7 +79,7 @@ _PATTERNS = [
     re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b"),
     re.compile(rf"\b{_MONTH_LEAD}[\s-]+{_MONTH}\b"),
     re.compile(rf"\b(?P<bare>{'|'.join(_UNAMBIGUOUS)})\b"),
-    re.compile(rf"\b{_YEAR_LEAD}[\s-]+(?:{_SEASON}\s+)?(?P<lone>{_YEAR})\b"),
+    re.compile(rf"\b{_YEAR_LEAD}[\s-]+(?:{_SEASON}\s+)?(?P<lone>{_YEAR})\b{_MORE_YEARS}"),
 ]
 _POSSESSIVE_AFTER = re.compile(r"['’]s\b")
 _NEXT_WORD = re.compile(r"\s*([^\W\d_][\w'’-]*)?")
@@ -127,11 +132,13 @@ def named_periods(query: str, now: datetime, zone: tzinfo = UTC) -> list[tuple[d
             if not _in_date_context(match, query):
                 continue  # a count or a name; its words may still be read by a later pattern
             taken.append(span)  # an impossible date ("31 June") is not read as its month
-            found = _period(match.groupdict(), now)
-            if found is not None:
-                # Wall-clock arithmetic in the zone (a day of a DST change is 23 or 25 hours),
-                # then the instants.
-                periods.append((found[0].astimezone(UTC), found[1].astimezone(UTC)))
+            groups = match.groupdict()
+            found = [_period(groups, now)]
+            for year in re.findall(r"\d{4}", groups.get("more") or ""):
+                found.append(_period({"year": year}, now))
+            # Wall-clock arithmetic in the zone (a day of a DST change is 23 or 25 hours),
+            # then the instants.
+            periods += [(a.astimezone(UTC), b.astimezone(UTC)) for a, b in filter(None, found)]
     return periods
 
 
@@ -146,6 +153,8 @@ def _in_date_context(match: re.Match[str], query: str) -> bool:
         if lead is not None and lead.lower() in ("from", "by", "of"):
             return False  # "a gift from June", "painted by April", "a friend of August"
     if groups.get("lone") is not None:
+        if (groups.get("year_lead") or "").lower() == "between" and not groups.get("more"):
+            return False  # "between 2000 and 2500 people": a range of counts
         after = _NEXT_WORD.match(query, match.end())
         word = after.group(1) if after is not None else None
         if word is not None and word.islower() and word not in _AFTER_YEAR:
