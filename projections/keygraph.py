@@ -193,9 +193,13 @@ class UnnormalisedLabels:
             self.forms.clear()
             self.seen, self.dropped = 0, dropped
         if self.seen < len(labels):
-            tail = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
-            for text, key_id in reversed(tail):
-                if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+            fresh: Iterable[tuple[str, str]] = labels.items()
+            if self.seen:  # only the new labels, from the dict's end
+                fresh = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
+                fresh.reverse()
+            is_nfc = unicodedata.is_normalized
+            for text, key_id in fresh:
+                if not text.isascii() and not is_nfc("NFC", text):
                     self.forms.setdefault(caseless_form(text), key_id)
             self.seen = len(labels)
         return self.forms.get(caseless_form(label)) if self.forms else None
