@@ -16,6 +16,7 @@ from keytrail.core.config import Limits
 from keytrail.core.extract import extract_keys
 from keytrail.core.importers import import_text
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
+from keytrail.projections.keygraph import GraphState, KeyNode
 
 
 def labels(content: str) -> dict[str, str]:
@@ -221,3 +222,20 @@ def test_a_name_stored_half_composed_by_an_old_log_is_still_found(
     # a label added later is found too (the index follows the labels as they grow)
     store.remember("Ørjan met Zoë", ["Ørjan"], {"Ørjan": "name"})
     assert store.state.key_for_label("ØRJAN") is not None
+
+
+def test_the_unnormalised_label_index_follows_the_labels_it_was_built_from() -> None:
+    # The index of half-composed labels rides on the state object, built on first need: labels
+    # folded after it was built, and a label dropped (key.unaliased), must show in later lookups.
+    mixed = "Zo\u00eb A\u030angstr\u00f6m"
+    state = GraphState(
+        keys={k: KeyNode(id=k, label=k) for k in ("k_1", "k_2")},
+        labels={"plain": "k_1"},
+    )
+    nfc = unicodedata.normalize("NFC", mixed)
+    assert state.key_for_label(nfc) is None  # builds the (empty) index
+    state.labels[mixed.casefold()] = "k_2"  # as the fold adds a label: at the end
+    assert state.key_for_label(nfc).id == "k_2"  # type: ignore[union-attr]
+    del state.labels[mixed.casefold()]  # as key.unaliased drops one
+    state.labels_dropped += 1
+    assert state.key_for_label(nfc) is None
