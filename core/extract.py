@@ -23,8 +23,22 @@ MAX_NAMES = 4
 MAX_CONCEPTS = 4
 MIN_CONCEPT_CHARS = 4
 
+#: Combining marks that NFC leaves in a word: Python's \w does not match them, so without them
+#: "हिन्दी" (Devanagari vowel signs and virama) fell apart into letters. The common combining
+#: blocks and the Indic scripts' blocks (less their dandas, U+0964-U+0965, which end sentences).
+_MARKS = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"
+    "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed"
+    "\u0900-\u0963\u0966-\u0dff\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+)
 #: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
-_TOKEN = re.compile(r"[^\W\d_][\w'’-]*\w|[^\W\d_]|[.!?;:]")
+_TOKEN = re.compile(rf"[^\W\d_][\w'’{_MARKS}-]*[\w{_MARKS}]|[^\W\d_]|[.!?;:\u0964\u0965]")
+#: Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han): a run of
+#: them is a clause, not a word, so it is never a concept.
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
+)
 _POSSESSIVE = re.compile(r"['’]s$")
 
 #: Common English words: never a concept, and never a name when they open a sentence.
@@ -77,6 +91,16 @@ _CALENDAR = frozenset(
 )
 
 
+def _is_word(word: str) -> bool:
+    """Letters (with their combining marks) and inner hyphens, of a script that spaces words."""
+    letters = word.replace("-", "")
+    if not letters.isalpha() and not all(
+        c.isalpha() or unicodedata.category(c).startswith("M") for c in letters
+    ):
+        return False  # digits, apostrophes ("don't"), symbols
+    return word.isascii() or _UNSPACED.search(word) is None
+
+
 def extract_keys(
     content: str, max_keys: int | None = None, max_chars: int | None = None
 ) -> list[KeySpec]:
@@ -102,7 +126,7 @@ def extract_keys(
             run.clear()
 
     for token in tokens:
-        if token in ".!?;:":
+        if token in ".!?;:\u0964\u0965":
             close_run()
             sentence_start = True
             continue
@@ -121,21 +145,25 @@ def extract_keys(
         sentence_start = False
     close_run()
 
+    # Counted by the case-folded word, labelled by the first lowercase spelling: casefold
+    # rewrites letters ("straße" -> "strasse", a final "ς" -> "σ"), lower keeps them.
     counts: dict[str, int] = {}
+    spelt: dict[str, str] = {}
     for token in tokens:
-        word = _POSSESSIVE.sub("", token).casefold()
+        word = _POSSESSIVE.sub("", token).lower()
+        folded = word.casefold()
         if (
             len(word) >= MIN_CONCEPT_CHARS
-            and word.isascii()
-            and word.replace("-", "").isalpha()
-            and word not in COMMON
-            and word not in in_name
+            and _is_word(word)
+            and folded not in COMMON
+            and folded not in in_name
         ):
-            counts[word] = counts.get(word, 0) + 1
-    concepts = sorted(counts, key=lambda w: (-counts[w], -len(w)))[:MAX_CONCEPTS]
+            counts[folded] = counts.get(folded, 0) + 1
+            spelt.setdefault(folded, word)
+    concepts = sorted(counts, key=lambda w: (-counts[w], -len(spelt[w])))[:MAX_CONCEPTS]
     specs = [KeySpec(n, "name") for n in names[:MAX_NAMES]]
     seen = {s.label.casefold() for s in specs}
-    specs += [KeySpec(c, "concept") for c in concepts if c not in seen]
+    specs += [KeySpec(spelt[c], "concept") for c in concepts if c not in seen]
     if max_chars is not None:
         specs = [s for s in specs if len(s.label) <= max_chars]
     return specs if max_keys is None else specs[:max_keys]

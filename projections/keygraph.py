@@ -7,6 +7,7 @@ everything it needs is in the event or in the fold rules the log itself carries.
 from __future__ import annotations
 
 import gc
+import itertools
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -163,9 +164,51 @@ class Changes:
         return self.ids[position - self.start :]
 
 
-# dict=True: the change journal rides on the state object as an undeclared attribute, so it is
-# neither encoded (snapshots, equality) nor part of the state's value: a reader's record of what
-# changed, rebuilt empty for every new state object (whose readers start over anyway).
+def caseless_form(text: str) -> str:
+    """Unicode's canonical caseless form (D145), composed: one string for a name in any case and
+    any mix of composed and decomposed characters ("Zoë Ångström" with Å as A + U+030A)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", text).casefold())
+
+
+class UnnormalisedLabels:
+    """The labels a log wrote before labels were NFC-normalised that are not NFC (decomposed,
+    or half composed as a paste can leave them), by their `caseless_form` -> key id.
+
+    Stores written since hold none, so this is usually empty. It is built on the first lookup
+    that needs it and brought up to date on each use: `GraphState.labels` only grows at its end
+    (new labels are added with setdefault) unless `labels_dropped` moves, which rebuilds it.
+    Where several such labels share a form, the first one folded wins, as `setdefault` does for
+    `labels` itself.
+    """
+
+    __slots__ = ("dropped", "forms", "seen")
+
+    def __init__(self) -> None:
+        self.forms: dict[str, str] = {}
+        self.seen = 0  # labels read, from the start of `GraphState.labels`
+        self.dropped = 0  # `GraphState.labels_dropped` when they were read
+
+    def key_id(self, labels: dict[str, str], dropped: int, label: str) -> str | None:
+        if dropped != self.dropped:
+            self.forms.clear()
+            self.seen, self.dropped = 0, dropped
+        if self.seen < len(labels):
+            fresh: Iterable[tuple[str, str]] = labels.items()
+            if self.seen:  # only the new labels, from the dict's end
+                fresh = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
+                fresh.reverse()
+            is_nfc = unicodedata.is_normalized
+            for text, key_id in fresh:
+                if not text.isascii() and not is_nfc("NFC", text):
+                    self.forms.setdefault(caseless_form(text), key_id)
+            self.seen = len(labels)
+        return self.forms.get(caseless_form(label)) if self.forms else None
+
+
+# dict=True: the change journal and the index of unnormalised labels ride on the state object as
+# undeclared attributes, so they are neither encoded (snapshots, equality) nor part of the
+# state's value: readers' aids, rebuilt empty for every new state object (whose readers start
+# over anyway).
 class GraphState(msgspec.Struct, kw_only=True, dict=True):
     store_id: str = ""
     rules: FoldRules = FoldRules()
@@ -196,11 +239,21 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
         return journal
 
     def key_for_label(self, label: str) -> KeyNode | None:
-        key_id = self.labels.get(label.casefold())
+        labels = self.labels
+        key_id = labels.get(label.casefold())
         if key_id is None and not label.isascii():
             # A log written before labels were NFC-normalised holds them as typed, most often
-            # decomposed (macOS): the NFC label asked for must still reach that key.
-            key_id = self.labels.get(unicodedata.normalize("NFD", label).casefold())
+            # decomposed (macOS), sometimes half composed (a paste): the NFC label asked for
+            # must still reach that key. The fold is unchanged (old logs replay to the same
+            # state); only this lookup looks further.
+            key_id = labels.get(unicodedata.normalize("NFD", label).casefold())
+            if key_id is None:
+                key_id = labels.get(unicodedata.normalize("NFC", label).casefold())
+            if key_id is None:
+                forms: UnnormalisedLabels | None = self.__dict__.get("_unnormalised")
+                if forms is None:
+                    forms = self.__dict__["_unnormalised"] = UnnormalisedLabels()
+                key_id = forms.key_id(labels, self.labels_dropped, label)
         return self.keys[key_id] if key_id is not None else None
 
 

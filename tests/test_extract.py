@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from keytrail.core.config import Limits
 from keytrail.core.extract import extract_keys
 from keytrail.core.importers import import_text
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
+from keytrail.projections.keygraph import GraphState, KeyNode
 
 
 def labels(content: str) -> dict[str, str]:
@@ -142,3 +145,97 @@ def test_a_name_stored_decomposed_before_nfc_labels_is_still_found(
     zoe = again.keys[0].key_id
     for query in ("Where is Zo\u00eb?", f"Where is {decomposed}?"):
         assert [k.key_id for k in store.recall(query).keys if k.match == "literal"] == [zoe]
+
+
+@pytest.mark.parametrize(
+    ("content", "concept"),
+    [
+        ("we like café", "café"),
+        ("we like cafe\u0301", "café"),  # decomposed as typed: NFC first, one word
+        ("we like naïve", "naïve"),
+        ("we like über", "über"),
+        ("we like straße", "straße"),  # lowercased, not case-folded to "strasse"
+        ("we like λόγος", "λόγος"),  # its final sigma kept (casefold would make it σ)
+        ("we like привет", "привет"),
+        ("we like हिन्दी", "हिन्दी"),  # vowel signs are marks, not word breaks
+    ],
+)
+def test_a_concept_word_with_non_ascii_letters_is_extracted(content: str, concept: str) -> None:
+    # Only ASCII words could be concepts: "café" or "привет" gave no key at all.
+    assert labels(content) == {concept: "concept"}
+
+
+def test_non_ascii_concepts_keep_the_rules_ascii_ones_follow() -> None:
+    # shorter than four letters: no concept, as "we like tea"
+    assert labels("we like été and мир") == {}
+    # a name's words are not concepts too, and the name keeps its capital
+    assert labels("we like Zürich; zürich is lovely") == {"Zürich": "name", "lovely": "concept"}
+    # the most repeated first, at most four
+    got = labels("café café naïve über привет λόγος straße")
+    assert list(got) == ["café", "привет", "straße", "naïve"]
+    # a script written without spaces has no words to take: not a whole clause as one key
+    assert labels("我喜欢喝咖啡") == {} and labels("東京でラーメンを食べた") == {}
+
+
+def test_a_name_stored_half_composed_by_an_old_log_is_still_found(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    # A log written before labels were NFC-normalised holds a name as it was typed, and a paste
+    # can mix forms: here ë is composed (U+00EB) and Å decomposed (A + U+030A). Neither the NFC
+    # label nor its NFD form is that text, so the key was reached by no lookup, and the same
+    # name remembered again made a second key.
+    mixed, composed = "Zo\u00eb A\u030angstr\u00f6m", "Zo\u00eb \u00c5ngstr\u00f6m"
+    home = tmp_path / "old"
+    make_store(home).close()
+    segment = sorted((home / "log").glob("*.jsonl"))[-1]
+    created = json.loads(segment.read_text().splitlines()[0])
+    content = f"{mixed} studies comets"
+    old_line = {  # as an old version wrote it, without the checksum hand-written lines may omit
+        "type": "memory.remembered",
+        "seq": created["seq"] + 1,
+        "at": created["at"],
+        "v": 1,
+        "memories": [
+            {
+                "memory_id": "m_0123456789ab",
+                "namespace": "default",
+                "content": content,
+                "content_hash": "sha256:" + hashlib.sha256(content.encode()).hexdigest(),
+                "keys": [
+                    {"key_id": "k_0123456789", "label": mixed, "type": "name", "resolution": "new"}
+                ],
+            }
+        ],
+    }
+    with segment.open("a", encoding="utf-8") as log:
+        log.write(json.dumps(old_line, ensure_ascii=False) + "\n")
+    store = make_store(home)
+    assert store.state.labels == {mixed.casefold(): "k_0123456789"}  # the fold is unchanged
+    for asked in (composed, composed.upper(), unicodedata.normalize("NFD", composed), mixed):
+        found = store.state.key_for_label(asked)
+        assert found is not None and found.id == "k_0123456789", asked
+    found_by = [k.key_id for k in store.recall(f"What does {composed} study?").keys]
+    assert "k_0123456789" in found_by
+    again = store.remember(f"{composed} moved to Kiruna", [composed], {composed: "name"})
+    assert [(k.key_id, k.resolution) for k in again.keys] == [("k_0123456789", "existing")]
+    assert len(store.state.keys) == 1
+    # a label added later is found too (the index follows the labels as they grow)
+    store.remember("Ørjan met Zoë", ["Ørjan"], {"Ørjan": "name"})
+    assert store.state.key_for_label("ØRJAN") is not None
+
+
+def test_the_unnormalised_label_index_follows_the_labels_it_was_built_from() -> None:
+    # The index of half-composed labels rides on the state object, built on first need: labels
+    # folded after it was built, and a label dropped (key.unaliased), must show in later lookups.
+    mixed = "Zo\u00eb A\u030angstr\u00f6m"
+    state = GraphState(
+        keys={k: KeyNode(id=k, label=k) for k in ("k_1", "k_2")},
+        labels={"plain": "k_1"},
+    )
+    nfc = unicodedata.normalize("NFC", mixed)
+    assert state.key_for_label(nfc) is None  # builds the (empty) index
+    state.labels[mixed.casefold()] = "k_2"  # as the fold adds a label: at the end
+    assert state.key_for_label(nfc).id == "k_2"  # type: ignore[union-attr]
+    del state.labels[mixed.casefold()]  # as key.unaliased drops one
+    state.labels_dropped += 1
+    assert state.key_for_label(nfc) is None

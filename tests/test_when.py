@@ -147,3 +147,101 @@ def test_an_unknown_time_zone_is_refused_naming_the_variable() -> None:
     with pytest.raises(InvalidInput, match="KEYTRAIL_TIME_ZONE"):
         Settings.from_env({"KEYTRAIL_TIME_ZONE": "Mars/Olympus_Mons"})
     assert Settings.from_env({"KEYTRAIL_TIME_ZONE": "Asia/Tokyo"}).time_zone == "Asia/Tokyo"
+
+
+# A bare year or a month name that is also a word or a name is read only in date context: a
+# preposition of time, last/next/this, a day number, or a month before "of <year>".
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # years in date context
+        ("what happened in 2019?", [("2019-01-01", "2020-01-01")]),
+        ("In 2020 Gina moved to Oslo", [("2020-01-01", "2021-01-01")]),
+        ("in 2021 we moved", [("2021-01-01", "2022-01-01")]),
+        ("before 2020, where did she work?", [("2020-01-01", "2021-01-01")]),
+        ("after 2018 the team grew", [("2018-01-01", "2019-01-01")]),
+        ("until 2017", [("2017-01-01", "2018-01-01")]),
+        ("from 2019 to now", [("2019-01-01", "2020-01-01")]),
+        ("from 2019 to 2021", [("2019-01-01", "2020-01-01"), ("2021-01-01", "2022-01-01")]),
+        ("between 2019 and 2020?", [("2019-01-01", "2020-01-01"), ("2020-01-01", "2021-01-01")]),
+        ("in 2018, 2019 or 2020", [(f"{y}-01-01", f"{y + 1}-01-01") for y in (2018, 2019, 2020)]),
+        ("at the end of 2020", [("2020-01-01", "2021-01-01")]),
+        ("the summer of 2019", [("2019-01-01", "2020-01-01")]),
+        ("What state did Joanna visit in summer 2021?", [("2021-01-01", "2022-01-01")]),
+        ("in mid-2022", [("2022-01-01", "2023-01-01")]),
+        ("March of 2020", [("2020-03-01", "2020-04-01")]),
+        # months in date context
+        ("on 3 March", [("2023-03-03", "2023-03-04")]),
+        ("March 3rd", [("2023-03-03", "2023-03-04")]),
+        ("the 5th of June", [("2023-06-05", "2023-06-06")]),
+        ("in March", [("2023-03-01", "2023-04-01")]),
+        ("since April", [("2023-04-01", "2023-05-01")]),
+        ("until August", [("2023-08-01", "2023-09-01")]),
+        ("in Jan", [("2023-01-01", "2023-02-01")]),
+        ("in Sept", [("2023-09-01", "2023-10-01")]),
+        ("mid-June", [("2023-06-01", "2023-07-01")]),
+        ("at the end of June", [("2023-06-01", "2023-07-01")]),
+        ("from March to July", [("2023-03-01", "2023-04-01"), ("2023-07-01", "2023-08-01")]),
+        ("what did she do in October?", [("2023-10-01", "2023-11-01")]),
+        ("November plans", [("2022-11-01", "2022-12-01")]),  # unambiguous: read bare
+        ("December's party", [("2022-12-01", "2023-01-01")]),
+        # last / next / this, judged from now (20 October 2023)
+        ("last March", [("2023-03-01", "2023-04-01")]),
+        ("last October", [("2022-10-01", "2022-11-01")]),
+        ("last December", [("2022-12-01", "2023-01-01")]),
+        ("next March", [("2024-03-01", "2024-04-01")]),
+        ("next November", [("2023-11-01", "2023-12-01")]),
+        ("this May", [("2023-05-01", "2023-06-01")]),
+        ("this December", [("2023-12-01", "2024-01-01")]),
+        # a count, a measure or an adjective, not a year
+        ("of 2000 people", []),
+        ("in 2000 ways", []),
+        ("in 2000 km", []),
+        ("2000 km", []),
+        ("1999 dollars", []),
+        ("since 1999 dollars were spent", []),
+        ("before 2000 people arrived", []),
+        ("a 2020 census", []),
+        ("the 2020 census", []),
+        ("the 2000 people", []),
+        ("between 2000 and 2500 people", []),
+        ("in 2000 to 2020 ways", []),
+        ("one of 2019", []),
+        # a name or a word, not a month
+        ("of Jan's dog", []),
+        ("a friend of Jan's", []),
+        ("2 of Jan's dogs", []),
+        ("in June's garden", []),
+        ("June's wedding", []),
+        ("May I ask?", []),
+        ("March on!", []),
+        ("a gift from June", []),
+        ("a letter from May", []),
+        ("painted by April", []),
+        ("a friend of August", []),
+        ("April said hi", []),
+        ("August is my cousin", []),
+    ],
+)
+def test_only_dates_in_date_context_are_read(query: str, expected: list[tuple[str, str]]) -> None:
+    assert days(query) == expected
+
+
+def test_a_count_in_a_query_raises_no_memory_of_that_year(tmp_path: Path) -> None:
+    # "a crowd of 2000 people" read "of 2000" as the year 2000 and raised what was told then.
+    clock = Clock(datetime(2023, 5, 10, tzinfo=UTC))
+    store = Store(Settings(home=tmp_path, embedder="hash"), embedder=HashEmbedder(), clock=clock)
+    try:
+        store.remember("The marathon drew a big crowd", ["marathon"], valid_from="2000-06-01")
+        store.remember("The concert drew a big crowd", ["concert"])
+        counted = store.recall_memories(
+            "which event drew a crowd of 2000 people?", hops=0, explain=True, learn=False
+        )
+        dated = store.recall_memories(
+            "which event drew a crowd in 2000?", hops=0, explain=True, learn=False
+        )
+    finally:
+        store.close()
+    assert counted.memories
+    assert all(m.explain and m.explain.date_factor == 1.0 for m in counted.memories)
+    assert any(m.explain and m.explain.date_factor > 1.0 for m in dated.memories)
