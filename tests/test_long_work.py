@@ -4,12 +4,19 @@ operations", for the measured numbers these stand in for)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
-from keytrail.core import RememberItem, Store
+from keytrail.core import HashEmbedder, RememberItem, Store
+from keytrail.core import reembed as projection
 from keytrail.core.decide import Batch
 
 
@@ -48,3 +55,59 @@ def test_a_batch_matches_its_new_concept_labels_against_the_graph_in_one_pass(
     assert (
         len({k.key_id for o in outcomes[:20] for k in o.keys if k.label.startswith("topic")}) == 20
     )
+
+
+class CountingEmbedder(HashEmbedder):
+    """The hashing embedder, counting the texts it is asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> Any:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+def test_a_second_process_building_the_same_projection_waits_for_the_first_instead_of_repeating_it(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    # Two servers (Claude Desktop and Claude Code) opened on a store whose projection is
+    # missing each embedded every text of it: at 100,000 memories 120,019 texts twice, which
+    # with a real model on a laptop is half an hour each, both on the same CPU.
+    home = tmp_path / "store"
+    writer = make_store(home)
+    writer.remember_batch(
+        [RememberItem(f"fact {i} about topic {i}", [f"topic {i}"]) for i in range(40)]
+    )
+    writer.close()
+    shutil.rmtree(home / "cache" / "vectors")
+    first, second = CountingEmbedder(), CountingEmbedder()
+    building, waiting = make_store(home, embedder=first), make_store(home, embedder=second)
+    first.texts = second.texts = 0
+    # The first builder is under way: it holds the build lock.
+    lock = os.open(projection.build_lock_path(building), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    heard: list[tuple[int, int]] = []
+    is_waiting = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        heard.append((done, total))
+        is_waiting.set()
+
+    result: list[projection.Reembedded] = []
+    thread = threading.Thread(target=lambda: result.append(projection.build(waiting, progress)))
+    thread.start()
+    try:
+        assert is_waiting.wait(30), "the second builder never reported while it waited"
+        # Meanwhile the first builds (through the lock it already holds) and lets go.
+        with patch.object(projection, "build_lock_path", lambda store: tmp_path / "elsewhere"):
+            projection.build(building)
+    finally:
+        os.close(lock)
+        thread.join(60)
+    assert not thread.is_alive()
+    assert first.texts == 80  # 40 contents and 40 labels
+    assert second.texts == 0 and result[0].embedded == 0
+    assert heard[-1][0] == heard[-1][1] == 80  # the bar it showed while waiting reached the end
+    assert projection.status(waiting).current
