@@ -86,7 +86,9 @@ def test_a_second_process_building_the_same_projection_waits_for_the_first_inste
     building, waiting = make_store(home, embedder=first), make_store(home, embedder=second)
     first.texts = second.texts = 0
     # The first builder is under way: it holds the build lock.
-    lock = os.open(projection.build_lock_path(building), os.O_RDWR | os.O_CREAT, 0o644)
+    lock_path = projection.build_lock_path(building)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)
     heard: list[tuple[int, int]] = []
     is_waiting = threading.Event()
