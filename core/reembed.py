@@ -125,10 +125,12 @@ def build(store: Store, progress: Progress | None = None, batch: int = BUILD_BAT
     if progress is not None:
         progress(0, total)
 
+    digests = {t: text_hash(t) for t in missing}  # hashed once, not at every look
+
     def still_missing() -> list[str]:
         with store._mutex:
             cache.refresh()  # rows the other builder flushed
-            return [t for t in missing if text_hash(t) not in cache]
+            return [t for t in missing if digests[t] not in cache]
 
     def waited() -> None:
         if progress is not None:
@@ -145,9 +147,9 @@ def build(store: Store, progress: Progress | None = None, batch: int = BUILD_BAT
             with store._mutex:
                 # A text forgotten since the list was made must not be cached after its purge.
                 gone = {digest for _, digest in store.forgets_folded[forgets_seen:]}
-                digests = [text_hash(t) for t in chunk]
-                kept = [i for i, digest in enumerate(digests) if digest not in gone]
-                cache.put_many([digests[i] for i in kept], vectors[kept])
+                rows = [digests[t] for t in chunk]
+                kept = [i for i, digest in enumerate(rows) if digest not in gone]
+                cache.put_many([rows[i] for i in kept], vectors[kept])
                 store.save_vectors()
             if progress is not None:
                 progress(done + start + len(chunk), total)
