@@ -14,6 +14,7 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
+from test_cli import kt
 
 from keytrail.core import HashEmbedder, RememberItem, Store
 from keytrail.core import reembed as projection
@@ -113,3 +114,24 @@ def test_a_second_process_building_the_same_projection_waits_for_the_first_inste
     assert second.texts == 0 and result[0].embedded == 0
     assert heard[-1][0] == heard[-1][1] == 80  # the bar it showed while waiting reached the end
     assert projection.status(waiting).current
+
+
+def test_building_the_text_index_reports_progress(store: Store, tmp_path: Path) -> None:
+    # `keytrail rebuild` spent 7-14 s at 100,000 memories indexing text after its last bar
+    # reached 100%, printing nothing.
+    store.remember_batch([RememberItem(f"note {i} on tea", [f"tea {i}"]) for i in range(30)])
+    store.text.remove()
+    heard: list[tuple[int, int]] = []
+    assert store.index_text(progress=lambda done, total: heard.append((done, total))) == 30
+    assert heard[0] == (0, 30) and heard[-1] == (30, 30)
+    assert [d for d, _ in heard] == sorted(d for d, _ in heard)
+    heard.clear()
+    store.index_text(progress=lambda done, total: heard.append((done, total)))
+    assert heard in ([], [(0, 0)])  # nothing to index: nothing, or an empty bar at once
+
+
+def test_rebuild_shows_a_bar_while_it_indexes_text(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    kt(home, "remember", "Alice likes tea", "-n", "Alice", "-k", "tea")
+    err = kt(home, "rebuild").stderr
+    assert "index" in err.splitlines()[-1] and err.splitlines()[-1].endswith("100%")
