@@ -263,7 +263,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             embed_bar(start + EMBED_BATCH, len(contents))
         embed_bar.finish()
         store.save_vectors()  # under the log lock, like every other process's appends
-        indexed = store.index_text()
+        index_bar = ProgressBar("index text")
+        indexed = store.index_text(index_bar)
+        index_bar.finish()
         print(
             f"rebuilt {store.home}: {store.state.seq} events, {len(store.state.memories)} "
             f"memories, {len(store.state.keys)} keys, {len(labels)} label vectors, "
