@@ -23,6 +23,8 @@ from keytrail.core import HashEmbedder, RememberItem, Settings, Store
 from keytrail.core import reembed as projection
 from keytrail.core.decide import Batch
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+from keytrail.events.log import Appender
+from keytrail.server import cli
 from keytrail.server.mcp_server import build_server
 
 
@@ -225,3 +227,40 @@ def test_history_of_a_much_read_memory_is_bounded(store: Store) -> None:
         store.read_memory(memory)
     answer = mcp_answer(store, "history", {"memory_id": memory})
     assert len(answer["events"]) <= page
+
+
+def test_an_interrupted_import_leaves_no_partial_store(
+    make_store: Callable[..., Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C 10 s into importing a 102,020-event export left a store of 47,534 events that
+    # verify called ok and a second import refused ("already holds 47534 events"): a backup
+    # restored by half, with nothing to say so.
+    source = make_store(tmp_path / "source")
+    for start in range(0, 60, 20):
+        source.remember_batch(
+            [RememberItem(f"fact {i}", [f"topic {i}"]) for i in range(start, start + 20)]
+        )
+    export = tmp_path / "export.jsonl"
+    kt(source.home, "export", "--output", str(export))
+    home = tmp_path / "restored"
+    monkeypatch.setenv("KEYTRAIL_HOME", str(home))
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    appended = [0]
+    real_append = Appender.append
+
+    def interrupted(self: Appender, event: Any) -> Any:
+        appended[0] += 1
+        if appended[0] == 3:
+            raise KeyboardInterrupt
+        return real_append(self, event)
+
+    monkeypatch.setattr(Appender, "append", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["import", str(export)])
+    monkeypatch.undo()
+    # Nothing of it is a store; importing again restores it whole.
+    assert not list((home / "log").glob("*.jsonl"))
+    kt(home, "import", str(export))
+    assert kt(home, "stats", "--json").stdout == kt(source.home, "stats", "--json").stdout.replace(
+        str(source.home), str(home)
+    )
