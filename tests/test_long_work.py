@@ -264,3 +264,15 @@ def test_an_interrupted_import_leaves_no_partial_store(
     assert kt(home, "stats", "--json").stdout == kt(source.home, "stats", "--json").stdout.replace(
         str(source.home), str(home)
     )
+
+
+def test_import_shows_a_bar_while_it_checks_the_export(store: Store, tmp_path: Path) -> None:
+    # Decoding and folding a 102,020-event export before writing took 4.4 s with nothing shown.
+    store.remember("Alice likes tea", ["tea"])
+    export = tmp_path / "export.jsonl"
+    kt(store.home, "export", "--output", str(export))
+    lines = kt(tmp_path / "copy", "import", str(export)).stderr.splitlines()
+    checked = [i for i, line in enumerate(lines) if line.startswith("check export")]
+    imported = [i for i, line in enumerate(lines) if line.startswith("import:")]
+    assert checked and imported and checked[-1] < imported[0]
+    assert lines[checked[-1]].endswith("100%")
