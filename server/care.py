@@ -370,11 +370,17 @@ def _consumed(log: EventLog, total: int) -> int:
     return total
 
 
-def read_export(source: TextIO, label: str) -> list[AnyEvent]:
-    """Decode and check an export: gap-free from seq 1, starting with store.created, foldable."""
+def read_export(
+    source: TextIO, label: str, progress: Callable[[int, int], None] | None = None, lines: int = 0
+) -> list[AnyEvent]:
+    """Decode and check an export: gap-free from seq 1, starting with store.created, foldable.
+
+    `progress(done, lines)` hears how many of its `lines` lines are checked."""
     events: list[AnyEvent] = []
     state = GraphState()
     for number, raw in enumerate(source, 1):
+        if progress is not None and number % 1000 == 0:
+            progress(number, lines)
         line = raw.strip()
         if not line:
             continue
@@ -454,7 +460,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         for note in report.skipped:
             print(f"  note: {note}", file=sys.stderr)
         return 0
-    events = read_export(io.StringIO(text), label)
+    check_bar = ProgressBar("check export")
+    events = read_export(io.StringIO(text), label, check_bar, text.count("\n"))
+    check_bar.finish()
     log = EventLog(home)
     try:
         with log.lock() as app:
