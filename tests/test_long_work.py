@@ -24,7 +24,7 @@ from keytrail.core import reembed as projection
 from keytrail.core.decide import Batch
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.events.log import Appender
-from keytrail.server import cli
+from keytrail.server import cli, mcp_server
 from keytrail.server.mcp_server import build_server
 
 
@@ -276,3 +276,31 @@ def test_import_shows_a_bar_while_it_checks_the_export(store: Store, tmp_path: P
     imported = [i for i, line in enumerate(lines) if line.startswith("import:")]
     assert checked and imported and checked[-1] < imported[0]
     assert lines[checked[-1]].endswith("100%")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="serve builds a missing or stale embedding projection before it answers initialize: "
+    "12.9 s at 100,000 memories with the hashing model, about 35 min with all-MiniLM-L6-v2 on "
+    "2 cores, and the client sees no progress (only the server's stderr log). Serving first and "
+    "building in the background needs the tools to answer meanwhile; see BENCHMARKS.md",
+)
+def test_serve_answers_before_a_missing_projection_is_built(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.remember("Alice likes tea", ["tea"])
+    store.close()
+    shutil.rmtree(store.home / "cache" / "vectors")
+    order: list[str] = []
+    real_build = projection.build
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        order.append("build")
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(projection, "build", build)
+    monkeypatch.setattr(mcp_server, "run_stdio", lambda served: order.append("serve"))
+    monkeypatch.setenv("KEYTRAIL_HOME", str(store.home))
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    assert cli.main(["serve"]) == 0
+    assert order[0] == "serve"
