@@ -304,3 +304,31 @@ def test_serve_answers_before_a_missing_projection_is_built(
     monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
     assert cli.main(["serve"]) == 0
     assert order[0] == "serve"
+
+
+def test_the_first_recall_memories_reports_progress_while_it_builds_the_text_index(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the index missing (a deleted cache, a big import by another process) the first
+    # recall_memories took 13.6 s at 100,000 memories with no word to the client.
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")
+    store.remember_batch([RememberItem(f"note {i} on green tea", [f"tea {i}"]) for i in range(30)])
+    store.text.remove()
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append((done, total, message))
+
+    async def recall() -> None:
+        async with Client(build_server(store)) as client:
+            result = await client.call_tool(
+                "recall_memories", {"query": "green tea"}, progress_callback=on_progress
+            )
+            assert not result.is_error, result.content
+            assert result.structured_content["memories"]
+
+    anyio.run(recall)
+    assert heard[0][:2] == (0, 30) and heard[-1][:2] == (30, 30)
+    heard.clear()
+    anyio.run(recall)
+    assert heard == []  # the index is current: nothing to report
