@@ -642,6 +642,13 @@ class HybridQueries:
             self.refresh()
             return len(self.text_index(progress).committed()[1])
 
+    def catch_up_text_index(self, progress: IndexProgress | None = None) -> None:
+        """Catch the text index up with the log now, telling `progress(done, total)` about the
+        memories it writes (a query catching up itself reports nothing); cheap when current."""
+        with self._mutex:
+            self.refresh()
+            self.text_index(progress)
+
     def text_index(self, progress: IndexProgress | None = None) -> TextIndex:
         """The text index, caught up with the state (call holding the mutex)."""
         index = self.text
