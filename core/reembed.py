@@ -78,10 +78,11 @@ def needed_texts(store: Store) -> list[str]:
 
 
 def build_lock_path(store: Store) -> Path:
-    """The file a builder of the store's projection for its model holds a flock on."""
+    """The file a builder of the store's projection for its model holds a flock on: beside
+    cache/vectors/, whose entries are each a model's cache folder (tools and tests list them)."""
     folder = store.vectors.dir
     assert folder is not None  # a store's cache always lives under its home
-    return folder.with_name(folder.name + ".building")
+    return store.home / "cache" / "building" / f"{folder.name}.lock"
 
 
 @contextmanager
