@@ -123,6 +123,7 @@ class Batch:
         self.new_keys: dict[str, KeyLink] = {}  # folded label -> link of a key new in this batch
         self.new_key_vectors: list[tuple[str, Matrix]] = []
         self._graph_best: dict[str, tuple[str, float]] = {}
+        self._matched: set[str] = set()  # folded labels already looked up in _graph_best
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
 
     def new_memory_id(self) -> str:
@@ -142,23 +143,32 @@ class Batch:
         node = self.state.memories.get(memory_id)
         return (node is not None and node.status != "forgotten") or memory_id in self.new_memories
 
+    def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
+        """Find the closest concept key of the graph for every concept label that may become
+        an alias, in one matrix product over all key labels (read whole: ~8 ms at 20,000
+        labels). A batch calls this with every item's labels before deciding any, so its
+        decisions, made holding the appenders' lock, read the matrix once, not once per item.
+        The graph does not change while a command decides, so the answers hold for all items.
+        """
+        labels: dict[str, str] = {}
+        for spec in specs:
+            folded = spec.label.casefold()
+            if (
+                spec.type == "concept"
+                and folded not in self._matched
+                and folded not in self.new_keys
+                and self.state.key_for_label(spec.label) is None
+            ):
+                labels.setdefault(folded, spec.label)
+        self._matched.update(labels)
+        self._graph_best.update(self._closest_in_graph(list(labels.values())))
+
     def resolve_keys(self, specs: list[check.KeySpec]) -> tuple[list[KeyLink], list[KeyOutcome]]:
         links: list[KeyLink] = []
         outcomes: list[KeyOutcome] = []
         initial = self.state.rules.link_initial
         seen: set[str] = set()
-        # One matrix product for every label that may become an alias, not one per label.
-        self._graph_best.update(
-            self._closest_in_graph(
-                [
-                    s.label
-                    for s in specs
-                    if s.type == "concept"
-                    and self.state.key_for_label(s.label) is None
-                    and s.label.casefold() not in self.new_keys
-                ]
-            )
-        )
+        self.match_labels(specs)  # nothing left to match when the batch matched them all first
         for spec in specs:
             folded = spec.label.casefold()
             existing = self.state.key_for_label(spec.label)

@@ -61,7 +61,7 @@ import numpy as np
 
 from keytrail.events import InvalidInput, LinkDelta, LinksAdjusted
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
-from keytrail.projections.text import IndexAhead
+from keytrail.projections.text import IndexAhead, IndexProgress
 
 from . import validation as check
 from .config import MAX_HOPS, zone_info
@@ -634,14 +634,22 @@ class HybridQueries:
             order = self._session_order = SessionOrder()
         return order.catch_up(self.state)
 
-    def index_text(self) -> int:
+    def index_text(self, progress: IndexProgress | None = None) -> int:
         """Bring the text index up to date now (searches otherwise do it when first needed).
-        Returns how many memories it holds."""
+        Returns how many memories it holds. `progress(done, total)` hears how many of the
+        memories to index are written (nothing when there is nothing to index)."""
         with self._mutex:
             self.refresh()
-            return len(self.text_index().committed()[1])
+            return len(self.text_index(progress).committed()[1])
 
-    def text_index(self) -> TextIndex:
+    def catch_up_text_index(self, progress: IndexProgress | None = None) -> None:
+        """Catch the text index up with the log now, telling `progress(done, total)` about the
+        memories it writes (a query catching up itself reports nothing); cheap when current."""
+        with self._mutex:
+            self.refresh()
+            self.text_index(progress)
+
+    def text_index(self, progress: IndexProgress | None = None) -> TextIndex:
         """The text index, caught up with the state (call holding the mutex)."""
         index = self.text
         index._open()
@@ -664,16 +672,16 @@ class HybridQueries:
             else:
                 forgotten = self._forgotten_unindexed
             try:
-                index.sync(self.state, forgotten)
+                index.sync(self.state, forgotten, progress)
             except IndexAhead:
                 # Another process indexed events we have not folded yet: catch up and sync
                 # again. Still ahead after that means the log is older than the index (a
                 # restored store).
                 self.refresh()
                 try:
-                    index.sync(self.state, forgotten)
+                    index.sync(self.state, forgotten, progress)
                 except IndexAhead:
-                    index.rebuild(self.state)
+                    index.rebuild(self.state, progress)
             self._forgotten_unindexed = []
         return index
 

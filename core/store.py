@@ -763,6 +763,7 @@ class Store(Queries, HybridQueries):
     ) -> list[Remembered]:
         """Decide each item in turn; `vectors` starts with one row per item's content."""
         batch = Batch(self)
+        batch.match_labels(k for item in checked for k in item.keys)
         news: list[NewMemory] = []
         outcomes: list[Remembered] = []
         for i, item in enumerate(checked):

@@ -26,7 +26,7 @@ import fcntl
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,10 @@ from .keygraph import GraphState, MemoryNode
 
 #: 2: the keys field holds only labels the content does not already contain
 SCHEMA_VERSION = 2
+#: Called with (memories indexed so far, memories to index) while an index is written.
+IndexProgress = Callable[[int, int], None]
+#: Documents between two progress reports.
+PROGRESS_EVERY = 2000
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: Query words the BM25 path ignores (they match nearly every memory and carry no meaning).
 _STOPWORDS_WORDS = """
@@ -218,7 +222,12 @@ class TextIndex:
 
     # -- catching up -----------------------------------------------------------------------
 
-    def sync(self, state: GraphState, forgotten: Iterable[str] = ()) -> int:
+    def sync(
+        self,
+        state: GraphState,
+        forgotten: Iterable[str] = (),
+        progress: IndexProgress | None = None,
+    ) -> int:
         """Index every memory created after the index's seq, delete `forgotten`; commit.
 
         `forgotten` are memories forgotten since the index's seq (the caller observed the
@@ -238,7 +247,7 @@ class TextIndex:
                 raise IndexAhead(self.seq, state.seq)
             if state.seq == self.seq and not forgotten:
                 return 0  # another process indexed what we came to index
-            return self._add(index, state, forgotten)
+            return self._add(index, state, forgotten, progress)
 
     def _current(self) -> tantivy.Index:
         """The committed index as other processes left it (call holding the lock)."""
@@ -254,7 +263,13 @@ class TextIndex:
         self._index = None
         return self._open()
 
-    def _add(self, index: tantivy.Index, state: GraphState, forgotten: list[str]) -> int:
+    def _add(
+        self,
+        index: tantivy.Index,
+        state: GraphState,
+        forgotten: list[str],
+        progress: IndexProgress | None = None,
+    ) -> int:
         fresh: list[MemoryNode] = []
         for node in reversed(state.memories.values()):  # newest first: stop at the indexed ones
             if node.created_seq <= self.seq:
@@ -265,11 +280,16 @@ class TextIndex:
             # lags, so the next open walks back over these events again, finding nothing.
             self.seq = state.seq
             return 0
+        total = len(fresh)
+        if progress is not None:
+            progress(0, total)
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
-            for node in reversed(fresh):
+            for done, node in enumerate(reversed(fresh), 1):
                 writer.delete_documents_by_term("memory_id", node.id)
                 if node.status != "forgotten":
                     writer.add_document(self._doc(node, state))
+                if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
+                    progress(done, total)
             for memory_id in forgotten:
                 writer.delete_documents_by_term("memory_id", memory_id)
             writer.delete_documents_by_term("kind", "meta")
@@ -277,23 +297,37 @@ class TextIndex:
             writer.commit()
         index.reload()
         self.seq = state.seq
+        if progress is not None:
+            progress(total, total)
         return len(fresh)
 
-    def rebuild(self, state: GraphState) -> int:
+    def rebuild(self, state: GraphState, progress: IndexProgress | None = None) -> int:
         """Index every memory that is not forgotten from scratch, then swap the index in."""
         nodes = [n for n in state.memories.values() if n.status != "forgotten"]
         with self.exclusive():
-            self._swap_in([self._doc(n, state) for n in nodes], state.seq)
+            self._swap_in((self._doc(n, state) for n in nodes), state.seq, len(nodes), progress)
+        if progress is not None:
+            progress(len(nodes), len(nodes))
         return len(nodes)
 
-    def _swap_in(self, docs: Sequence[tantivy.Document], seq: int) -> None:
+    def _swap_in(
+        self,
+        docs: Iterable[tantivy.Document],
+        seq: int,
+        total: int = 0,
+        progress: IndexProgress | None = None,
+    ) -> None:
         """Write a fresh index beside the live one and rename it into place (holding the lock)."""
         new, old = self._sibling("new"), self._sibling("old")
         shutil.rmtree(new, ignore_errors=True)
         index = self._create(new)
+        if progress is not None:
+            progress(0, total)
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
-            for doc in docs:
+            for done, doc in enumerate(docs, 1):
                 writer.add_document(doc)
+                if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
+                    progress(done, total)
             writer.add_document(self._meta_doc(seq))
             writer.commit()
         self._index = None

@@ -6,6 +6,7 @@ They read the log directly, so `log`, `verify` and `export` need no embedder and
 import argparse
 import io
 import os
+import shutil
 import stat
 import sys
 import threading
@@ -263,7 +264,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             embed_bar(start + EMBED_BATCH, len(contents))
         embed_bar.finish()
         store.save_vectors()  # under the log lock, like every other process's appends
-        indexed = store.index_text()
+        index_bar = ProgressBar("index text")
+        indexed = store.index_text(index_bar)
+        index_bar.finish()
         print(
             f"rebuilt {store.home}: {store.state.seq} events, {len(store.state.memories)} "
             f"memories, {len(store.state.keys)} keys, {len(labels)} label vectors, "
@@ -367,11 +370,17 @@ def _consumed(log: EventLog, total: int) -> int:
     return total
 
 
-def read_export(source: TextIO, label: str) -> list[AnyEvent]:
-    """Decode and check an export: gap-free from seq 1, starting with store.created, foldable."""
+def read_export(
+    source: TextIO, label: str, progress: Callable[[int, int], None] | None = None, lines: int = 0
+) -> list[AnyEvent]:
+    """Decode and check an export: gap-free from seq 1, starting with store.created, foldable.
+
+    `progress(done, lines)` hears how many of its `lines` lines are checked."""
     events: list[AnyEvent] = []
     state = GraphState()
     for number, raw in enumerate(source, 1):
+        if progress is not None and number % 1000 == 0:
+            progress(number, lines)
         line = raw.strip()
         if not line:
             continue
@@ -451,22 +460,69 @@ def cmd_import(args: argparse.Namespace) -> int:
         for note in report.skipped:
             print(f"  note: {note}", file=sys.stderr)
         return 0
-    events = read_export(io.StringIO(text), label)
+    check_bar = ProgressBar("check export")
+    events = read_export(io.StringIO(text), label, check_bar, text.count("\n"))
+    check_bar.finish()
     log = EventLog(home)
-    bar = ProgressBar("import")
-    with log.lock() as app:
-        if app.pending or log.position.seq:
-            raise InvalidInput(
-                "--home",
-                f"{home} already holds {log.position.seq} events; import needs an empty store",
-            )
-        for i, event in enumerate(events, 1):
-            # Keep the original record time: expiries, time decay and as-of reads are
-            # absolute times computed from it. seq is re-stamped and comes out the same.
-            app.at = event.at
-            app.append(event)
-            if i % 200 == 0:
-                bar(i, len(events))
-    bar.finish()
+    try:
+        with log.lock() as app:
+            _require_empty(log, app.pending, home)
+        # Written beside the store and moved into place whole: an import cut short (Ctrl-C, a
+        # full disk) must not leave a store of its first half, which would look sound.
+        staging = home / IMPORT_STAGING
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            _write_staged(staging, events)
+            with log.lock() as app:
+                # A process that made the store meanwhile keeps it; this import is refused.
+                _require_empty(log, app.pending, home)
+                try:
+                    os.rename(staging / "log", log.dir)  # over the empty log folder, atomically
+                except OSError as exc:
+                    raise InvalidInput(
+                        "--home", f"cannot move the import into {log.dir}: {exc.strerror}"
+                    ) from None
+                _fsync_dir(home)  # the rename itself must survive a crash
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        log.close()
     print(f"imported {len(events)} events into {home}", file=sys.stderr)
     return 0
+
+
+#: Where an import writes its log before it is moved into the store (removed after).
+IMPORT_STAGING = "import.partial"
+
+
+def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
+    if pending or log.position.seq:
+        raise InvalidInput(
+            "--home",
+            f"{home} already holds {log.position.seq} events; import needs an empty store",
+        )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_staged(staging: Path, events: list[AnyEvent]) -> None:
+    bar = ProgressBar("import")
+    staged = EventLog(staging)
+    try:
+        with staged.lock() as app:
+            for i, event in enumerate(events, 1):
+                # Keep the original record time: expiries, time decay and as-of reads are
+                # absolute times computed from it. seq is re-stamped and comes out the same.
+                app.at = event.at
+                app.append(event)
+                if i % 200 == 0:
+                    bar(i, len(events))
+    finally:
+        staged.close()
+    bar.finish()

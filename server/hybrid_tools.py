@@ -8,7 +8,7 @@ Key -> Memory walk the usage prompt teaches.
 import os
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
@@ -17,7 +17,7 @@ from keytrail.core.config import MAX_HOPS
 from keytrail.core.hybrid import MemoryRecall
 
 from .hybrid_cli import ENABLE_VARIABLE
-from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _reply
+from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _progress_of, _reply
 from .time_tools import AsOf
 
 _OFF = ("", "0", "false", "no", "off")
@@ -49,6 +49,7 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         query: Annotated[
             Query, Field(description="What you want to remember: the user's words, names.")
         ],
+        ctx: Context,
         top_k: Annotated[
             int, Field(ge=1, le=LIMITS.top_k, description="Most memories to return.")
         ] = 10,
@@ -77,6 +78,11 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         Example: recall_memories(query="When does Mia start school?", top_k=5) ->
         {"memories": [{"memory_id": "m_..", "content": "Mia starts school in ...", "score": 0.9}]}
         """
-        return _reply(
-            lambda: store.recall_memories(query, top_k, namespace, hops, explain, as_of=as_of)
-        )
+        indexing = _progress_of(ctx, "indexing text")
+
+        def answer() -> MemoryRecall:
+            # A missing or far-behind index is built first, with progress the client can see.
+            store.catch_up_text_index(indexing)
+            return store.recall_memories(query, top_k, namespace, hops, explain, as_of=as_of)
+
+        return _reply(answer)

@@ -204,7 +204,12 @@ def _reply(call: Callable[[], Any]) -> CallToolResult:
 
 def _progress_of(ctx: Context, message: str) -> Callable[[int, int], None]:
     """A `progress(done, total)` for core work running in the SDK's worker thread: each call
-    sends notifications/progress through the event loop (a no-op unless the client asked)."""
+    sends notifications/progress through the event loop (a no-op unless the client asked, or
+    when the tool is called outside a client's request, e.g. `server.call_tool` directly)."""
+    try:
+        _ = ctx.request_context  # raises outside a request
+    except ValueError:
+        return lambda done, total: None
 
     def report(done: int, total: int) -> None:
         anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, message))
