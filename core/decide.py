@@ -140,8 +140,11 @@ class Batch:
                 return ident
 
     def memory_exists(self, memory_id: str) -> bool:
+        """Whether `related_to` may name it: any version a read by id finds (not a forgotten or
+        a deleted one), or a memory earlier in this batch."""
         node = self.state.memories.get(memory_id)
-        return (node is not None and node.status != "forgotten") or memory_id in self.new_memories
+        found = node is not None and node.status not in ("forgotten", "deleted")
+        return found or memory_id in self.new_memories
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
         """Find the closest concept key of the graph for every concept label that may become

@@ -173,8 +173,8 @@ def purge(
 def content_in_log(log: EventLog, memory_id: str, created_seq: int) -> str | None:
     """The content the log line that created a memory still holds (None once redacted).
 
-    A memory deleted as a knowledge-graph observation is folded as forgotten with its content
-    emptied, but its line keeps the text until a forget redacts it.
+    A forget redacts that line, so text there for a forgotten memory means a redaction undone
+    (a segment put back from a backup): verify reports it, and a forget erases it again.
     """
     name = _segment_of(log, created_seq)
     if name is None:

@@ -133,6 +133,8 @@ class Changes:
     read_most: list[ReadCount]
     expired: list[str]
     forgotten: list[str]
+    #: knowledge-graph observations deleted (hidden now, their text kept as history)
+    deleted: list[str]
     keys_merged: list[Merge]
 
 
@@ -451,7 +453,8 @@ def changes(
     top: int = 10,
 ) -> Changes:
     """What happened between two points (seqs or ISO-8601 times; default: the whole log):
-    memories added, corrected, read most, expired and forgotten, and keys merged."""
+    memories added, corrected, read most, expired, forgotten and deleted (knowledge-graph
+    observations), and keys merged."""
     namespace = check.optional_namespace(namespace)
     top = check.count("top", top, 1, 1000)
     with store._mutex:
@@ -481,6 +484,7 @@ def changes(
         reads: Counter[str] = Counter()
         expired: list[str] = []
         forgotten: list[str] = []
+        deleted: list[str] = []
         merged: list[Merge] = []
         log = EventLog(store.home, segment_bytes=store.settings.segment_bytes)
         since_seq, since_at = _seek_near(store, log, low)
@@ -519,15 +523,15 @@ def changes(
             elif isinstance(event, MemoryForgotten) and in_ns(event.memory_id):
                 forgotten.append(event.memory_id)
             # The knowledge graph's observations are memories too: made with their entities
-            # or by an import, and removed (status forgotten) by its deletes.
+            # or by an import, and hidden (status deleted, text kept) by its deletes.
             elif isinstance(event, EntitiesCreated):
                 added += [m.memory_id for m in event.observations if in_ns(m.memory_id)]
             elif isinstance(event, GraphImported):
                 added += [i.memory.memory_id for i in event.memories if in_ns(i.memory.memory_id)]
             elif isinstance(event, ObservationsDeleted):
-                forgotten += [m for m in event.memory_ids if in_ns(m)]
+                deleted += [m for m in event.memory_ids if in_ns(m)]
             elif isinstance(event, EntitiesDeleted):
-                forgotten += [m for m in event.forgotten if in_ns(m)]
+                deleted += [m for m in event.forgotten if in_ns(m)]
             elif isinstance(event, KeyAliased) and namespace is None:
                 merged.append(
                     Merge(
@@ -549,7 +553,8 @@ def changes(
             corrected=corrected,
             read_most=[ReadCount(m, n) for m, n in reads.most_common(top)],
             expired=expired,
-            forgotten=list(dict.fromkeys(forgotten)),  # a deleted observation, then forgotten
+            forgotten=forgotten,
+            deleted=deleted,
             keys_merged=merged,
         )
 

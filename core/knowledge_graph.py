@@ -169,7 +169,8 @@ def observation_nodes(
 ) -> list[MemoryNode]:
     """The current memories of `namespace` linked to the entity's key, oldest first.
 
-    Empty content marks a memory forgotten since (a past state holds it, blanked): left out.
+    Empty content marks a memory forgotten since (a past state holds it, blanked): left out. A
+    memory deleted since is current in a past state, content and all, so the past shows it.
     """
     memories = state.memories
     return [
@@ -532,8 +533,8 @@ class KnowledgeGraph:
             for key in found.values():
                 for mid in key.links:
                     node = state.memories[mid]
-                    if node.namespace != namespace or node.status == "forgotten":
-                        continue
+                    if node.namespace != namespace or node.status in ("forgotten", "deleted"):
+                        continue  # gone already: nothing to delete again
                     if all(k in found for k in node.keys):
                         forgotten[mid] = None
                     else:
@@ -594,7 +595,8 @@ class KnowledgeGraph:
                         doomed.setdefault(node.id, {})[key.id] = None
                         texts[node.content] = None
             # An observation shared with an entity it is not deleted from stays that entity's:
-            # only the links to the entities named go. Otherwise the memory is forgotten.
+            # only the links to the entities named go. Otherwise the memory is deleted (the
+            # event names it in `memory_ids`; its text stays history until a forget).
             forgotten: list[str] = []
             unlinked: list[KeyMemory] = []
             for mid, from_keys in doomed.items():

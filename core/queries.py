@@ -56,10 +56,12 @@ _WORD = re.compile(r"\w+(?:['’]\w+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 PREVIEW_CHARS = 120
+#: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
+DELETED = "it was deleted from the knowledge graph"
 
 
 def visible(node: MemoryNode, now: datetime) -> bool:
-    """Current (not superseded, forgotten or expired) at `now`."""
+    """Current (not superseded, forgotten, deleted or expired) at `now`."""
     return node.current() and (node.expires_at is None or node.expires_at > now)
 
 
@@ -540,6 +542,8 @@ class Queries:
                 raise self._missing("memory_id", "memory", memory_id)
             if self._forgotten(node):
                 raise NotFound("memory_id", "memory", memory_id)
+            if node.status == "deleted":
+                raise NotFound("memory_id", "memory", memory_id, DELETED)
             now = self.clock()
             memories, keys = self.state.memories, self.state.keys
 
@@ -644,11 +648,13 @@ class Queries:
             ):
                 return replace(cached.stats, log_bytes=log_bytes)
             namespaces: dict[str, int] = {}
-            superseded = expired = forgotten = 0
+            superseded = expired = forgotten = deleted = 0
             until = _NEVER
             for n in state.memories.values():
                 if self._forgotten(n):
                     forgotten += 1
+                elif n.status == "deleted":
+                    deleted += 1
                 elif n.status == "expired" or (n.expires_at is not None and n.expires_at <= now):
                     expired += 1
                 elif n.superseded_by is not None:
@@ -667,6 +673,7 @@ class Queries:
                 superseded=superseded,
                 expired=expired,
                 forgotten=forgotten,
+                deleted=deleted,
                 keys=len(state.keys),
                 links=sum(len(k.links) for k in state.keys.values()),
                 hubs=hubs,

@@ -180,6 +180,8 @@ class Stats:
     superseded: int
     expired: int
     forgotten: int
+    #: knowledge-graph observations deleted (hidden now; reads as of before the delete show them)
+    deleted: int
     keys: int
     links: int
     hubs: int

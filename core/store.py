@@ -60,7 +60,7 @@ from .embedders import Embedder, make_embedder
 from .extract import extract_keys
 from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
-from .queries import Queries
+from .queries import DELETED, Queries
 from .results import (
     Corrected,
     Expired,
@@ -174,7 +174,7 @@ class Store(Queries, HybridQueries):
         self._pending_purge = str(forgetting.pending_path(self.home))  # checked on every write
         #: (memory id, text_hash of its content) of every forget folded since open, in order:
         #: work that read contents before a forget (past states, a reembed) checks it. The
-        #: hash is "" for a memory whose content was already hidden (a deleted observation).
+        #: hash is "" for a memory whose content the state no longer held.
         self.forgets_folded: list[tuple[str, str]] = []
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
@@ -480,8 +480,8 @@ class Store(Queries, HybridQueries):
                 # the memory on its next catch-up.
                 node = self.state.memories.get(event.memory_id)
                 if node is not None:
-                    # A memory deleted as an observation has no content here any more, but its
-                    # log line, and so past states, held it until now: note it all the same.
+                    # A memory deleted as an observation still holds its content here (status
+                    # "deleted"), as its log line and past states do until now.
                     digest = text_hash(node.content) if node.content else ""
                     if digest:
                         self._forgotten_digests.add(digest)
@@ -941,10 +941,12 @@ class Store(Queries, HybridQueries):
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
         def content(node: MemoryNode) -> str | None:
-            """What there is to erase of `node`: its content, or None if nothing is left."""
+            """What there is to erase of `node`: its content (a knowledge-graph delete keeps
+            it, hidden), or None if nothing is left."""
             if node.status != "forgotten":
                 return node.content
-            # Deleted as an observation: hidden, but its log line still holds the text.
+            # Forgotten, yet its line may hold the text again (a segment put back from a
+            # backup, which verify reports): erased again.
             return forgetting.content_in_log(self.log, node.id, node.created_seq)
 
         def decide(app: Appender) -> Forgotten:
@@ -1050,6 +1052,8 @@ class Store(Queries, HybridQueries):
         node = self.state.memories.get(memory_id)
         if node is None or node.status == "forgotten":
             raise NotFound(field, "memory", memory_id)
+        if node.status == "deleted":
+            raise NotFound(field, "memory", memory_id, DELETED)
         if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):
             raise NotFound(field, "memory", memory_id, "it has expired")
         return node
@@ -1057,11 +1061,11 @@ class Store(Queries, HybridQueries):
     def _current_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
         node = self._visible_memory(field, memory_id, now)
         newer = self.state.memories.get(node.superseded_by) if node.superseded_by else None
-        if newer is not None and newer.status == "forgotten":
+        if newer is not None and newer.status in ("forgotten", "deleted"):
             # A version has one successor, so the chain cannot fork here: the fact is told anew.
             raise InvalidInput(
                 field,
-                f"memory {memory_id!r} was replaced by {newer.id!r}, which was forgotten; "
+                f"memory {memory_id!r} was replaced by {newer.id!r}, which was {newer.status}; "
                 "remember the fact again",
                 value=memory_id,
             )

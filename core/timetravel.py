@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import Queries, valid_at_time, visible
+from .queries import DELETED, Queries, valid_at_time, visible
 from .results import MemoryView
 
 if TYPE_CHECKING:
@@ -232,7 +232,9 @@ class TimeView(Queries):
         forgotten_by: GraphState | None = None,
     ) -> None:
         """`forgotten_by`: the state whose forgets hold in this view too (default: the store's
-        present state, so that a memory forgotten since is hidden from the past as well)."""
+        present state, so that a memory forgotten since is hidden from the past as well). Only
+        forgets: a knowledge-graph delete since hides nothing here, since the deleted text is
+        history, kept in the log and the state."""
         self._store = store
         self._present = present
         self.state = state
@@ -253,6 +255,8 @@ class TimeView(Queries):
         return not self._forgotten(node) and self._shown_then(node, now)
 
     def _forgotten(self, node: MemoryNode) -> bool:
+        # Forgotten then or since. A memory deleted since (status "deleted" now) is not: the
+        # past shows it as it was.
         if node.status == "forgotten":
             return True
         later = self._forgotten_by.memories.get(node.id)
@@ -321,6 +325,8 @@ class TimeView(Queries):
                 raise self._missing("memory_id", "memory", memory_id)
             if self._forgotten(node):
                 raise NotFound("memory_id", "memory", memory_id, "it was forgotten")
+            if node.status == "deleted":
+                raise NotFound("memory_id", "memory", memory_id, DELETED)
             if node.status == "expired" or (
                 node.expires_at is not None and node.expires_at <= self._now
             ):

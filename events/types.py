@@ -211,13 +211,15 @@ class RelationsRemoved(Event, frozen=True, kw_only=True, tag="relations.removed"
 
 
 class ObservationsDeleted(Event, frozen=True, kw_only=True, tag="observations.deleted"):
-    """delete_observations: each observation is forgotten or unlinked, decided under the lock.
+    """delete_observations: each observation is deleted or unlinked, decided under the lock.
 
-    `memory_ids` are forgotten (content hidden): observations of no other entity. An observation
-    also linked to another entity key stays that entity's: only its link to the entity it was
-    deleted from goes (`unlinked`), like the cascade of `entities.deleted`.
+    `memory_ids` are deleted: observations of no other entity. A deleted memory is hidden from
+    the present but not erased (its text stays in the line that created it, and reads as of an
+    earlier point show it); only `memory.forgotten` erases. An observation also linked to
+    another entity key stays that entity's: only its link to the entity it was deleted from
+    goes (`unlinked`), like the cascade of `entities.deleted`.
 
-    v2 added `unlinked`. v1 lines forgot every memory named, so they upcast with it empty. The
+    v2 added `unlinked`. v1 lines deleted every memory named, so they upcast with it empty. The
     bump (rather than a defaulted field alone) makes software that predates it refuse a v2 line
     instead of folding it as if nothing were unlinked.
     """
@@ -230,9 +232,11 @@ class ObservationsDeleted(Event, frozen=True, kw_only=True, tag="observations.de
 class EntitiesDeleted(Event, frozen=True, kw_only=True, tag="entities.deleted"):
     """delete_entities: the keys stop being entities; cascades decided under the lock.
 
-    Observations linked only to deleted entities are forgotten; observations also linked to
-    other keys lose the link to the deleted entity; every relation touching one is removed.
-    The keys themselves stay (keys are never removed), so history and as_of still name them.
+    Observations linked only to deleted entities are deleted (`forgotten`, a name kept from
+    before a delete was told apart from a forget: hidden from the present, not erased, as for
+    `observations.deleted`); observations also linked to other keys lose the link to the deleted
+    entity; every relation touching one is removed. The keys themselves stay (keys are never
+    removed), so history and as_of still name them.
     """
 
     key_ids: list[str]

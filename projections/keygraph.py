@@ -43,7 +43,11 @@ from keytrail.events import (
 )
 from keytrail.events.types import EPOCH
 
-Status = Literal["active", "expired", "forgotten"]
+#: "deleted": removed from the knowledge graph (delete_observations, delete_entities). Hidden
+#: from the present like a forgotten memory, but its content stays, as it stays in the log line
+#: that created it, so reads as of a point before the delete show it. "forgotten": erased by
+#: `forget`; its content is blank here and in every file.
+Status = Literal["active", "expired", "forgotten", "deleted"]
 
 
 # Nodes and events hold no reference cycles, so they opt out of the cyclic GC: folding a large
@@ -227,8 +231,8 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
     #: key-memory links ever cut (by an unlink): otherwise a key's links only grow at the end
     links_cut: int = 0
     #: the seq of the last event that made a linked memory stop counting (replaced, forgotten,
-    #: expired) or cut a link. Until it moves, every key's links only grow at the end, so a
-    #: reader may keep per-key counts and count only the new links.
+    #: deleted, expired) or cut a link. Until it moves, every key's links only grow at the end,
+    #: so a reader may keep per-key counts and count only the new links.
     retired_seq: int = 0
 
     def changes(self) -> Changes:
@@ -464,10 +468,12 @@ def _relations_removed(state: GraphState, event: RelationsRemoved) -> None:
     _remove_relations(state, event.relations)
 
 
-def _forget_node(state: GraphState, memory_id: str, seq: int) -> None:
+def _delete_node(state: GraphState, memory_id: str, seq: int) -> None:
+    """A knowledge-graph delete: hidden from now on, its content kept (the past shows it)."""
     node = state.memories[memory_id]
-    node.status = "forgotten"
-    node.content = ""
+    if node.status == "forgotten":
+        return  # erased already (a delete is decided under the lock, so only a hand-made log)
+    node.status = "deleted"
     node.updated_seq = seq
     state.retired_seq = seq
     state.changes().note(memory_id)
@@ -487,14 +493,14 @@ def _unlink(state: GraphState, links: list[KeyMemory], seq: int) -> None:
 
 def _observations_deleted(state: GraphState, event: ObservationsDeleted) -> None:
     for memory_id in event.memory_ids:
-        _forget_node(state, memory_id, event.seq)
+        _delete_node(state, memory_id, event.seq)
     _unlink(state, event.unlinked, event.seq)
 
 
 def _entities_deleted(state: GraphState, event: EntitiesDeleted) -> None:
     _remove_relations(state, event.relations)
-    for memory_id in event.forgotten:
-        _forget_node(state, memory_id, event.seq)
+    for memory_id in event.forgotten:  # named so in the log: deleted, not forgotten
+        _delete_node(state, memory_id, event.seq)
     _unlink(state, event.unlinked, event.seq)
     for key_id in event.key_ids:
         state.keys[key_id].entity_type = None

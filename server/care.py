@@ -99,16 +99,16 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
             f"{r['from_key']} -{r['relation_type']}-> {r['to_key']}" for r in data["relations"]
         )
     if tag == "observations.deleted":
-        forgotten = ", ".join(data["memory_ids"])
+        deleted = ", ".join(data["memory_ids"])
         cut = data.get("unlinked", [])
         if not cut:
-            return forgotten
+            return deleted
         unlinked = ", ".join(f"{u['memory_id']} from {u['key_id']}" for u in cut)
-        return f"{forgotten}; unlinked {unlinked}" if forgotten else f"unlinked {unlinked}"
+        return f"{deleted}; unlinked {unlinked}" if deleted else f"unlinked {unlinked}"
     if tag == "entities.deleted":
         return (
             f"{', '.join(data['key_ids'])}; {len(data.get('forgotten', []))} observations "
-            f"forgotten, {len(data.get('relations', []))} relations removed"
+            f"deleted, {len(data.get('relations', []))} relations removed"
         )
     if tag == "graph.imported":
         return (

@@ -131,6 +131,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ("superseded", stats.superseded),
         ("expired", stats.expired),
         ("forgotten", stats.forgotten),
+        ("deleted", stats.deleted),
         ("keys", stats.keys),
         ("links", stats.links),
         ("hubs", stats.hubs),

@@ -511,8 +511,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
     def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
-        """Counts of memories (current, superseded, expired, forgotten), keys, links, hubs,
-        namespaces and sessions, the embedder and the log size (as_of: counts back then)."""
+        """Counts of memories (current, superseded, expired, forgotten, deleted from the
+        knowledge graph), keys, links, hubs, namespaces and sessions, the embedder and the log
+        size (as_of: counts back then)."""
         return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))

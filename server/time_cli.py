@@ -95,6 +95,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     )
     print(f"  expired    {len(result.expired)}  " + " ".join(result.expired[:20]))
     print(f"  forgotten  {len(result.forgotten)}  " + " ".join(result.forgotten[:20]))
+    print(f"  deleted    {len(result.deleted)}  " + " ".join(result.deleted[:20]))
     print(f"  keys merged {len(result.keys_merged)}")
     for m in result.keys_merged:
         sim = f" ({m.similarity:.3f})" if m.similarity is not None else ""
@@ -111,8 +112,8 @@ def add_time_verbs(verb: Verb) -> None:
     p.add_argument("memory_id")
     p = verb(
         "changes",
-        "memories added, corrected, read most, expired, forgotten and keys merged between "
-        "two points (seqs or ISO-8601 times)",
+        "memories added, corrected, read most, expired, forgotten, deleted (knowledge-graph "
+        "observations) and keys merged between two points (seqs or ISO-8601 times)",
         cmd_changes,
     )
     p.add_argument("--since", metavar="SEQ|TIME", help="after this point (default: the start)")

@@ -46,8 +46,8 @@ def register_time_tools(server: MCPServer[Any], store: Store) -> None:
     @server.tool(annotations=_hints(title="History of a memory", read_only=True, idempotent=True))
     def history(memory_id: MemoryId) -> Annotated[CallToolResult, History]:
         """How a memory changed: every version (both directions), every event that touched it
-        (created, read via which key and query, corrected, links adjusted, expired, forgotten)
-        with seq and time, and its depth and link weights after each change.
+        (created, read via which key and query, corrected, links adjusted, expired, deleted,
+        forgotten) with seq and time, and its depth and link weights after each change.
 
         Example: history(memory_id="m_3f2a9c1b7d0e") ->
         {"versions": [{"memory_id": "m_..", "status": "superseded"}, ...], "events": [...]}
@@ -62,8 +62,9 @@ def register_time_tools(server: MCPServer[Any], store: Store) -> None:
         top: Annotated[int, Field(ge=1, le=1000, description="Most-read memories shown.")] = 10,
     ) -> Annotated[CallToolResult, Changes]:
         """What changed after `since` up to `until` (seqs or ISO-8601 times; default the whole
-        log): memories added, corrected (old -> new), read most, expired, forgotten, and keys
-        merged as aliases.
+        log): memories added, corrected (old -> new), read most, expired, forgotten (erased),
+        deleted (knowledge-graph observations: hidden, still shown as of earlier points), and
+        keys merged as aliases.
 
         Example: changes(since="2026-03-01T00:00:00Z") -> {"added": [...], ...}
         """

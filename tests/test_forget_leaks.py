@@ -184,8 +184,8 @@ def test_a_save_killed_before_erasing_a_forgotten_row_never_wrote_that_row(
 
 
 def a_deleted_observation(store: Store) -> str:
-    """A secret told as an observation and then deleted (hidden, its content still in its log
-    line, so past states hold it); returns its memory id."""
+    """A secret told as an observation and then deleted (hidden, its content still in the state
+    and in its log line, so past states hold it); returns its memory id."""
     kg = KnowledgeGraph(store)
     kg.create_entities([EntityInput("Alice", "person", [SECRET])])
     (memory_id,) = store.state.memories
@@ -211,8 +211,8 @@ def test_a_past_state_cached_before_a_deleted_observation_is_forgotten_drops_its
 def test_a_past_read_keeps_no_snapshot_holding_a_deleted_observation_forgotten_meanwhile(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As above, for a memory deleted as an observation before it was forgotten: its content is
-    already empty in the present state, yet the past state folded from the log holds it."""
+    """As above, for a memory deleted as an observation before it was forgotten: hidden from
+    the present, but its content is in the state and in the past state folded from the log."""
     writer = open_store(home)
     secret = a_deleted_observation(writer)
     then = writer.state.seq - 1

@@ -285,10 +285,11 @@ def test_history_of_knowledge_graph_observations(make_store: Callable[..., Store
         memory = next(m for m in store.state.memories.values() if m.content == content)
         return [(t.type, t.what) for t in history(store, memory.id).events]
 
-    forgotten = [m.id for m in store.state.memories.values() if m.status == "forgotten"]
-    for memory_id in forgotten:
+    deleted = [m.id for m in store.state.memories.values() if m.status == "deleted"]
+    assert len(deleted) == 2
+    for memory_id in deleted:
         first = history(store, memory_id).events[0]
         assert first.what.startswith("created as an observation of ")
     assert story("naps") == [("graph.imported", "imported from memory-jsonl cats.jsonl")]
-    whats = {t.what for mid in forgotten for t in history(store, mid).events}
+    whats = {t.what for mid in deleted for t in history(store, mid).events}
     assert {"deleted as an observation", "deleted with its entity"} <= whats

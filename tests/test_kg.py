@@ -128,7 +128,7 @@ def test_deleting_an_entity_cascades(store: Store) -> None:
     result = kg.delete_entities(["Alice", "Nobody"])
     assert (result.deleted, result.not_found, result.deleted_count) == (["Alice"], ["Nobody"], 1)
     assert kg.read_graph().relations == []  # both directions gone
-    assert store.state.memories[tea.id].status == "forgotten"  # her own observation
+    assert store.state.memories[tea.id].status == "deleted"  # her own observation
     # a fact about Alice and Bob stays Bob's; Alice's key no longer leads to it
     alice = store.state.key_for_label("Alice")
     assert alice is not None and shared.memory_id not in alice.links

@@ -31,7 +31,7 @@ def cli_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_changes_count_observations_created_imported_and_deleted(store: Store) -> None:
-    """`changes` lists memories added and forgotten: knowledge-graph observations are memories
+    """`changes` lists memories added and deleted: knowledge-graph observations are memories
     too, whether made by create_entities, an import, or removed by a delete."""
     kg = KnowledgeGraph(store)
     since = store.state.seq
@@ -48,7 +48,8 @@ def test_changes_count_observations_created_imported_and_deleted(store: Store) -
     kg.delete_entities(["Bob"])
     c = changes(store, since=since)
     assert c.added == [ids["likes tea"], ids["is tall"], ids["naps"]]
-    assert c.forgotten == [ids["likes tea"], ids["is tall"]]
+    assert c.deleted == [ids["likes tea"], ids["is tall"]]
+    assert c.forgotten == []
 
 
 def test_past_graph_reads_leave_out_forgotten_observations(store: Store) -> None:

@@ -1,7 +1,7 @@
-"""delete_observations on an observation shared with another entity: unlinked, not forgotten.
+"""delete_observations on an observation shared with another entity: unlinked, not deleted.
 
 A memory remembered under two entity names is an observation of both. Deleting it from one
-entity cuts that link only (`observations.deleted` v2, `unlinked`); it is forgotten once no
+entity cuts that link only (`observations.deleted` v2, `unlinked`); it is deleted once no
 other entity has it. Replay, as_of, history, changes and namespace export all agree.
 """
 
@@ -46,7 +46,7 @@ def _last_event(store: Store) -> ObservationsDeleted:
     return event
 
 
-def test_the_event_unlinks_the_shared_observation_and_forgets_the_rest(store: Store) -> None:
+def test_the_event_unlinks_the_shared_observation_and_deletes_the_rest(store: Store) -> None:
     kg, shared = _shared(store)
     kg.add_observations([ObservationInput("Alice", ["likes tea"])])
     tea = next(m.id for m in store.state.memories.values() if m.content == "likes tea")
@@ -59,35 +59,35 @@ def test_the_event_unlinks_the_shared_observation_and_forgets_the_rest(store: St
     node = store.state.memories[shared]
     assert (node.status, node.content, node.keys) == ("active", SHARED, [_key(store, "Bob")])
     assert shared not in store.state.keys[_key(store, "Alice")].links
-    assert store.state.memories[tea].status == "forgotten"
-    assert store.state.memories[shared].status != "forgotten"
+    assert store.state.memories[tea].status == "deleted"
+    assert store.state.memories[shared].status == "active"
     assert _observations(kg, "Alice", "Bob") == {"Alice": [], "Bob": [SHARED]}
 
 
-def test_deleted_from_every_entity_that_has_it_is_forgotten(store: Store) -> None:
+def test_deleted_from_every_entity_that_has_it_is_deleted(store: Store) -> None:
     """Named for both entities in one call, or one after the other: no entity keeps it."""
     kg, shared = _shared(store)
     kg.delete_observations([ObservationInput("Alice", [SHARED]), ObservationInput("Bob", [SHARED])])
     assert (_last_event(store).memory_ids, _last_event(store).unlinked) == ([shared], [])
-    assert store.state.memories[shared].status == "forgotten"
+    assert store.state.memories[shared].status == "deleted"
 
     met = store.remember("Alice met Bob in Lyon", ["Alice", "Bob"]).memory_id
     kg.delete_observations([ObservationInput("Alice", ["Alice met Bob in Lyon"])])
     assert store.state.memories[met].status == "active"
     kg.delete_observations([ObservationInput("Bob", ["Alice met Bob in Lyon"])])
     assert (_last_event(store).memory_ids, _last_event(store).unlinked) == ([met], [])
-    assert store.state.memories[met].status == "forgotten"
+    assert store.state.memories[met].status == "deleted"
     assert _observations(kg, "Alice", "Bob") == {"Alice": [], "Bob": []}
 
 
 def test_a_plain_key_does_not_keep_an_observation(store: Store) -> None:
-    """Only another entity keeps it: a memory of one entity and a concept key is forgotten."""
+    """Only another entity keeps it: a memory of one entity and a concept key is deleted."""
     kg = KnowledgeGraph(store)
     kg.create_entities([EntityInput("Alice", "person")])
     mid = store.remember("Alice drinks green tea", ["Alice", "tea"]).memory_id
     kg.delete_observations([ObservationInput("Alice", ["Alice drinks green tea"])])
     assert (_last_event(store).memory_ids, _last_event(store).unlinked) == ([mid], [])
-    assert store.state.memories[mid].status == "forgotten"
+    assert store.state.memories[mid].status == "deleted"
 
 
 def test_replay_from_nothing_gives_the_same_state(
@@ -116,7 +116,7 @@ def test_replay_from_nothing_gives_the_same_state(
         "Alice": [],
         "Bob": [SHARED],
     }
-    assert reopened.state.memories[shared].status != "forgotten"
+    assert reopened.state.memories[shared].status == "active"
 
 
 def test_as_of_before_the_delete_shows_it_on_both(store: Store) -> None:
@@ -127,14 +127,14 @@ def test_as_of_before_the_delete_shows_it_on_both(store: Store) -> None:
     assert _observations(kg, "Alice", "Bob") == {"Alice": [], "Bob": [SHARED]}
 
 
-def test_history_and_changes_do_not_call_it_forgotten(store: Store) -> None:
+def test_history_and_changes_do_not_call_it_deleted(store: Store) -> None:
     kg, shared = _shared(store)
     since = store.state.seq
     kg.delete_observations([ObservationInput("Alice", [SHARED])])
     touches = [t.what for t in history(store, shared).events]
     assert touches[-1] == "deleted as an observation of Alice, kept for its other entities"
     assert history(store, shared).versions[0].status == "active"
-    assert changes(store, since=since).forgotten == []
+    assert (changes(store, since=since).deleted, changes(store, since=since).forgotten) == ([], [])
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from keytrail.core.knowledge_graph import (
     RelationInput,
 )
 from keytrail.core.queries import visible
+from keytrail.core.timetravel import view
 from keytrail.events import (
     EVENT_TYPES,
     AnyEvent,
@@ -129,6 +130,7 @@ observe_op = st.tuples(
     st.lists(st.sampled_from(OBSERVATIONS), min_size=1, max_size=2),
 )
 delete_entity_op = st.tuples(st.just("delete_entities"), st.sampled_from(ENTITIES))
+forget_text_op = st.tuples(st.just("forget_text"), st.sampled_from(OBSERVATIONS))
 # An observation text remembered under two entity names: an observation of both, which
 # delete_observations on one of them unlinks rather than forgets.
 share_op = st.tuples(
@@ -145,6 +147,7 @@ op = st.one_of(
     relation_op,
     observe_op,
     delete_entity_op,
+    forget_text_op,
     share_op,
     import_op,
     remember_op,
@@ -238,6 +241,11 @@ def run(
                 )
             elif kind == "forget" and ids:
                 store.forget(ids[item[1] % len(ids)], reason="property test")
+            elif kind == "forget_text":  # an observation too, deleted or not
+                told = store.state.memories.values()
+                found = [m.id for m in told if m.content == item[1] and m.status != "forgotten"]
+                if found:
+                    store.forget(found[0], reason="property test")
             elif kind == "cleanup":
                 clock.now += timedelta(seconds=item[1], microseconds=1234)
                 store.cleanup_expired()
@@ -284,9 +292,20 @@ SHARED_OBSERVATION_OPS: list[tuple[Any, ...]] = [
 ]
 
 
+#: An observation deleted, then its entity, then the first forgotten: reads as of before each
+#: delete show it until the forget, and a forget after a delete erases it all the same.
+DELETED_OBSERVATION_OPS: list[tuple[Any, ...]] = [
+    ("entities", [("Alice", "person", ["likes tea", "plays chess"])]),
+    ("unobserve", "Alice", ["likes tea"]),
+    ("delete_entities", "Alice"),
+    ("forget_text", "likes tea"),
+]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=4, max_size=30), snapshot_every=st.integers(2, 50))
 @example(ops=SHARED_OBSERVATION_OPS, snapshot_every=2)
+@example(ops=DELETED_OBSERVATION_OPS, snapshot_every=2)
 def test_replay_and_snapshot_plus_tail_equal_the_live_state(
     ops: list[tuple[Any, ...]], snapshot_every: int
 ) -> None:
@@ -348,6 +367,60 @@ def test_replaying_a_prefix_equals_the_state_at_that_seq(
             assert encoded(fold(events[:k])) == redacted(seen[k], events[:k])
         state = fold(events[:k])
         assert encoded(fold(events[k:], state)) == encoded(store.state)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=st.lists(op, min_size=3, max_size=15), cut=st.integers(1, 40))
+@example(ops=DELETED_OBSERVATION_OPS[:3], cut=2)
+@example(ops=DELETED_OBSERVATION_OPS[:3], cut=3)
+@example(ops=DELETED_OBSERVATION_OPS, cut=2)
+def test_reads_as_of_a_seq_show_what_the_log_prefix_held(
+    ops: list[tuple[Any, ...]], cut: int
+) -> None:
+    """as_of(k) answers from the first k events: every memory current then is listed and
+    counted, a knowledge-graph observation deleted since included, except what was forgotten
+    since (its creating line is redacted: erased from the past too)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = run(open_store(home, clock, 7), clock, ops, home, 7)
+        events = EventLog(home).read_new()
+        k = min(cut, len(events))
+        prefix, now = fold(events[:k]), events[k - 1].at
+        erased = {m for event in events for m in redacted_ids(event)}
+
+        def current(node: Any) -> bool:
+            return (
+                node.status == "active"
+                and node.superseded_by is None
+                and (node.expires_at is None or node.expires_at > now)
+                and node.id not in erased
+            )
+
+        past = view(store, k)
+        listed = [m.memory_id for m in past.list_memories(limit=200).memories]
+        assert listed == [n.id for n in reversed(prefix.memories.values()) if current(n)]
+        stats = past.memory_stats()
+        nodes = list(prefix.memories.values())
+        forgotten = [n for n in nodes if n.status == "forgotten" or n.id in erased]
+        deleted = [n for n in nodes if n.status == "deleted" and n.id not in erased]
+        assert (stats.memories, stats.forgotten, stats.deleted) == (
+            len(listed),
+            len(forgotten),
+            len(deleted),
+        )
+        kg = KnowledgeGraph(store)
+        graph = {e.name: e.observations for e in kg.read_graph(200, 0, as_of=k).entities}
+        assert graph == {
+            key.label: [
+                n.content
+                for mid in key.links
+                if (n := prefix.memories[mid]).namespace == kg.namespace and current(n)
+            ]
+            for key in prefix.keys.values()
+            if key.entity_type is not None
+        }
+        store.close()
 
 
 # -- every event type round-trips ------------------------------------------------------------
