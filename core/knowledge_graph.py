@@ -7,8 +7,10 @@ between two entity keys. Every change is an event, so history, as_of and forget 
 Behaviour follows `@modelcontextprotocol/server-memory`: existing entity names are ignored,
 duplicate relations and observations are skipped, add_observations and create_relations fail for
 an unknown entity (and then write nothing), deletes cascade to relations. Differences, on purpose:
-names match case-insensitively (key labels do), whitespace inside names is collapsed, and
-read_graph / search_nodes are paginated so a large graph never floods a model's context.
+names match case-insensitively (key labels do), whitespace inside names is collapsed,
+read_graph / search_nodes are paginated so a large graph never floods a model's context, and
+every read lists at most a page of one entity's observations and relations (the newest, with
+their totals), read_entity paging through the rest, so a big entity never floods it either.
 
 The read side (kg_reads.py) is pure functions of a `GraphState`, so a past state (as_of) answers
 the same way.
@@ -44,12 +46,15 @@ from keytrail.projections import GraphState, KeyNode, relation_id
 
 from . import validation as check
 from .kg_reads import (
+    ENTITY_ITEMS,
     Entity,
+    EntityPage,
     GraphPage,
     Relation,
     entity_key,
     observation_nodes,
     open_nodes,
+    read_entity,
     read_graph,
     search_nodes,
     to_relation,
@@ -543,11 +548,16 @@ class KnowledgeGraph:
         past = view(self.store, as_of)
         return past.state, past.clock()
 
+    @property
+    def cut(self) -> int:
+        """The most observations and relations the read tools list per entity."""
+        return min(ENTITY_ITEMS, self.store.settings.limits.page)
+
     def read_graph(self, limit: int = 50, offset: int = 0, as_of: object = None) -> GraphPage:
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
             state, now = self._state_at(as_of)
-            return read_graph(state, self.namespace, now, limit, offset)
+            return read_graph(state, self.namespace, now, limit, offset, self.cut)
 
     def search_nodes(
         self, query: str, limit: int = 50, offset: int = 0, as_of: object = None
@@ -556,7 +566,7 @@ class KnowledgeGraph:
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
             state, now = self._state_at(as_of)
-            return search_nodes(state, query, self.namespace, now, limit, offset)
+            return search_nodes(state, query, self.namespace, now, limit, offset, self.cut)
 
     def open_nodes(self, names: Sequence[str], as_of: object = None) -> GraphPage:
         items = self._list("names", names, "names")
@@ -566,4 +576,18 @@ class KnowledgeGraph:
         checked = [self._name(f"names[{i}]", n) for i, n in enumerate(items)]
         with self.store._mutex:
             state, now = self._state_at(as_of)
-            return open_nodes(state, checked, self.namespace, now)
+            return open_nodes(state, checked, self.namespace, now, self.cut)
+
+    def read_entity(
+        self, name: str, limit: int | None = None, offset: int = 0, as_of: object = None
+    ) -> EntityPage:
+        """A page of one entity's observations and relations, newest first (see EntityPage);
+        `limit` defaults to the cut, so the first page is what the other read tools show."""
+        checked = self._name("name", name)
+        limit, offset, _ = self.store._page(self.cut if limit is None else limit, offset, None)
+        with self.store._mutex:
+            state, now = self._state_at(as_of)
+            key = entity_key(state, checked)
+            if key is None:
+                raise NotFound("name", "entity", checked)
+            return read_entity(state, key, self.namespace, now, limit, offset)

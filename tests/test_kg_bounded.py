@@ -20,8 +20,8 @@ from mcp import Client
 
 from keytrail.core import InvalidInput, Limits, NotFound, Store
 from keytrail.core.exporters import memory_jsonl_lines
+from keytrail.core.kg_reads import ENTITY_ITEMS
 from keytrail.core.knowledge_graph import (
-    ENTITY_ITEMS,
     EntityInput,
     KnowledgeGraph,
     ObservationInput,
@@ -160,31 +160,51 @@ def test_many_big_entities_in_one_answer_each_list_at_most_the_cut(store: Store)
     assert page["relations_total"] == 3 * (ENTITY_ITEMS + 5)
 
 
-def test_read_entity_pages_concatenate_to_everything_once(kg: KnowledgeGraph) -> None:
-    first = as_data(kg.read_entity("DEFAULT_USER"))
-    opened = entity(as_data(kg.open_nodes(["default_user"])), "default_user")
-    assert first["entity"] == {**opened, "relations_total": FRIENDS + 1}
-    assert first["relations"] == [*out_of_user(), ADMIRES][-ENTITY_ITEMS:]
-
+def walk(kg: KnowledgeGraph, name: str, limit: int) -> tuple[list[str], list[Any], int]:
+    """Every page of read_entity from offset 0 to a null next_offset, put back in the order
+    added: (observations, relations, pages)."""
     observations: list[list[str]] = []
-    relations: list[list[dict[str, str]]] = []
+    relations: list[list[Any]] = []
     offset: int | None = 0
     while offset is not None:
-        page = as_data(kg.read_entity("default_user", offset=offset, limit=7))
+        page = as_data(kg.read_entity(name, offset=offset, limit=limit))
         assert page["offset"] == offset
-        assert len(page["entity"]["observations"]) <= 7 and len(page["relations"]) <= 7
-        assert page["entity"]["observations_total"] == OBSERVATIONS
-        assert page["entity"]["relations_total"] == FRIENDS + 1
+        assert len(page["entity"]["observations"]) <= limit and len(page["relations"]) <= limit
         observations.append(page["entity"]["observations"])
         relations.append(page["relations"])
         offset = page["next_offset"]
     # pages go back in time (offset 0 is the newest); each lists its items oldest first
-    assert len(observations) == -(-OBSERVATIONS // 7)
-    assert [o for chunk in reversed(observations) for o in chunk] == every_observation()
-    assert [r for chunk in reversed(relations) for r in chunk] == [*out_of_user(), ADMIRES]
+    return (
+        [o for chunk in reversed(observations) for o in chunk],
+        [r for chunk in reversed(relations) for r in chunk],
+        len(observations),
+    )
+
+
+def test_read_entity_pages_concatenate_to_everything_once(kg: KnowledgeGraph) -> None:
+    first = as_data(kg.read_entity("DEFAULT_USER"))
+    opened = entity(as_data(kg.open_nodes(["default_user"])), "default_user")
+    assert first["entity"] == {**opened, "relations_total": FRIENDS + 1}
+    assert first["entity"]["observations_total"] == OBSERVATIONS
+    assert first["relations"] == [*out_of_user(), ADMIRES][-ENTITY_ITEMS:]
+
+    observations, relations, pages = walk(kg, "default_user", 7)
+    assert pages == -(-OBSERVATIONS // 7)  # as many as the longer list needs
+    assert observations == every_observation()
+    assert relations == [*out_of_user(), ADMIRES]
     past_the_end = as_data(kg.read_entity("default_user", offset=OBSERVATIONS))
     assert past_the_end["entity"]["observations"] == past_the_end["relations"] == []
     assert past_the_end["next_offset"] is None
+
+    # more relations than observations: the pages go on until the relations are done
+    kg.create_relations([RelationInput(f"friend {i}", "Bob", "knows") for i in range(FRIENDS)])
+    observations, relations, pages = walk(kg, "Bob", 7)
+    assert pages == -(-(FRIENDS + 1) // 7)
+    assert observations == ["plays chess"]
+    assert relations == [
+        {"from": "Alice", "to": "Bob", "relationType": "knows"},
+        *({"from": f"friend {i}", "to": "Bob", "relationType": "knows"} for i in range(FRIENDS)),
+    ]
 
 
 def test_search_finds_an_entity_by_an_observation_beyond_the_cut(kg: KnowledgeGraph) -> None:
