@@ -37,7 +37,7 @@ from keytrail.events import (
 )
 from keytrail.projections import GraphState
 
-from .knowledge_graph import entity_keys, to_entity, to_relation
+from .kg_reads import entity_keys, to_entity, to_relation
 
 
 def memory_jsonl_lines(state: GraphState, namespace: str, now: datetime) -> Iterator[str]:

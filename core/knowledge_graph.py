@@ -7,16 +7,19 @@ between two entity keys. Every change is an event, so history, as_of and forget 
 Behaviour follows `@modelcontextprotocol/server-memory`: existing entity names are ignored,
 duplicate relations and observations are skipped, add_observations and create_relations fail for
 an unknown entity (and then write nothing), deletes cascade to relations. Differences, on purpose:
-names match case-insensitively (key labels do), whitespace inside names is collapsed, and
-read_graph / search_nodes are paginated so a large graph never floods a model's context.
+names match case-insensitively (key labels do), whitespace inside names is collapsed,
+read_graph / search_nodes are paginated so a large graph never floods a model's context, and
+every read lists at most a page of one entity's observations and relations (the newest, with
+their totals), read_entity paging through the rest, so a big entity never floods it either.
 
-The read side is pure functions of a `GraphState`, so a past state (as_of) answers the same way.
+The read side (kg_reads.py) is pure functions of a `GraphState`, so a past state (as_of) answers
+the same way.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -39,30 +42,29 @@ from keytrail.events import (
     RelationsRemoved,
 )
 from keytrail.events.log import Appender
-from keytrail.projections import GraphState, KeyNode, MemoryNode, relation_id
+from keytrail.projections import GraphState, KeyNode, relation_id
 
 from . import validation as check
-from .queries import visible
+from .kg_reads import (
+    ENTITY_ITEMS,
+    Entity,
+    EntityPage,
+    GraphPage,
+    Relation,
+    entity_key,
+    observation_nodes,
+    open_nodes,
+    read_entity,
+    read_graph,
+    search_nodes,
+    to_relation,
+)
 from .store import _content_hash
 
 if TYPE_CHECKING:
     from .store import Store
 
 # -- what the tools return (the reference server's JSON shapes) -------------------------------
-
-
-class Entity(msgspec.Struct, frozen=True, rename={"entity_type": "entityType"}):
-    name: str
-    entity_type: str
-    observations: list[str]
-
-
-class Relation(
-    msgspec.Struct, frozen=True, rename={"from_": "from", "relation_type": "relationType"}
-):
-    from_: str
-    to: str
-    relation_type: str
 
 
 class CreatedEntities(msgspec.Struct, frozen=True):
@@ -113,20 +115,6 @@ class Deletion(
     seq: int | None = None
 
 
-class GraphPage(msgspec.Struct, frozen=True):
-    """Entities and relations, a page at a time.
-
-    read_graph pages over entities; each page holds the relations going out of its entities,
-    so walking every page yields every relation exactly once.
-    """
-
-    entities: list[Entity]
-    relations: list[Relation]
-    total: int
-    offset: int
-    next_offset: int | None
-
-
 # -- input ------------------------------------------------------------------------------------
 
 
@@ -151,123 +139,6 @@ class ObservationInput:
 
 
 # -- the read side: pure functions of a state --------------------------------------------------
-
-
-def entity_key(state: GraphState, name: str) -> KeyNode | None:
-    """The entity named `name` (case-insensitive), or None."""
-    key = state.key_for_label(name)
-    return key if key is not None and key.entity_type is not None else None
-
-
-def entity_keys(state: GraphState) -> Iterator[KeyNode]:
-    """Every entity, oldest first."""
-    return (k for k in state.keys.values() if k.entity_type is not None)
-
-
-def observation_nodes(
-    state: GraphState, key: KeyNode, namespace: str, now: datetime
-) -> list[MemoryNode]:
-    """The current memories of `namespace` linked to the entity's key, oldest first.
-
-    Empty content marks a memory forgotten since (a past state holds it, blanked): left out. A
-    memory deleted since is current in a past state, content and all, so the past shows it.
-    """
-    memories = state.memories
-    return [
-        node
-        for mid in key.links
-        if (node := memories[mid]).namespace == namespace and visible(node, now) and node.content
-    ]
-
-
-def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> Entity:
-    return Entity(
-        name=key.label,
-        entity_type=key.entity_type or "",
-        observations=[n.content for n in observation_nodes(state, key, namespace, now)],
-    )
-
-
-def to_relation(state: GraphState, from_key: str, to_key: str, relation_type: str) -> Relation:
-    keys = state.keys
-    return Relation(from_=keys[from_key].label, to=keys[to_key].label, relation_type=relation_type)
-
-
-def read_graph(
-    state: GraphState, namespace: str, now: datetime, limit: int, offset: int
-) -> GraphPage:
-    entities = list(entity_keys(state))
-    page = entities[offset : offset + limit]
-    ids = {k.id for k in page}
-    relations = [
-        to_relation(state, r.from_key, r.to_key, r.relation_type)
-        for r in state.relations.values()
-        if r.from_key in ids
-    ]
-    end = offset + len(page)
-    return GraphPage(
-        entities=[to_entity(state, k, namespace, now) for k in page],
-        relations=relations,
-        total=len(entities),
-        offset=offset,
-        next_offset=end if end < len(entities) else None,
-    )
-
-
-def search_nodes(
-    state: GraphState, query: str, namespace: str, now: datetime, limit: int, offset: int
-) -> GraphPage:
-    """Entities whose name, type or an observation contains any word of `query` (any case),
-    and the relations touching them."""
-    words = query.casefold().split()
-
-    def hit(text: str) -> bool:
-        folded = text.casefold()
-        return any(w in folded for w in words)
-
-    matched = [
-        key
-        for key in entity_keys(state)
-        if hit(key.label)
-        or hit(key.entity_type or "")
-        or any(hit(n.content) for n in observation_nodes(state, key, namespace, now))
-    ]
-    page = matched[offset : offset + limit]
-    ids = {k.id for k in page}
-    relations = [
-        to_relation(state, r.from_key, r.to_key, r.relation_type)
-        for r in state.relations.values()
-        if r.from_key in ids or r.to_key in ids
-    ]
-    end = offset + len(page)
-    return GraphPage(
-        entities=[to_entity(state, k, namespace, now) for k in page],
-        relations=relations,
-        total=len(matched),
-        offset=offset,
-        next_offset=end if end < len(matched) else None,
-    )
-
-
-def open_nodes(state: GraphState, names: Sequence[str], namespace: str, now: datetime) -> GraphPage:
-    """The named entities (unknown names are left out) and the relations between them."""
-    found: dict[str, KeyNode] = {}
-    for name in names:
-        key = entity_key(state, name)
-        if key is not None:
-            found.setdefault(key.id, key)
-    relations = [
-        to_relation(state, r.from_key, r.to_key, r.relation_type)
-        for r in state.relations.values()
-        if r.from_key in found and r.to_key in found
-    ]
-    return GraphPage(
-        entities=[to_entity(state, k, namespace, now) for k in found.values()],
-        relations=relations,
-        total=len(found),
-        offset=0,
-        next_offset=None,
-    )
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -678,11 +549,16 @@ class KnowledgeGraph:
         past = view(self.store, as_of)
         return past.state, past.clock()
 
+    @property
+    def cut(self) -> int:
+        """The most observations and relations the read tools list per entity."""
+        return min(ENTITY_ITEMS, self.store.settings.limits.page)
+
     def read_graph(self, limit: int = 50, offset: int = 0, as_of: object = None) -> GraphPage:
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
             state, now = self._state_at(as_of)
-            return read_graph(state, self.namespace, now, limit, offset)
+            return read_graph(state, self.namespace, now, limit, offset, self.cut)
 
     def search_nodes(
         self, query: str, limit: int = 50, offset: int = 0, as_of: object = None
@@ -691,7 +567,7 @@ class KnowledgeGraph:
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
             state, now = self._state_at(as_of)
-            return search_nodes(state, query, self.namespace, now, limit, offset)
+            return search_nodes(state, query, self.namespace, now, limit, offset, self.cut)
 
     def open_nodes(self, names: Sequence[str], as_of: object = None) -> GraphPage:
         items = self._list("names", names, "names")
@@ -701,4 +577,18 @@ class KnowledgeGraph:
         checked = [self._name(f"names[{i}]", n) for i, n in enumerate(items)]
         with self.store._mutex:
             state, now = self._state_at(as_of)
-            return open_nodes(state, checked, self.namespace, now)
+            return open_nodes(state, checked, self.namespace, now, self.cut)
+
+    def read_entity(
+        self, name: str, limit: int | None = None, offset: int = 0, as_of: object = None
+    ) -> EntityPage:
+        """A page of one entity's observations and relations, newest first (see EntityPage);
+        `limit` defaults to the cut, so the first page is what the other read tools show."""
+        checked = self._name("name", name)
+        limit, offset, _ = self.store._page(self.cut if limit is None else limit, offset, None)
+        with self.store._mutex:
+            state, now = self._state_at(as_of)
+            key = entity_key(state, checked)
+            if key is None:
+                raise NotFound("name", "entity", checked)
+            return read_entity(state, key, self.namespace, now, limit, offset)

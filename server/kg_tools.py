@@ -4,14 +4,17 @@ Same names, parameters and shapes as `@modelcontextprotocol/server-memory` (enti
 name/entityType/observations, relations with from/to/relationType), so an agent configured for
 it works unchanged. Every change is an event in the log: several processes can share the store
 without losing writes, and history and as_of reach back over the graph. read_graph and
-search_nodes return a bounded page and `next_offset`, never the whole graph at once.
+search_nodes return a bounded page and `next_offset`, never the whole graph at once, and
+every read lists at most ENTITY_ITEMS observations and relations per entity (the newest) with
+their totals; read_entity, keytrail's one added tool, pages through the rest of one entity's.
 
 Enabled with KEYTRAIL_TOOLSETS=keygraph,knowledge_graph (or `serve --toolsets ...`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
@@ -19,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 from keytrail.core import Store
+from keytrail.core.kg_reads import ENTITY_ITEMS
 from keytrail.core.knowledge_graph import (
     EntityInput,
     KnowledgeGraph,
@@ -39,6 +43,7 @@ KG_TOOLS = (
     "read_graph",
     "search_nodes",
     "open_nodes",
+    "read_entity",
 )
 
 Name = Annotated[str, Field(min_length=1, max_length=LIMITS.kg_name_chars)]
@@ -105,6 +110,11 @@ class EntityOut(TypedDict):
     observations: list[str]
 
 
+class NodeOut(EntityOut):
+    observations_total: int
+    relations_total: int
+
+
 RelationOut = TypedDict("RelationOut", {"from": str, "to": str, "relationType": str})
 
 
@@ -139,11 +149,36 @@ class DeletionOut(TypedDict):
 
 
 class GraphOut(TypedDict):
-    entities: list[EntityOut]
+    entities: list[NodeOut]
     relations: list[RelationOut]
+    relations_total: int
     total: int
     offset: int
     next_offset: int | None
+
+
+class EntityPageOut(TypedDict):
+    entity: NodeOut
+    relations: list[RelationOut]
+    offset: int
+    next_offset: int | None
+
+
+# The most observations and relations the read tools list per entity (the cut), as the
+# schema's default of read_entity's limit: the store checks its own page limit again.
+CUT = min(ENTITY_ITEMS, LIMITS.page)
+CUT_NOTE = (
+    f"Each entity lists at most its {CUT} newest observations (in the order added) beside "
+    f"observations_total, and at most {CUT} of its relations (the newest) beside its "
+    "relations_total; read_entity pages through the rest."
+)
+Tool = TypeVar("Tool", bound=Callable[..., Any])
+
+
+def _cut_noted(tool: Tool) -> Tool:
+    """Fill CUT_NOTE into a read tool's docstring, its description for the model."""
+    tool.__doc__ = (tool.__doc__ or "").format(cut=CUT_NOTE)
+    return tool
 
 
 def _relations(items: list[RelationArg]) -> list[RelationInput]:
@@ -246,6 +281,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         return _reply(lambda: kg.delete_relations(_relations(relations)))
 
     @server.tool(annotations=_hints(title="Read the graph", **read_only))
+    @_cut_noted
     def read_graph(
         limit: Limit = 50, offset: Offset = 0, as_of: AsOf = None
     ) -> Annotated[CallToolResult, GraphOut]:
@@ -253,12 +289,16 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
 
         Each page holds the relations going out of its entities. `total` counts entities;
         call again with offset=next_offset until next_offset is null. Prefer search_nodes or
-        open_nodes when you know what you are looking for. Example: read_graph(limit=50)
-        -> {"entities": [...], "relations": [...], "total": 120, "next_offset": 50}
+        open_nodes when you know what you are looking for.
+        {cut}
+
+        Example: read_graph(limit=50) -> {{"entities": [...], "relations": [...],
+        "relations_total": 80, "total": 120, "next_offset": 50}}
         """
         return _reply(lambda: kg.read_graph(limit, offset, as_of))
 
     @server.tool(annotations=_hints(title="Search nodes", **read_only))
+    @_cut_noted
     def search_nodes(
         query: Annotated[
             str,
@@ -276,23 +316,57 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         """Find entities whose name, type or observations contain any word of the query.
 
         Returns the matching entities and the relations touching them, paged like
-        read_graph. Example: search_nodes(query="spanish") ->
-        {"entities": [{"name": "David Barnett", ...}], "relations": [...], "total": 1}
+        read_graph. Every observation is searched, listed or not.
+        {cut}
+
+        Example: search_nodes(query="spanish") -> {{"entities": [{{"name": "David Barnett",
+        ...}}], "relations": [...], "total": 1}}
         """
         return _reply(lambda: kg.search_nodes(query, limit, offset, as_of))
 
     @server.tool(annotations=_hints(title="Open nodes", **read_only))
+    @_cut_noted
     def open_nodes(
         names: Annotated[list[EntityName], Field(min_length=1, max_length=LIMITS.page)],
         as_of: AsOf = None,
     ) -> Annotated[CallToolResult, GraphOut]:
         """Get entities by name (any case) and the relations between them.
 
-        Unknown names are left out. Example: open_nodes(names=["David Barnett",
-        "QuintoAndar"]) -> {"entities": [...2...], "relations": [{"from": "David Barnett",
-        "to": "QuintoAndar", "relationType": "works_at"}]}
+        Unknown names are left out.
+        {cut}
+
+        Example: open_nodes(names=["David Barnett", "QuintoAndar"]) -> {{"entities": [...2...],
+        "relations": [{{"from": "David Barnett", "to": "QuintoAndar", "relationType":
+        "works_at"}}]}}
         """
         return _reply(lambda: kg.open_nodes(names, as_of))
+
+    @server.tool(annotations=_hints(title="Read one entity", **read_only))
+    @_cut_noted
+    def read_entity(
+        name: EntityName,
+        limit: Annotated[
+            int,
+            Field(ge=1, le=LIMITS.page, description="Observations, and relations, per page."),
+        ] = CUT,
+        offset: Annotated[
+            int,
+            Field(ge=0, le=10**9, description="How many of the newest of each to skip."),
+        ] = 0,
+        as_of: AsOf = None,
+    ) -> Annotated[CallToolResult, EntityPageOut]:
+        """Page through one entity's observations and its relations (going out of or into
+        it), newest first: use it when observations_total or relations_total is more than
+        an answer lists.
+
+        offset=0 holds the newest `limit` of each (what the other tools show); call again with
+        offset=next_offset for the ones before them, until next_offset is null. Each page lists
+        its items in the order they were added. An unknown name is an error. Example:
+        read_entity(name="default_user", offset=50) -> {{"entity": {{"name": "default_user",
+        "observations": [...50 older...], "observations_total": 5000, "relations_total": 120}},
+        "relations": [...], "offset": 50, "next_offset": 100}}
+        """
+        return _reply(lambda: kg.read_entity(name, limit, offset, as_of))
 
 
 def apply_toolsets(server: MCPServer[Any], store: Store, toolsets: tuple[str, ...]) -> None:

@@ -202,7 +202,6 @@ def test_cleanup_expired_answers_a_bounded_list(tmp_path: Path) -> None:
     assert len(answer["memory_ids"]) <= page
 
 
-@pytest.mark.xfail(strict=True, reason=UNBOUNDED)
 def test_a_read_graph_page_is_bounded_however_many_observations_an_entity_has(store: Store) -> None:
     kg = KnowledgeGraph(store)
     page = store.settings.limits.page
