@@ -178,7 +178,6 @@ def test_changes_over_the_whole_log_answers_a_bounded_page(store: Store) -> None
     assert len(answer["added"]) <= page
 
 
-@pytest.mark.xfail(strict=True, reason=UNBOUNDED)
 def test_cleanup_expired_answers_a_bounded_list(tmp_path: Path) -> None:
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
     store = Store(
