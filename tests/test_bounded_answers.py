@@ -354,3 +354,20 @@ def test_the_command_line_pages_history_changes_and_cleanup(tmp_path: Path) -> N
         refused = kt(home, *verb, "--limit", "201", ok=False)
         assert refused.returncode != 0 and "limit" in refused.stderr and "200" in refused.stderr
         assert "--limit" in kt(home, *verb, "--help").stdout
+
+
+def test_the_tools_and_their_output_schemas_say_what_the_totals_mean(store: Store) -> None:
+    async def listed() -> dict[str, Any]:
+        async with Client(build_server(store)) as client:
+            return {t.name: t for t in (await client.list_tools()).tools}
+
+    tools = anyio.run(listed)
+    for name, fields in [
+        ("history", ["events_total", "next_offset"]),
+        ("changes", ["added_total", "read_most_total", "next_offset"]),
+        ("cleanup_expired", ["count", "memory_ids"]),
+    ]:
+        described = tools[name].output_schema.get("description", "")
+        for field in fields:
+            assert field in tools[name].description, (name, field)
+            assert field in described, (name, field)
