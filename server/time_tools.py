@@ -86,7 +86,8 @@ def register_time_tools(server: MCPServer[Any], store: Store) -> None:
         Each list holds at most `limit` items from `offset` on, in log order, and has a total
         beside it (`added_total`, `corrected_total`, ...), exact however the lists are cut.
         When `next_offset` is not null some list has more: call again with
-        offset=next_offset. Reports progress (events scanned) when the client asks for it.
+        offset=next_offset. `read_most` is not paged: the `top` most read of the
+        `read_most_total` memories read. Reports progress (events scanned) when the client asks.
 
         Example: changes(since="2026-03-01T00:00:00Z") ->
         {"added": ["m_..", ...], "added_total": 312, ..., "next_offset": 50}
