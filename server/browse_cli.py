@@ -140,7 +140,8 @@ def add_browse_verbs(verb: Verb) -> None:
 
     p = verb(
         "cleanup-expired",
-        "record every memory whose ttl has passed as expired (they are already hidden)",
+        "record every memory whose ttl has passed as expired (they are already hidden); "
+        "lists the first --limit of their ids, `changes --since SEQ-1 --until SEQ` all of them",
         cmd_cleanup_expired,
     )
     p.add_argument(

@@ -3,6 +3,7 @@ writing ones, and the `history` and `changes` verbs."""
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 from keytrail.core.history import changes, history
 
@@ -120,28 +121,24 @@ def cmd_changes(args: argparse.Namespace) -> int:
         f"({short_time(result.since_at)} .. {short_time(result.until_at)})"
     )
 
-    def count(total: int, listed: int) -> str:
-        """The total, and which of them this page shows when it does not show them all."""
-        if result.offset == 0 and listed == total:
-            return str(total)
-        return f"{total} (showing {shown(result.offset, listed)})"
+    def count(total: int, listed: list[Any], ids: bool = False) -> str:
+        """The total, which of them this page shows when it does not show them all, and with
+        `ids` the listed ids themselves."""
+        said = str(total)
+        if total and (result.offset or len(listed) != total):
+            said += f" (showing {shown(result.offset, len(listed))})"
+        return f"{said}  {' '.join(listed)}" if ids and listed else said
 
-    print(f"  added      {count(result.added_total, len(result.added))}  " + " ".join(result.added))
-    print(f"  corrected  {count(result.corrected_total, len(result.corrected))}")
+    print(f"  added      {count(result.added_total, result.added, ids=True)}")
+    print(f"  corrected  {count(result.corrected_total, result.corrected)}")
     for c in result.corrected:
         print(f"    seq {c.seq}  {c.old_id} -> {c.new_id}")
     print(
         "  read most  " + (", ".join(f"{r.memory_id} x{r.reads}" for r in result.read_most) or "-")
     )
-    print(
-        f"  expired    {count(result.expired_total, len(result.expired))}  "
-        + " ".join(result.expired)
-    )
-    print(
-        f"  forgotten  {count(result.forgotten_total, len(result.forgotten))}  "
-        + " ".join(result.forgotten)
-    )
-    print(f"  keys merged {count(result.keys_merged_total, len(result.keys_merged))}")
+    print(f"  expired    {count(result.expired_total, result.expired, ids=True)}")
+    print(f"  forgotten  {count(result.forgotten_total, result.forgotten, ids=True)}")
+    print(f"  keys merged {count(result.keys_merged_total, result.keys_merged)}")
     for m in result.keys_merged:
         sim = f" ({m.similarity:.3f})" if m.similarity is not None else ""
         print(f"    seq {m.seq}  {m.alias!r} -> {m.label} {m.key_id}{sim}")
@@ -153,7 +150,8 @@ def cmd_changes(args: argparse.Namespace) -> int:
 def add_time_verbs(verb: Verb) -> None:
     p = verb(
         "history",
-        "a memory's versions, every event that touched it, its depth and link weights over time",
+        "a memory's versions, the events that touched it a page at a time (--limit, "
+        "--offset), and its depth and link weights after each",
         cmd_history,
     )
     p.add_argument("memory_id")
@@ -167,7 +165,8 @@ def add_time_verbs(verb: Verb) -> None:
     p = verb(
         "changes",
         "memories added, corrected, read most, expired, forgotten and keys merged between "
-        "two points (seqs or ISO-8601 times)",
+        "two points (seqs or ISO-8601 times); each list a page (--limit, --offset) beside "
+        "its exact count",
         cmd_changes,
     )
     p.add_argument("--since", metavar="SEQ|TIME", help="after this point (default: the start)")
