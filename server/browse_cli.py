@@ -82,7 +82,7 @@ def cmd_cleanup_expired(args: argparse.Namespace) -> int:
     if result.seq is not None and result.count > len(result.memory_ids):
         print(
             f"  ... and {result.count - len(result.memory_ids)} more: keytrail changes "
-            f"--since {result.seq - 1} --until {result.seq} lists them all"
+            f"--since {result.seq - 1} --until {result.seq} pages through them all"
         )
     return 0
 
