@@ -1,5 +1,11 @@
 """history(memory_id) and changes(since, until): what the log says happened, read back.
 
+Both answer a page: every list they return holds at most `limit` items (at most the store's
+`limits.page`, 200) from `offset` on, in log order, beside the total it has, so an answer stays
+small however big the store (the whole log's `changes` at 100,000 memories listed every id,
+1.7 MB). The whole span is still read to count, and `history`'s depth and weights are folded over
+every event before the page is cut, so they are right on every page.
+
 Both scan the log rather than keep an index. `history` first finds the lines that mention the
 memory's version chain with a byte search over each segment (C speed; only matching lines are
 decoded), so its cost is one read of the log plus the decoding of a few lines: about 1 s for a
@@ -10,10 +16,10 @@ the events between its two points, so its cost grows with that span, not with th
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
@@ -47,6 +53,12 @@ if TYPE_CHECKING:
     from .store import Store
 
 _RULE_TAGS = (b'"type":"store.created"', b'"type":"rules.changed"')
+#: `changes` reports progress at most about this many times over a scan (and at least every
+#: `_PROGRESS_EVERY` events apart), so a scan of millions of events stays a few hundred messages.
+_PROGRESS_STEPS = 100
+_PROGRESS_EVERY = 1000
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,9 +103,22 @@ class Trajectory:
 
 @dataclass(frozen=True)
 class History:
+    """A memory's versions and a page of the events that touched them.
+
+    `versions` is the whole version chain, oldest first. `events` holds at most `limit` of the
+    events that touched any version, from `offset` on, in log order; `events_total` is how many
+    there are in all. When `next_offset` is not null there are more: call again with
+    offset=next_offset (it is null on the last page). `trajectory` is each version's depth and
+    link weights right after the events of this page, folded over the whole history before the
+    page was cut, so they are the true values on every page.
+    """
+
     memory_id: str
     versions: list[Version]
     events: list[Touch]
+    events_total: int
+    offset: int
+    next_offset: int | None
     trajectory: list[Trajectory]
 
 
@@ -123,19 +148,60 @@ class Merge:
 
 @dataclass(frozen=True)
 class Changes:
+    """What changed after `since_seq` up to `until_seq`, a page of each list at a time.
+
+    Each of `added`, `corrected`, `expired`, `forgotten`, `deleted` and `keys_merged` holds at
+    most `limit` items from `offset` on, in log order; `<list>_total` (e.g. `added_total`) is
+    how many the whole span has, exact however the lists are cut. When `next_offset` is not
+    null some list has more: call again with offset=next_offset (null once every list is
+    complete).
+    `read_most` is not paged: the `top` most-read memories, the same on every page;
+    `read_most_total` is how many different memories were read.
+    """
+
     since_seq: int
     until_seq: int
     since_at: datetime
     until_at: datetime
     namespace: str | None
     added: list[str]
+    added_total: int
     corrected: list[Correction]
+    corrected_total: int
     read_most: list[ReadCount]
+    read_most_total: int
     expired: list[str]
+    expired_total: int
     forgotten: list[str]
+    forgotten_total: int
     #: knowledge-graph observations deleted (hidden now, their text kept as history)
     deleted: list[str]
+    deleted_total: int
     keys_merged: list[Merge]
+    keys_merged_total: int
+    offset: int
+    next_offset: int | None
+
+
+class _Cut(Generic[T]):
+    """One list of a paged answer: counts every item, keeps those from `offset` on, `limit` of
+    them at most."""
+
+    def __init__(self, offset: int, limit: int) -> None:
+        self.start, self.end = offset, offset + limit
+        self.total = 0
+        self.items: list[T] = []
+
+    def add(self, item: T) -> None:
+        if self.start <= self.total < self.end:
+            self.items.append(item)
+        self.total += 1
+
+
+def _next_offset(offset: int, limit: int, *totals: int) -> int | None:
+    """Where the next page starts, or None when no list goes past this one."""
+    end = offset + limit
+    return end if any(total > end for total in totals) else None
 
 
 def _preview(content: str, limit: int = 120) -> str:
@@ -383,10 +449,12 @@ def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]
     return out
 
 
-def history(store: Store, memory_id: str) -> History:
-    """The version chain of a memory and every event that touched any version, in log order,
-    with each version's depth and link weights after every change."""
+def history(store: Store, memory_id: str, limit: int = 50, offset: int = 0) -> History:
+    """The version chain of a memory and a page of the events that touched any version (at most
+    `limit` from `offset` on, in log order, of `events_total`), with each version's depth and
+    link weights after those events, folded over the whole history."""
     memory_id = check.text("memory_id", memory_id, 64)
+    limit, offset, _ = store._page(limit, offset, None)
     with store._mutex:
         state = store.refresh()
         if memory_id not in state.memories:
@@ -394,13 +462,16 @@ def history(store: Store, memory_id: str) -> History:
         chain = _chain(state, memory_id)
         members = set(chain)
         events: list[Touch] = []
-        trajectory: list[Trajectory] = []
+        # Each point of the trajectory with the index of the first event at or after its seq:
+        # it goes on the page holding that event (one page, where an event's touches straddle two).
+        trajectory: list[tuple[int, Trajectory]] = []
         private = GraphState()
         needles = [f'"{m}"'.encode() for m in chain] + list(_RULE_TAGS)
         for line in _matching_lines(store.log, needles):
             event = decode_line(line, upcasters=store.log.upcasters)
             if event.seq > state.seq:
                 break
+            first = len(events)
             events.extend(_touches(event, members, state))
             mine = _only(event, members)
             if mine is None:
@@ -418,16 +489,15 @@ def history(store: Store, memory_id: str) -> History:
                     )
                     for k in node.keys
                 }
-                trajectory.append(
-                    Trajectory(
-                        seq=event.seq,
-                        at=event.at,
-                        memory_id=mid,
-                        depth=round(node.depth, 6),
-                        access_count=node.access_count,
-                        weights=weights,
-                    )
+                point = Trajectory(
+                    seq=event.seq,
+                    at=event.at,
+                    memory_id=mid,
+                    depth=round(node.depth, 6),
+                    access_count=node.access_count,
+                    weights=weights,
                 )
+                trajectory.append((first, point))
         versions = [
             Version(
                 memory_id=m.id,
@@ -442,7 +512,17 @@ def history(store: Store, memory_id: str) -> History:
             )
             for m in (state.memories[mid] for mid in chain)
         ]
-        return History(memory_id=memory_id, versions=versions, events=events, trajectory=trajectory)
+        end, last = offset + limit, len(events) - 1
+        return History(
+            memory_id=memory_id,
+            versions=versions,
+            events=events[offset:end],
+            events_total=len(events),
+            offset=offset,
+            next_offset=_next_offset(offset, limit, len(events)),
+            # A point after the last event that touched the chain goes with that last event.
+            trajectory=[point for at, point in trajectory if offset <= min(at, last) < end],
+        )
 
 
 def changes(
@@ -451,11 +531,18 @@ def changes(
     until: object | None = None,
     namespace: str | None = None,
     top: int = 10,
+    limit: int = 50,
+    offset: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Changes:
     """What happened between two points (seqs or ISO-8601 times; default: the whole log):
     memories added, corrected, read most, expired, forgotten and deleted (knowledge-graph
-    observations), and keys merged."""
-    namespace = check.optional_namespace(namespace)
+    observations), and keys merged; each list a page (at most `limit` from `offset` on, in log
+    order) beside its total.
+
+    `progress(done, total)` is told the events scanned of those to scan, from (0, total) to
+    (total, total): the whole log of 100,000 memories takes seconds."""
+    limit, offset, namespace = store._page(limit, offset, namespace)
     top = check.count("top", top, 1, 1000)
     with store._mutex:
         state = store.refresh()
@@ -479,17 +566,32 @@ def changes(
                 return False
             return event.seq > high if isinstance(high, int) else event.at > high
 
-        added: list[str] = []
-        corrected: list[Correction] = []
+        added: _Cut[str] = _Cut(offset, limit)
+        corrected: _Cut[Correction] = _Cut(offset, limit)
         reads: Counter[str] = Counter()
-        expired: list[str] = []
-        forgotten: list[str] = []
-        deleted: list[str] = []
-        merged: list[Merge] = []
+        expired: _Cut[str] = _Cut(offset, limit)
+        forgotten: _Cut[str] = _Cut(offset, limit)
+        deleted: _Cut[str] = _Cut(offset, limit)
+        merged: _Cut[Merge] = _Cut(offset, limit)
+
+        def delete(memory_ids: list[str]) -> None:
+            for memory_id in memory_ids:
+                if in_ns(memory_id):
+                    deleted.add(memory_id)
+
         log = EventLog(store.home, segment_bytes=store.settings.segment_bytes)
         since_seq, since_at = _seek_near(store, log, low)
         until_seq, until_at = since_seq, since_at
+        start = since_seq
+        total = max(0, (high if isinstance(high, int) else state.seq) - start)
+        step = max(_PROGRESS_EVERY, total // _PROGRESS_STEPS)
+        told = 0
+        if progress is not None:
+            progress(0, total)
         for event in log.iter_new():
+            if progress is not None and event.seq - start >= told + step:
+                told = min(event.seq - start, total)
+                progress(told, total)
             if before_low(event):
                 since_seq, since_at = until_seq, until_at = event.seq, event.at
                 continue
@@ -498,11 +600,12 @@ def changes(
             until_seq, until_at = event.seq, event.at
             if isinstance(event, MemoryRemembered):
                 for new in event.memories:
-                    if in_ns(new.memory_id):
-                        added.append(new.memory_id)
+                    if not in_ns(new.memory_id):
+                        continue
+                    added.add(new.memory_id)
                     for key in new.keys:
-                        if key.resolution == "alias" and in_ns(new.memory_id):
-                            merged.append(
+                        if key.resolution == "alias":
+                            merged.add(
                                 Merge(
                                     seq=event.seq,
                                     at=event.at,
@@ -513,27 +616,31 @@ def changes(
                                 )
                             )
             elif isinstance(event, MemoryCorrected) and in_ns(event.old_id):
-                corrected.append(
-                    Correction(event.seq, event.at, event.old_id, event.memory.memory_id)
-                )
+                corrected.add(Correction(event.seq, event.at, event.old_id, event.memory.memory_id))
             elif isinstance(event, MemoryRead) and in_ns(event.memory_id):
                 reads[event.memory_id] += 1
             elif isinstance(event, MemoriesExpired):
-                expired += [m for m in event.memory_ids if in_ns(m)]
+                for memory_id in event.memory_ids:
+                    if in_ns(memory_id):
+                        expired.add(memory_id)
             elif isinstance(event, MemoryForgotten) and in_ns(event.memory_id):
-                forgotten.append(event.memory_id)
+                forgotten.add(event.memory_id)
             # The knowledge graph's observations are memories too: made with their entities
             # or by an import, and hidden (status deleted, text kept) by its deletes.
             elif isinstance(event, EntitiesCreated):
-                added += [m.memory_id for m in event.observations if in_ns(m.memory_id)]
+                for observation in event.observations:
+                    if in_ns(observation.memory_id):
+                        added.add(observation.memory_id)
             elif isinstance(event, GraphImported):
-                added += [i.memory.memory_id for i in event.memories if in_ns(i.memory.memory_id)]
+                for item in event.memories:
+                    if in_ns(item.memory.memory_id):
+                        added.add(item.memory.memory_id)
             elif isinstance(event, ObservationsDeleted):
-                deleted += [m for m in event.memory_ids if in_ns(m)]
+                delete(event.memory_ids)
             elif isinstance(event, EntitiesDeleted):
-                deleted += [m for m in event.forgotten if in_ns(m)]
+                delete(event.forgotten)
             elif isinstance(event, KeyAliased) and namespace is None:
-                merged.append(
+                merged.add(
                     Merge(
                         seq=event.seq,
                         at=event.at,
@@ -543,19 +650,31 @@ def changes(
                         similarity=event.similarity,
                     )
                 )
+        if progress is not None:
+            progress(total, total)
+        cuts = (added, corrected, expired, forgotten, deleted, merged)
         return Changes(
             since_seq=since_seq,
             until_seq=until_seq,
             since_at=since_at,
             until_at=until_at,
             namespace=namespace,
-            added=added,
-            corrected=corrected,
+            added=added.items,
+            added_total=added.total,
+            corrected=corrected.items,
+            corrected_total=corrected.total,
             read_most=[ReadCount(m, n) for m, n in reads.most_common(top)],
-            expired=expired,
-            forgotten=forgotten,
-            deleted=deleted,
-            keys_merged=merged,
+            read_most_total=len(reads),
+            expired=expired.items,
+            expired_total=expired.total,
+            forgotten=forgotten.items,
+            forgotten_total=forgotten.total,
+            deleted=deleted.items,
+            deleted_total=deleted.total,
+            keys_merged=merged.items,
+            keys_merged_total=merged.total,
+            offset=offset,
+            next_offset=_next_offset(offset, limit, *(cut.total for cut in cuts)),
         )
 
 

@@ -204,6 +204,12 @@ class Forgotten:
 
 @dataclass(frozen=True)
 class Expired:
+    """What `cleanup_expired` did: `count` memories expired, all in one event at `seq` (null
+    when nothing had expired). `memory_ids` lists at most `limit` of them, in log order; when
+    count > len(memory_ids), `changes(since=seq - 1, until=seq)` pages through every id (its
+    `expired` list)."""
+
+    count: int
     memory_ids: list[str]
     seq: int | None
 

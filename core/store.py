@@ -1030,8 +1030,13 @@ class Store(Queries, HybridQueries):
 
         return self._write(decide)
 
-    def cleanup_expired(self) -> Expired:
-        """Mark every memory whose TTL has passed as expired (one event; none if nothing is)."""
+    def cleanup_expired(self, limit: int = 50) -> Expired:
+        """Mark every memory whose TTL has passed as expired (one event; none if nothing is).
+
+        All of them are expired, however many; the answer counts them and lists the first
+        `limit` (at most `limits.page`), in log order. `changes(since=seq - 1, until=seq)`
+        pages through every one."""
+        limit = check.count("limit", limit, 1, self.settings.limits.page)
 
         def decide(app: Appender) -> Expired:
             ids = [
@@ -1040,9 +1045,9 @@ class Store(Queries, HybridQueries):
                 if m.status == "active" and m.expires_at is not None and m.expires_at <= app.at
             ]
             if not ids:
-                return Expired(memory_ids=[], seq=None)
+                return Expired(count=0, memory_ids=[], seq=None)
             event = self._append(app, MemoriesExpired(memory_ids=ids))
-            return Expired(memory_ids=ids, seq=event.seq)
+            return Expired(count=len(ids), memory_ids=ids[:limit], seq=event.seq)
 
         return self._write(decide)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from keytrail.core.timetravel import view
 
-from .shell import OFFSET_HELP, PAGE_HELP, emit_json, open_store, preview, short_time
+from .shell import OFFSET_HELP, PAGE_HELP, PAGE_RANGE, emit_json, open_store, preview, short_time
 from .time_cli import add_time_options
 
 Verb = Callable[..., argparse.ArgumentParser]
@@ -69,16 +69,21 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def cmd_cleanup_expired(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.cleanup_expired()
+        result = store.cleanup_expired(args.limit)
     if args.json:
         emit_json(result)
         return 0
-    if not result.memory_ids:
+    if not result.count:
         print("nothing has expired")
         return 0
-    print(f"expired {len(result.memory_ids)} memories (seq {result.seq})")
+    print(f"expired {result.count} memories (seq {result.seq})")
     for memory_id in result.memory_ids:
         print(f"  {memory_id}")
+    if result.seq is not None and result.count > len(result.memory_ids):
+        print(
+            f"  ... and {result.count - len(result.memory_ids)} more: keytrail changes "
+            f"--since {result.seq - 1} --until {result.seq} pages through them all"
+        )
     return 0
 
 
@@ -133,10 +138,18 @@ def add_browse_verbs(verb: Verb) -> None:
     p.add_argument("--limit", type=int, default=50, help=PAGE_HELP.format(default=50))
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
 
-    verb(
+    p = verb(
         "cleanup-expired",
-        "record every memory whose ttl has passed as expired (they are already hidden)",
+        "record every memory whose ttl has passed as expired (they are already hidden); "
+        "lists the first --limit of their ids, `changes --since SEQ-1 --until SEQ` all of them",
         cmd_cleanup_expired,
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=50,
+        help="how many of the expired ids to list (all of them are expired) "
+        + PAGE_RANGE.format(default=50),
     )
 
     verb(

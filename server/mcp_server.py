@@ -517,12 +517,20 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
-    def cleanup_expired() -> Annotated[CallToolResult, Expired]:
-        """Mark every memory whose ttl_seconds has passed as expired; returns their ids.
+    def cleanup_expired(
+        limit: Annotated[
+            int,
+            Field(ge=1, le=LIMITS.page, description="Most expired ids to list (all expire)."),
+        ] = 50,
+    ) -> Annotated[CallToolResult, Expired]:
+        """Mark every memory whose ttl_seconds has passed as expired, however many, in one
+        event; returns `count` and at most `limit` of their ids.
 
-        Expired memories are already hidden from reads; this records it in the log.
+        Expired memories are already hidden from reads; this records it in the log. When
+        count > len(memory_ids), changes(since=seq - 1, until=seq) pages through every id.
+        Example: cleanup_expired() -> {"count": 3, "memory_ids": ["m_..", ...], "seq": 812}
         """
-        return _reply(store.cleanup_expired)
+        return _reply(lambda: store.cleanup_expired(limit))
 
     @server.tool(annotations=_hints(title="Record a conversation turn"))
     def record_turn(

@@ -8,6 +8,10 @@ field). The same constraints written flat, `{type: [X, "null"]}` with the nested
 inlined, accept exactly the same documents and validate two to three times faster.
 Titles pydantic derives from field names say nothing the name does not.
 
+The SDK builds a dataclass result's model from the class's type hints alone, so the class's
+docstring, where the result says what its fields mean ("events_total > len(events): call again
+with offset=next_offset"), would be lost; the listing puts it back as the schema's description.
+
 One deliberate loosening: a map whose values have one scalar type (`{key_id: label}`) is
 listed as a plain object, its value type said in its description. `jsonschema` enters a
 subschema for every entry of every map, about 8 µs each, and a `read_key` page carries some
@@ -17,7 +21,9 @@ against the tool's full output model before sending it, so a non-string label ne
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from collections.abc import Callable
+from typing import Any, get_args
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
@@ -108,8 +114,23 @@ def _nullable_as_type_list(node: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def result_description(fn: Callable[..., Any]) -> str | None:
+    """The docstring of the result type a tool returns (`Annotated[CallToolResult, X]` or `X`),
+    or None when it has none (a dataclass without one gets its signature as `__doc__`)."""
+    try:
+        returned = inspect.signature(fn, eval_str=True).return_annotation
+    except (NameError, TypeError, SyntaxError):
+        return None
+    kind = next((a for a in get_args(returned)[1:] if isinstance(a, type)), returned)
+    doc = kind.__doc__ if isinstance(kind, type) and "__doc__" in vars(kind) else None
+    if not doc or doc.startswith(f"{kind.__name__}("):
+        return None
+    return inspect.cleandoc(doc)
+
+
 class FlatSchemaServer(MCPServer[Any]):
-    """An MCPServer advertising flat output schemas (see the module docstring).
+    """An MCPServer advertising flat output schemas (see the module docstring), each described
+    by its result type's docstring.
 
     Only what is listed changes: the server still validates each result against the tool's
     own output model, which accepts the same documents as the flat schema apart from the
@@ -118,9 +139,14 @@ class FlatSchemaServer(MCPServer[Any]):
     """
 
     async def list_tools(self) -> list[Tool]:
-        return [
-            tool
-            if tool.output_schema is None
-            else tool.model_copy(update={"output_schema": flat_output_schema(tool.output_schema)})
-            for tool in await super().list_tools()
-        ]
+        listed = []
+        for tool in await super().list_tools():
+            if tool.output_schema is not None:
+                schema = flat_output_schema(tool.output_schema)
+                registered = self._tool_manager.get_tool(tool.name)
+                said = result_description(registered.fn) if registered is not None else None
+                if said and "description" not in schema:
+                    schema = {"description": said, **schema}
+                tool = tool.model_copy(update={"output_schema": schema})
+            listed.append(tool)
+        return listed

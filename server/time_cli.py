@@ -3,12 +3,18 @@ writing ones, and the `history` and `changes` verbs."""
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 from keytrail.core.history import changes, history
 
-from .shell import emit_json, open_store, preview, short_time
+from .progress import ProgressBar
+from .shell import OFFSET_HELP, PAGE_RANGE, emit_json, open_store, preview, short_time
 
 Verb = Callable[..., argparse.ArgumentParser]
+
+#: `changes` shows a bar on stderr only for a scan at least this long (the whole log of 100,000
+#: memories takes seconds); a short one would only add two lines of noise.
+SCAN_BAR_EVENTS = 10_000
 
 
 def add_time_options(
@@ -41,9 +47,14 @@ def add_time_options(
     )
 
 
+def shown(offset: int, count: int) -> str:
+    """'3-4' for a page of two from offset 2, 'none' for an empty one."""
+    return f"{offset + 1}-{offset + count}" if count else "none"
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = history(store, args.memory_id)
+        result = history(store, args.memory_id, args.limit, args.offset)
     if args.json:
         emit_json(result)
         return 0
@@ -55,7 +66,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             f"(seq {v.created_seq}){valid}"
         )
         print(f"       {preview(v.preview, 70)}")
-    print("events:")
+    more = f" (more: --offset {result.next_offset})" if result.next_offset is not None else ""
+    print(f"events {shown(result.offset, len(result.events))} of {result.events_total}{more}:")
     for e in result.events:
         line = f"  seq {e.seq:<6} {short_time(e.at)}  {e.memory_id}  {e.what}"
         if e.query:
@@ -65,7 +77,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         if e.deltas:
             line += "  " + ", ".join(f"{k} {d:+g}" for k, d in e.deltas.items())
         print(line)
-    print("depth and link weights:")
+    print("depth and link weights after these events:")
     for t in result.trajectory:
         weights = "  ".join(f"{label} {w:.2f}" for label, w in t.weights.items())
         print(
@@ -75,9 +87,31 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def scan_bar() -> Callable[[int, int], None]:
+    """A `progress(done, total)` drawing a 'scan log' bar once the scan is long enough."""
+    bar: list[ProgressBar] = []
+
+    def progress(done: int, total: int) -> None:
+        if not bar and total >= SCAN_BAR_EVENTS:
+            bar.append(ProgressBar("scan log"))
+        if bar:
+            bar[0](done, total)
+
+    return progress
+
+
 def cmd_changes(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = changes(store, args.since, args.until, args.namespace, args.top)
+        result = changes(
+            store,
+            args.since,
+            args.until,
+            args.namespace,
+            args.top,
+            args.limit,
+            args.offset,
+            progress=scan_bar(),
+        )
     if args.json:
         emit_json(result)
         return 0
@@ -86,34 +120,54 @@ def cmd_changes(args: argparse.Namespace) -> int:
         f"changes{scope} after seq {result.since_seq} up to seq {result.until_seq} "
         f"({short_time(result.since_at)} .. {short_time(result.until_at)})"
     )
-    print(f"  added      {len(result.added)}  " + " ".join(result.added[:20]))
-    print(f"  corrected  {len(result.corrected)}")
+
+    def count(total: int, listed: list[Any], ids: bool = False) -> str:
+        """The total, which of them this page shows when it does not show them all, and with
+        `ids` the listed ids themselves."""
+        said = str(total)
+        if total and (result.offset or len(listed) != total):
+            said += f" (showing {shown(result.offset, len(listed))})"
+        return f"{said}  {' '.join(listed)}" if ids and listed else said
+
+    print(f"  added      {count(result.added_total, result.added, ids=True)}")
+    print(f"  corrected  {count(result.corrected_total, result.corrected)}")
     for c in result.corrected:
         print(f"    seq {c.seq}  {c.old_id} -> {c.new_id}")
     print(
         "  read most  " + (", ".join(f"{r.memory_id} x{r.reads}" for r in result.read_most) or "-")
     )
-    print(f"  expired    {len(result.expired)}  " + " ".join(result.expired[:20]))
-    print(f"  forgotten  {len(result.forgotten)}  " + " ".join(result.forgotten[:20]))
-    print(f"  deleted    {len(result.deleted)}  " + " ".join(result.deleted[:20]))
-    print(f"  keys merged {len(result.keys_merged)}")
+    print(f"  expired    {count(result.expired_total, result.expired, ids=True)}")
+    print(f"  forgotten  {count(result.forgotten_total, result.forgotten, ids=True)}")
+    print(f"  deleted    {count(result.deleted_total, result.deleted, ids=True)}")
+    print(f"  keys merged {count(result.keys_merged_total, result.keys_merged)}")
     for m in result.keys_merged:
         sim = f" ({m.similarity:.3f})" if m.similarity is not None else ""
         print(f"    seq {m.seq}  {m.alias!r} -> {m.label} {m.key_id}{sim}")
+    if result.next_offset is not None:
+        print(f"more: --offset {result.next_offset}")
     return 0
 
 
 def add_time_verbs(verb: Verb) -> None:
     p = verb(
         "history",
-        "a memory's versions, every event that touched it, its depth and link weights over time",
+        "a memory's versions, the events that touched it a page at a time (--limit, "
+        "--offset), and its depth and link weights after each",
         cmd_history,
     )
     p.add_argument("memory_id")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=50,
+        help="how many events to show, in log order " + PAGE_RANGE.format(default=50),
+    )
+    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
     p = verb(
         "changes",
         "memories added, corrected, read most, expired, forgotten, deleted (knowledge-graph "
-        "observations) and keys merged between two points (seqs or ISO-8601 times)",
+        "observations) and keys merged between two points (seqs or ISO-8601 times); each list "
+        "a page (--limit, --offset) beside its exact count",
         cmd_changes,
     )
     p.add_argument("--since", metavar="SEQ|TIME", help="after this point (default: the start)")
@@ -121,3 +175,11 @@ def add_time_verbs(verb: Verb) -> None:
     p.add_argument(
         "--top", type=int, default=10, help="how many most-read memories (default 10; 1 to 1000)"
     )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=50,
+        help="how many of each list to show, in log order (each total is always exact) "
+        + PAGE_RANGE.format(default=50),
+    )
+    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)

@@ -164,7 +164,6 @@ UNBOUNDED = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=UNBOUNDED)
 def test_changes_over_the_whole_log_answers_a_bounded_page(store: Store) -> None:
     page = store.settings.limits.page
     for start in range(0, page + 100, 100):
@@ -178,7 +177,6 @@ def test_changes_over_the_whole_log_answers_a_bounded_page(store: Store) -> None
     assert len(answer["added"]) <= page
 
 
-@pytest.mark.xfail(strict=True, reason=UNBOUNDED)
 def test_cleanup_expired_answers_a_bounded_list(tmp_path: Path) -> None:
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
     store = Store(
@@ -218,7 +216,6 @@ def test_a_read_graph_page_is_bounded_however_many_observations_an_entity_has(st
     assert len(answer["entities"][0]["observations"]) <= page
 
 
-@pytest.mark.xfail(strict=True, reason=UNBOUNDED)
 def test_history_of_a_much_read_memory_is_bounded(store: Store) -> None:
     page = store.settings.limits.page
     memory = store.remember("a fact that gets read a lot", ["fact"]).memory_id

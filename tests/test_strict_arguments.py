@@ -100,9 +100,9 @@ def test_every_unknown_argument_is_named(store: Store) -> None:
             args = {"query": "x", "limt": 3, "namspace": "a"}
             message = await refused(client, store, "recall", args)
             assert "unknown arguments 'limt', 'namspace' for recall" in message
-            message = await refused(client, store, "cleanup_expired", {"now": "2026"})
+            message = await refused(client, store, "list_sessions", {"now": "2026"})
             assert message.endswith(
-                "unknown argument 'now' for cleanup_expired; it takes no arguments"
+                "unknown argument 'now' for list_sessions; it takes no arguments"
             )
             # An unknown tool is still the SDK's own error.
             assert "Unknown tool" in await refused(client, store, "no_such_tool", {"x": 1})

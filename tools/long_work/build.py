@@ -11,7 +11,8 @@ copies (`cp -a`): forget, rebuild and import change what they touch. The other s
 timed.sh (wall, peak RSS and a second process taking the appenders' lock every 50 ms beside a
 command: prober.py), gaps.py (the longest silence on stderr), mcp_drive.py (an MCP stdio client
 sending a progressToken), batch_hold.py (how long a 500-item remember_batch holds the lock),
-locktrace.py / embtrace.py (the CLI with lock holds / embedded texts counted), sigint.py.
+locktrace.py / embtrace.py (the CLI with lock holds / embedded texts counted), sigint.py,
+read_many.py (one memory read 2,000 times, for a long `history`).
 """
 
 import random
