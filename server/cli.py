@@ -78,16 +78,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "the bearer token must be printable ASCII without leading or trailing whitespace "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
-    direct_recall = direct_recall_enabled()  # a bad value is refused before a store is made
+    direct_recall_enabled()  # a bad value is refused before a store is made
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(
             "--token",
             f"a bearer token is required to serve on non-loopback host {args.host!r} "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
-    store = open_store(args)
-    # The first calls answer at full speed, not at the lazy open's cost.
-    store.warm_up(memory_vectors=direct_recall)
+    # A missing or stale embedding projection is built in the background once serving starts
+    # (run_stdio, run_http), which then warms the store up: initialize is answered at once.
+    store = open_store(args, build_projection=False)
     try:
         if args.http:
             # An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8765/mcp.

@@ -1,8 +1,8 @@
 """`keytrail serve` answers at once while a missing embedding projection is built beside it.
 
 Tools that read no vectors answer during the build. Those that do wait for what they read
-(recall for the key labels, which are embedded first; remember, correct, read_key with a query
-and recall_memories for all of it), telling a client that sent a progress token how far the
+(recall and correct for the key labels, which are embedded first; remember, read_key with a
+query and recall_memories for all of it), telling a client that sent a progress token how far the
 build has got, and then answer exactly as they would after it. A build that fails is an error
 naming its cause for those tools only. Nothing here is timed: the embedder (or the embeddings
 endpoint) is held by an event, and each test waits for a signal, not for a while.
@@ -153,8 +153,9 @@ async def waiting_call(
     got: list[Any] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        heard.append((done, total, message))
-        progressed.set()
+        if "embedding projection" in (message or ""):  # not another long step's progress
+            heard.append((done, total, message))
+            progressed.set()
 
     async def call() -> None:
         result = await client.call_tool(tool, args, progress_callback=on_progress)
@@ -169,16 +170,14 @@ async def waiting_call(
     return got[0], heard
 
 
-def outcome(remembered: dict[str, Any]) -> Any:
-    """What remember decided, without the ids it drew at random."""
-    return (
-        [
-            (k["label"], k["type"], k["resolution"], k["merged_into"], k["similarity"])
-            for k in remembered["keys"]
-        ],
-        remembered["deduplicated"],
-        remembered["possible_contradictions"],
-    )
+def outcome(decided: dict[str, Any]) -> Any:
+    """What remember or correct decided, without the ids it drew at random."""
+    keys = [
+        (k["label"], k["type"], k["resolution"], k["merged_into"], k["similarity"])
+        for k in decided["keys"]
+    ]
+    rest = {k: v for k, v in decided.items() if k not in ("keys", "memory_id")}
+    return keys, rest
 
 
 def test_tools_that_read_no_vectors_answer_while_the_build_is_held(
@@ -260,6 +259,10 @@ def test_writes_and_content_reads_during_the_build_wait_for_all_of_it_and_decide
     make_store: Callable[..., Store], home: Path, tmp_path: Path
 ) -> None:
     ref = reference(make_store, home, tmp_path)
+    fact = next(m.id for m in ref.state.memories.values() if m.content == CONTENTS[5])
+    correct = {"memory_id": fact, "content": "fact 3 is about topic three", "keys": ["topics 3"]}
+    expected_correct = mcp_answer(ref, "correct", correct)
+    assert [k["resolution"] for k in expected_correct["keys"]] == ["alias"]
     remember = {"content": CONTENTS[0] + ".", "keys": ["green teas", "morning"]}
     expected_remember = mcp_answer(ref, "remember", remember)
     # The cases that read vectors: an alias merge and a deduplication against an old memory.
@@ -278,8 +281,9 @@ def test_writes_and_content_reads_during_the_build_wait_for_all_of_it_and_decide
 
     async def check(client: Client) -> None:
         assert await anyio.to_thread.run_sync(embedder.entered.wait, SAFETY)
-        # The key labels are in: recall answers at once, held contents or not.
+        # The key labels are in: recall and correct answer at once, held contents or not.
         got["recall"] = await answer(client, "recall", recall)
+        got["corrected"] = await answer(client, "correct", correct)
         got["page"], got["page_heard"] = await waiting_call(
             client, "read_key", read_key, embedder.release.set
         )
@@ -289,6 +293,7 @@ def test_writes_and_content_reads_during_the_build_wait_for_all_of_it_and_decide
     finally:
         embedder.release.set()
     assert got["recall"] == mcp_answer(ref, "recall", recall)
+    assert outcome(got["corrected"]) == outcome(expected_correct)
     assert got["page"] == expected_page
     assert got["page_heard"][-1][:2] == (68, 68)
 
@@ -401,6 +406,7 @@ def test_a_failed_build_leaves_the_other_tools_working_and_names_its_cause(
     # The endpoint comes back: the next call that needs the projection builds it again.
     embedder.failing = False
     assert mcp_answer(store, "recall", {"query": "bees"}) == expected
+    store.wait_for_vectors()  # recall waited only for the key labels: the contents follow
     assert store.projection_state().status == "ready"
 
 
