@@ -111,6 +111,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             run_stdio(store)
     finally:
         store.close()
+    if store.projection_state().status == "building":
+        # The client is gone while the projection is still being built. Its thread may be
+        # inside the model, and an interpreter shutting down under ONNX Runtime aborts the
+        # process ("terminate called without an active exception"). Nothing is lost by leaving
+        # now: the store is closed (no background step writes after that), every batch
+        # embedded so far is saved, and the next start resumes from there.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
