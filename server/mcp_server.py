@@ -559,7 +559,11 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
     def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
         """Counts of memories (current, superseded, expired, forgotten), keys, links, hubs,
-        namespaces and sessions, the embedder and the log size (as_of: counts back then)."""
+        namespaces and sessions, the embedder and the log size (as_of: counts back then).
+
+        `projection` says whether the embedder's vectors are being built (after a model switch
+        or a lost cache) and how far: meanwhile recall waits for the key labels and remember,
+        read_key with a query and recall_memories for all of it."""
         return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
