@@ -615,6 +615,9 @@ class HybridQueries:
     def memory_vectors(self) -> VectorSet:
         raise NotImplementedError
 
+    def wait_for_vectors(self, need: Any = "all", progress: Any = None) -> None:
+        raise NotImplementedError
+
     def _write(self, decide: Any) -> Any:
         raise NotImplementedError
 
@@ -716,6 +719,7 @@ class HybridQueries:
             raise InvalidInput("explain", "must be true or false")
         if not isinstance(learn, bool):
             raise InvalidInput("learn", "must be true or false")
+        self.wait_for_vectors("all")  # the content path reads every memory's vector
         query_vector = self.embedder.embed([query])[0]
         past = view(self, as_of) if as_of is not None else None  # type: ignore[arg-type]
         with self._mutex:

@@ -34,6 +34,7 @@ from .results import (
     MemoryRef,
     MemorySummary,
     MemoryView,
+    ProjectionState,
     Recall,
     Related,
     RelatedMemory,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from .config import Settings
     from .embedders import Embedder
     from .profiles import Thresholds
+    from .reembed import Need
 
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -201,6 +203,14 @@ class Queries:
     def memory_vectors(self) -> VectorSet:
         raise NotImplementedError
 
+    def wait_for_vectors(
+        self, need: Need = "all", progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    def projection_state(self) -> ProjectionState:
+        raise NotImplementedError
+
     def _page(
         self, limit: object, offset: object, namespace: object | None
     ) -> tuple[int, int, str | None]:
@@ -291,6 +301,7 @@ class Queries:
         namespace = check.optional_namespace(namespace)
         if context is not None:
             context = check.text("context", context, limits.query_chars, allow_empty=True)
+        self.wait_for_vectors("keys")  # concept matching reads every key label's vector
         with self._mutex:
             self.refresh()
             now = self.clock()
@@ -366,6 +377,8 @@ class Queries:
         limit, offset, namespace = self._page(limit, offset, namespace)
         if query is not None:
             query = check.text("query", query, limits.query_chars)
+            # Ranking by the query reads the content vector of each of the key's memories.
+            self.wait_for_vectors("all")
         with self._mutex:
             self.refresh()
             key = self.state.keys.get(key_id)
@@ -646,7 +659,9 @@ class Queries:
                 and cached.seq == state.seq
                 and cached.since <= now < cached.until
             ):
-                return replace(cached.stats, log_bytes=log_bytes)
+                return replace(
+                    cached.stats, log_bytes=log_bytes, projection=self.projection_state()
+                )
             namespaces: dict[str, int] = {}
             superseded = expired = forgotten = deleted = 0
             until = _NEVER
@@ -682,6 +697,7 @@ class Queries:
                 embedder=self.embedder.fingerprint,
                 log_bytes=log_bytes,
                 last_event_at=state.at if state.seq else None,
+                projection=self.projection_state(),
             )
             self._stats_cache = _StatsCache(state, state.seq, now, until, stats)
             return stats

@@ -173,6 +173,32 @@ class MemoryPage:
 
 
 @dataclass(frozen=True)
+class ProjectionState:
+    """Where this process's build of the embedding projection (the vectors of every key label
+    and memory content for the store's model) stands.
+
+    A server that finds it missing or behind (a deleted cache, a new model, an import) builds it
+    in the background and answers meanwhile. What reads no vectors answers at once; recall, and
+    correct given keys, wait for the key labels (embedded first); remember, remember_batch,
+    read_key with a query and recall_memories wait for all of it.
+    """
+
+    #: ready (no build under way: a vector the cache lacks is embedded when first needed) |
+    #: building | failed (`error` says why; the next call that needs it tries again)
+    status: str
+    #: texts the build has embedded (or found embedded by another process) of `to_embed`
+    embedded: int = 0
+    to_embed: int = 0
+    #: every key label has its vector: recall answers
+    keys_ready: bool = True
+    error: str | None = None
+
+
+#: No build under way.
+PROJECTION_READY = ProjectionState(status="ready")
+
+
+@dataclass(frozen=True)
 class Stats:
     store_id: str
     seq: int
@@ -190,6 +216,8 @@ class Stats:
     embedder: str
     log_bytes: int
     last_event_at: datetime | None
+    #: the embedding projection of `embedder`: being built by this server, and how far
+    projection: ProjectionState = PROJECTION_READY
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -62,16 +62,21 @@ from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
 from .queries import DELETED, Queries
 from .results import (
+    PROJECTION_READY,
     Corrected,
     Expired,
     Flag,
     Forgotten,
     KeyOutcome,
     MemoryView,
+    ProjectionState,
     Remembered,
     TurnSaved,
 )
 from .timetravel import PastStates, parse_optional_time
+
+if TYPE_CHECKING:
+    from .reembed import BackgroundBuild, Need
 
 T = TypeVar("T")
 logger = logging.getLogger("keytrail")
@@ -182,6 +187,9 @@ class Store(Queries, HybridQueries):
         self.past = PastStates(self)
         self.links_by_namespace = LinksByNamespace()
         self._closing = False  # set by close: a warm-up still running stops
+        #: a build of the projection in the background (a server's), which the calls that
+        #: read vectors wait for: see `wait_for_vectors` and core/reembed.py
+        self._background_build: BackgroundBuild | None = None
         self.state = self._open_state(progress)
         if self.state.seq == 0:
             if not create:
@@ -571,6 +579,27 @@ class Store(Queries, HybridQueries):
 
     # -- embeddings ------------------------------------------------------------------------
 
+    def wait_for_vectors(self, need: Need = "all", progress: Progress | None = None) -> None:
+        """Return once the vectors `need` names ("keys": every key label's, which recall reads;
+        "all": every label's and content's) can be read without embedding the projection,
+        while a server builds it in the background (`reembed.build_in_background`); at once
+        otherwise. `progress(done, total)` hears the build move. Raises ProjectionUnavailable,
+        naming the cause, if the build fails.
+
+        Every query and command that reads vectors calls this before it takes the mutex, so
+        it waits for the builder (which holds the mutex only a step at a time) instead of
+        embedding every missing text itself under the mutex, where every other call would
+        wait with it, hearing nothing.
+        """
+        background = self._background_build
+        if background is not None:
+            background.wait(need, progress)
+
+    def projection_state(self) -> ProjectionState:
+        """How far a build of the projection in the background is (`memory_stats`)."""
+        background = self._background_build
+        return PROJECTION_READY if background is None else background.state()
+
     def embed(
         self,
         texts: Sequence[str],
@@ -749,6 +778,8 @@ class Store(Queries, HybridQueries):
         checked = [
             self._check_item(it, "" if _single else f"items[{i}].") for i, it in enumerate(items)
         ]
+        # Alias merges, dedup and contradictions read key labels and contents of the graph.
+        self.wait_for_vectors("all")
         # Embed before taking the lock: a model call must not block other writers.
         with self._mutex:
             vectors = self.embed(
@@ -851,6 +882,10 @@ class Store(Queries, HybridQueries):
             else check.id_list("related_to", related_to, limits.related_to)
         )
         source = None if source is None else check.text("source", source, limits.source_chars)
+        if any(k.type == "concept" for k in specs):
+            # A new concept key may merge into an alias: that reads every key label's vector
+            # (no content's: a correction is not compared with other memories).
+            self.wait_for_vectors("keys")
         with self._mutex:
             self.embed([content] + [k.label for k in specs if k.type == "concept"])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,11 +24,12 @@ from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
 from .queries import DELETED, Queries, valid_at_time, visible
-from .results import MemoryView
+from .results import MemoryView, ProjectionState
 
 if TYPE_CHECKING:
     from keytrail.projections.vectors import Matrix
 
+    from .reembed import Need
     from .store import Store
 
 #: Past states kept in memory per store (each is a whole key graph: keep this small).
@@ -304,6 +305,15 @@ class TimeView(Queries):
     def memory_vectors(self) -> VectorSet:
         """Content rows of the memories that existed then (a prefix, as for key labels)."""
         return _prefix(self._store.memory_vectors(), len(self.state.memories))
+
+    def wait_for_vectors(
+        self, need: Need = "all", progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        # The past reads the store's rows (every past label and content is among them).
+        self._store.wait_for_vectors(need, progress)
+
+    def projection_state(self) -> ProjectionState:
+        return self._store.projection_state()
 
     def read_memory(
         self,

@@ -78,16 +78,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "the bearer token must be printable ASCII without leading or trailing whitespace "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
-    direct_recall = direct_recall_enabled()  # a bad value is refused before a store is made
+    direct_recall_enabled()  # a bad value is refused before a store is made
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(
             "--token",
             f"a bearer token is required to serve on non-loopback host {args.host!r} "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
-    store = open_store(args)
-    # The first calls answer at full speed, not at the lazy open's cost.
-    store.warm_up(memory_vectors=direct_recall)
+    # A missing or stale embedding projection is built in the background once serving starts
+    # (run_stdio, run_http), which then warms the store up: initialize is answered at once.
+    store = open_store(args, build_projection=False)
     try:
         if args.http:
             # An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8765/mcp.
@@ -111,6 +111,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             run_stdio(store)
     finally:
         store.close()
+    if store.projection_state().status == "building":
+        # The client is gone while the projection is still being built. Its thread may be
+        # inside the model, and an interpreter shutting down under ONNX Runtime aborts the
+        # process ("terminate called without an active exception"). Nothing is lost by leaving
+        # now: the store is closed (no background step writes after that), every batch
+        # embedded so far is saved, and the next start resumes from there.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -3,12 +3,14 @@
 Opening a store with an embedder whose projection is behind the log (a new model, a deleted
 cache, writes by other processes) builds it before the verb runs, with a progress bar on stderr
 when there is more than a handful of texts to embed. An interrupted build resumes where it
-stopped.
+stopped. `serve` is the exception: it answers at once and builds in the background
+(`build_while_serving`), the tools that read vectors waiting for what they need.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from keytrail.core import Store
@@ -21,23 +23,58 @@ from .shell import emit_json, open_store
 QUIET_BELOW = 64
 
 
+class BuildBar:
+    """`bar(done, total)`: a projection build's bar on stderr, shown only for a build of at
+    least QUIET_BELOW texts."""
+
+    def __init__(self, store: Store) -> None:
+        self.fingerprint = store.embedder.fingerprint
+        self.bar: ProgressBar | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < QUIET_BELOW:
+            return
+        if self.bar is None or done == 0:  # a build tried again starts a bar again
+            self.bar = ProgressBar(f"embedding {total} texts with {self.fingerprint}")
+        self.bar(done, total)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.finish()
+
+
 def ensure_projection(store: Store) -> projection.Reembedded | None:
     """Build the projection of `store`'s embedder if it is behind; None when it was current."""
     if projection.status(store).current:
         return None
-    bar: list[ProgressBar] = []
-
-    def progress(done: int, total: int) -> None:
-        if total < QUIET_BELOW:
-            return
-        if not bar:
-            bar.append(ProgressBar(f"embedding {total} texts with {store.embedder.fingerprint}"))
-        bar[0](done, total)
-
-    result = projection.build(store, progress)
-    if bar:
-        bar[0].finish()
+    bar = BuildBar(store)
+    result = projection.build(store, bar)
+    bar.finish()
     return result
+
+
+def build_while_serving(store: Store, memory_vectors: bool = False) -> projection.BackgroundBuild:
+    """For a server that answers at once: bring the projection up to the log in the background
+    (if it is behind), with its bar on stderr (the client's server log) as before, and a line
+    there if it fails; then warm the store up (see `Store.warm_up`). Until it is built, the
+    calls that read vectors wait for what they need (see `Store.wait_for_vectors`)."""
+    bar = BuildBar(store)
+
+    def built() -> None:
+        bar.finish()
+        store.warm_up(memory_vectors=memory_vectors)
+
+    def failed(exc: BaseException) -> None:
+        cause = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        print(
+            f"keytrail: building the embedding projection for {bar.fingerprint} failed: "
+            f"{cause}. The tools that need it (recall, remember, correct, read_key with a "
+            "query, recall_memories) report this; the next such call tries again.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return projection.build_in_background(store, bar, then=built, failed=failed)
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:

@@ -17,7 +17,15 @@ from keytrail.core.config import MAX_HOPS
 from keytrail.core.hybrid import MemoryRecall
 
 from .hybrid_cli import ENABLE_VARIABLE
-from .mcp_server import LIMITS, NamespaceFilter, Query, _hints, _progress_of, _reply
+from .mcp_server import (
+    LIMITS,
+    NamespaceFilter,
+    Query,
+    _hints,
+    _once_built,
+    _progress_of,
+    _reply,
+)
 from .time_tools import AsOf
 
 _OFF = ("", "0", "false", "no", "off")
@@ -85,4 +93,6 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
             store.catch_up_text_index(indexing)
             return store.recall_memories(query, top_k, namespace, hops, explain, as_of=as_of)
 
-        return _reply(answer)
+        # The content path reads every memory's vector: a projection being built in the
+        # background is waited for (with progress) before the text index is caught up.
+        return _reply(_once_built(store, ctx, "all", answer))

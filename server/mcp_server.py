@@ -217,6 +217,26 @@ def _progress_of(ctx: Context, message: str) -> Callable[[int, int], None]:
     return report
 
 
+#: What a client that sent a progress token hears while a call waits for the projection.
+BUILDING = "building the embedding projection (texts embedded)"
+
+
+def _once_built(
+    store: Store, ctx: Context, need: Literal["keys", "all"], call: Callable[[], T]
+) -> Callable[[], T]:
+    """`call`, run once the vectors it reads are built: while `keytrail serve` builds a missing
+    projection in the background, wait for it (outside the store's mutex), telling the client
+    how far it is. Core waits too, but silently; a failed build raises the error naming its
+    cause (a tool error, through `_guard`)."""
+    progress = _progress_of(ctx, BUILDING)
+
+    def run() -> T:
+        store.wait_for_vectors(need, progress)
+        return call()
+
+    return run
+
+
 def _hints(
     *, read_only: bool = False, destructive: bool = False, idempotent: bool = False, title: str
 ) -> ToolAnnotations:
@@ -261,6 +281,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             Query,
             Field(description="What you want to remember about: the user's words, names, topics."),
         ],
+        ctx: Context,
         top_k: Annotated[
             int, Field(ge=1, le=LIMITS.top_k, description="Most keys to return.")
         ] = 10,
@@ -284,11 +305,19 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         Example: recall(query="What does Dana's daughter like?") ->
         {"keys": [{"key_id": "k_..", "label": "Dana", "type": "name", "memory_count": 3, ...}]}
         """
-        return _reply(lambda: view(store, as_of, valid_at).recall(query, top_k, namespace, context))
+        return _reply(
+            _once_built(
+                store,
+                ctx,
+                "keys",
+                lambda: view(store, as_of, valid_at).recall(query, top_k, namespace, context),
+            )
+        )
 
     @server.tool(annotations=_hints(title="Memories behind a key", **read_only))
     def read_key(
         key_id: KeyId,
+        ctx: Context,
         query: Annotated[
             Query | None, Field(description="Rank the key's memories by relevance to this.")
         ] = None,
@@ -306,9 +335,12 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         read_key(key_id="k_9a1b2c3d4e", query="school") -> {"label": "Mia", "total": 2,
         "memories": [{"memory_id": "m_..", "score": 0.9, "keys": {"k_2f859b7cba": "school"}}]}
         """
-        return _reply(
-            lambda: view(store, as_of, valid_at).read_key(key_id, query, namespace, limit, offset)
-        )
+
+        def page() -> KeyPage:
+            return view(store, as_of, valid_at).read_key(key_id, query, namespace, limit, offset)
+
+        # Only ranking by a query reads vectors (every one of the key's memories' contents).
+        return _reply(page if query is None else _once_built(store, ctx, "all", page))
 
     @server.tool(annotations=_hints(title="Read a memory"))
     def read_memory(
@@ -354,6 +386,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="Remember a fact"))
     def remember(
         content: Content,
+        ctx: Context,
         keys: Keys = None,
         key_types: KeyTypes = None,
         namespace: Annotated[
@@ -378,16 +411,21 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
                  key_types={"Dana": "name", "Mia": "name"})
         """
         return _reply(
-            lambda: store.remember(
-                content,
-                keys,
-                _types(key_types),
-                namespace,
-                ttl_seconds,
-                related_to,
-                session_id,
-                source,
-                valid_from,
+            _once_built(
+                store,
+                ctx,
+                "all",
+                lambda: store.remember(
+                    content,
+                    keys,
+                    _types(key_types),
+                    namespace,
+                    ttl_seconds,
+                    related_to,
+                    session_id,
+                    source,
+                    valid_from,
+                ),
             )
         )
 
@@ -427,13 +465,19 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ]
         progress = _progress_of(ctx, "embedding")
         return _reply(
-            lambda: BatchRemembered(memories=store.remember_batch(batch, progress=progress))
+            _once_built(
+                store,
+                ctx,
+                "all",
+                lambda: BatchRemembered(memories=store.remember_batch(batch, progress=progress)),
+            )
         )
 
     @server.tool(annotations=_hints(title="Correct a memory"))
     def correct(
         memory_id: MemoryId,
         content: Content,
+        ctx: Context,
         keys: Annotated[
             list[KeyLabel] | None,
             Field(
@@ -452,11 +496,14 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         Example: correct(memory_id="m_3f2a9c1b7d0e",
                          content="Mia starts school in September 2026")
         """
-        return _reply(
-            lambda: store.correct(
+
+        def corrected() -> Corrected:
+            return store.correct(
                 memory_id, content, keys, _types(key_types), related_to, source, valid_from
             )
-        )
+
+        # New concept keys may merge into aliases: that reads every key label's vector.
+        return _reply(_once_built(store, ctx, "keys", corrected) if keys else corrected)
 
     @server.tool(annotations=_hints(title="Related memories", **read_only))
     def related(
@@ -513,7 +560,11 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
         """Counts of memories (current, superseded, expired, forgotten, deleted from the
         knowledge graph), keys, links, hubs, namespaces and sessions, the embedder and the log
-        size (as_of: counts back then)."""
+        size (as_of: counts back then).
+
+        `projection` says whether the embedder's vectors are being built (after a model switch
+        or a lost cache) and how far: meanwhile recall waits for the key labels and remember,
+        read_key with a query and recall_memories for all of it."""
         return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
@@ -638,8 +689,21 @@ def loopback_security(host: str) -> TransportSecuritySettings | None:
     )
 
 
+def _build_while_serving(store: Store) -> None:
+    """Start what `serve` does beside answering: bring the embedding projection up to the log
+    in the background, then warm up (see embed_cli.build_while_serving)."""
+    from .embed_cli import build_while_serving
+    from .hybrid_tools import direct_recall_enabled  # it imports this module
+
+    build_while_serving(store, memory_vectors=direct_recall_enabled())
+
+
 def run_stdio(store: Store) -> None:
-    build_server(store).run("stdio")
+    """Serve `store` over stdio: initialize and every call that reads no vectors are answered
+    at once, while a missing or stale projection is built in the background."""
+    server = build_server(store)
+    _build_while_serving(store)
+    server.run("stdio")
 
 
 def run_http(
@@ -653,4 +717,5 @@ def run_http(
     )
     if token:
         app = BearerAuth(app, token)
+    _build_while_serving(store)  # as over stdio: answer at once, build in the background
     uvicorn.run(app, host=host, port=port, log_level=log_level)

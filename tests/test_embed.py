@@ -213,7 +213,7 @@ def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
 
     kt("remember", "Ada keeps bees on the roof", "-k", "bees", "-n", "Ada")
     built = json.loads(kt("reembed", "--json"))
-    # contents, then labels: one memory, two keys
+    # key labels, then contents: two keys, one memory
     assert built["texts"] == 3 and built["seq"] == 2
     assert built["fingerprint"] == HashEmbedder().fingerprint
     again = json.loads(kt("reembed", "--json"))

@@ -274,13 +274,6 @@ def test_import_shows_a_bar_while_it_checks_the_export(store: Store, tmp_path: P
     assert lines[checked[-1]].endswith("100%")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="serve builds a missing or stale embedding projection before it answers initialize: "
-    "12.9 s at 100,000 memories with the hashing model, about 35 min with all-MiniLM-L6-v2 on "
-    "2 cores, and the client sees no progress (only the server's stderr log). Serving first and "
-    "building in the background needs the tools to answer meanwhile; see BENCHMARKS.md",
-)
 def test_serve_answers_before_a_missing_projection_is_built(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
