@@ -156,12 +156,9 @@ def mcp_answer(store: Store, tool: str, args: dict[str, Any], toolsets: Any = No
     return anyio.run(call)
 
 
-UNBOUNDED = (
-    "answers list every item however many there are: no limit, no paging, no count-only form "
-    "(measured at 100,000 memories: changes 1.7 MB, cleanup_expired of 50,000 0.85 MB, one "
-    "read_graph page 0.74 MB, history of a memory read 2,000 times 0.76 MB; each sent twice, "
-    "as text and as structured content). Needs an API decision; see BENCHMARKS.md"
-)
+# Before bounded answers, each of the next four listed every item however many (measured at
+# 100,000 memories: changes 1.7 MB, cleanup_expired of 50,000 0.85 MB, one read_graph page
+# 0.74 MB, history of a memory read 2,000 times 0.76 MB; each sent twice over MCP).
 
 
 def test_changes_over_the_whole_log_answers_a_bounded_page(store: Store) -> None:
