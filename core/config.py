@@ -21,6 +21,11 @@ from keytrail.events import FoldRules, InvalidInput
 
 from .profiles import Thresholds
 
+#: Items a paginated call answers when it is given no `limit` (`Limits.default_page`)
+DEFAULT_PAGE = 50
+#: The same for `read_key`, whose pages are ranked ids an agent reads from the top
+KEY_PAGE = 20
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -38,6 +43,11 @@ class Limits:
     top_k: int = 100
     #: characters of a knowledge-graph entity name, entity type or relation type
     kg_name_chars: int = 200
+
+    def default_page(self, preferred: int = DEFAULT_PAGE) -> int:
+        """The page a paginated call answers when no `limit` is given: `preferred`, or the
+        page limit if that is lower (a default the store would refuse is no default)."""
+        return min(preferred, self.page)
 
 
 #: How recall_memories fuses its signals: "score" (scaled scores, the default) or "rrf"

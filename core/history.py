@@ -449,7 +449,7 @@ def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]
     return out
 
 
-def history(store: Store, memory_id: str, limit: int = 50, offset: int = 0) -> History:
+def history(store: Store, memory_id: str, limit: int | None = None, offset: int = 0) -> History:
     """The version chain of a memory and a page of the events that touched any version (at most
     `limit` from `offset` on, in log order, of `events_total`), with each version's depth and
     link weights after those events, folded over the whole history."""
@@ -531,7 +531,7 @@ def changes(
     until: object | None = None,
     namespace: str | None = None,
     top: int = 10,
-    limit: int = 50,
+    limit: int | None = None,
     offset: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> Changes:

@@ -554,14 +554,16 @@ class KnowledgeGraph:
         """The most observations and relations the read tools list per entity."""
         return min(ENTITY_ITEMS, self.store.settings.limits.page)
 
-    def read_graph(self, limit: int = 50, offset: int = 0, as_of: object = None) -> GraphPage:
+    def read_graph(
+        self, limit: int | None = None, offset: int = 0, as_of: object = None
+    ) -> GraphPage:
         limit, offset, _ = self.store._page(limit, offset, None)
         with self.store._mutex:
             state, now = self._state_at(as_of)
             return read_graph(state, self.namespace, now, limit, offset, self.cut)
 
     def search_nodes(
-        self, query: str, limit: int = 50, offset: int = 0, as_of: object = None
+        self, query: str, limit: int | None = None, offset: int = 0, as_of: object = None
     ) -> GraphPage:
         query = check.text("query", query, self.store.settings.limits.query_chars)
         limit, offset, _ = self.store._page(limit, offset, None)

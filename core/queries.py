@@ -23,6 +23,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
 from . import keyrank
 from . import validation as check
+from .config import DEFAULT_PAGE, KEY_PAGE
 from .results import (
     Conversation,
     KeyBrowse,
@@ -212,11 +213,19 @@ class Queries:
         raise NotImplementedError
 
     def _page(
-        self, limit: object, offset: object, namespace: object | None
+        self,
+        limit: object | None,
+        offset: object,
+        namespace: object | None,
+        default: int = DEFAULT_PAGE,
     ) -> tuple[int, int, str | None]:
-        """Checked paging arguments shared by every paginated query."""
+        """Checked paging arguments shared by every paginated query; no `limit` is `default`
+        items, or the page limit if that is lower."""
+        limits = self.settings.limits
         return (
-            check.count("limit", limit, 1, self.settings.limits.page),
+            check.count(
+                "limit", limits.default_page(default) if limit is None else limit, 1, limits.page
+            ),
             check.count("offset", offset, 0, 10**9),
             check.optional_namespace(namespace),
         )
@@ -369,12 +378,12 @@ class Queries:
         key_id: str,
         query: str | None = None,
         namespace: str | None = None,
-        limit: int = 20,
+        limit: int | None = None,
         offset: int = 0,
     ) -> KeyPage:
         """The memories a key leads to, best first: ids and metadata, never content."""
         limits = self.settings.limits
-        limit, offset, namespace = self._page(limit, offset, namespace)
+        limit, offset, namespace = self._page(limit, offset, namespace, KEY_PAGE)
         if query is not None:
             query = check.text("query", query, limits.query_chars)
             # Ranking by the query reads the content vector of each of the key's memories.
@@ -612,7 +621,7 @@ class Queries:
     # -- listing and stats -----------------------------------------------------------------
 
     def list_memories(
-        self, namespace: str | None = None, limit: int = 50, offset: int = 0
+        self, namespace: str | None = None, limit: int | None = None, offset: int = 0
     ) -> MemoryPage:
         """Current memories, newest first, with a short preview."""
         limit, offset, namespace = self._page(limit, offset, namespace)
@@ -708,7 +717,7 @@ class Queries:
         self,
         namespace: str | None = None,
         hubs_only: bool = False,
-        limit: int = 50,
+        limit: int | None = None,
         offset: int = 0,
     ) -> KeyBrowse:
         """Keys leading to current memories, most-used first, with memory counts and hub flags."""

@@ -1065,13 +1065,16 @@ class Store(Queries, HybridQueries):
 
         return self._write(decide)
 
-    def cleanup_expired(self, limit: int = 50) -> Expired:
+    def cleanup_expired(self, limit: int | None = None) -> Expired:
         """Mark every memory whose TTL has passed as expired (one event; none if nothing is).
 
         All of them are expired, however many; the answer counts them and lists the first
         `limit` (at most `limits.page`), in log order. `changes(since=seq - 1, until=seq)`
         pages through every one."""
-        limit = check.count("limit", limit, 1, self.settings.limits.page)
+        limits = self.settings.limits
+        limit = check.count(
+            "limit", limits.default_page() if limit is None else limit, 1, limits.page
+        )
 
         def decide(app: Appender) -> Expired:
             ids = [

@@ -16,8 +16,10 @@ Verb = Callable[..., argparse.ArgumentParser]
 
 def cmd_list(args: argparse.Namespace) -> int:
     with open_store(args) as store:
+        # A terminal shows 20 by default, not the 50 a model gets (or fewer if the page is).
+        limit = store.settings.limits.default_page(20) if args.limit is None else args.limit
         page = view(store, args.as_of, args.valid_at).list_memories(
-            args.namespace, args.limit, args.offset
+            args.namespace, limit, args.offset
         )
     if args.json:
         emit_json(page)
@@ -116,7 +118,7 @@ def cmd_conversation(args: argparse.Namespace) -> int:
 
 def add_browse_verbs(verb: Verb) -> None:
     p = verb("list", "current memories, newest first, with a preview", cmd_list)
-    p.add_argument("--limit", type=int, default=20, help=PAGE_HELP.format(default=20))
+    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
@@ -135,7 +137,7 @@ def add_browse_verbs(verb: Verb) -> None:
         action="store_true",
         help="only hubs (keys on KEYTRAIL_HUB_MIN, 3, or more current memories)",
     )
-    p.add_argument("--limit", type=int, default=50, help=PAGE_HELP.format(default=50))
+    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=50))
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
 
     p = verb(
@@ -147,7 +149,7 @@ def add_browse_verbs(verb: Verb) -> None:
     p.add_argument(
         "--limit",
         type=int,
-        default=50,
+        default=None,
         help="how many of the expired ids to list (all of them are expired) "
         + PAGE_RANGE.format(default=50),
     )

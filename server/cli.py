@@ -506,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read-key", "memories behind a key (no content)", cmd_read_key)
     p.add_argument("key_id")
     p.add_argument("--query", help="rank by relevance to this")
-    p.add_argument("--limit", type=int, default=20, help=PAGE_HELP.format(default=20))
+    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
     add_time_options(p)
 

@@ -30,7 +30,7 @@ from keytrail.core.knowledge_graph import (
     RelationInput,
 )
 
-from .mcp_server import LIMITS, Limit, Offset, _hints, _reply
+from .mcp_server import LIMITS, PAGE, Limit, Offset, _hints, _reply
 from .time_tools import AsOf
 
 KG_TOOLS = (
@@ -283,7 +283,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
     @server.tool(annotations=_hints(title="Read the graph", **read_only))
     @_cut_noted
     def read_graph(
-        limit: Limit = 50, offset: Offset = 0, as_of: AsOf = None
+        limit: Limit = PAGE, offset: Offset = 0, as_of: AsOf = None
     ) -> Annotated[CallToolResult, GraphOut]:
         """Read the knowledge graph a page of entities at a time, oldest first.
 
@@ -309,7 +309,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
                 "an entity matches if any word does).",
             ),
         ],
-        limit: Limit = 50,
+        limit: Limit = PAGE,
         offset: Offset = 0,
         as_of: AsOf = None,
     ) -> Annotated[CallToolResult, GraphOut]:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import keytrail
 from keytrail.core import KeytrailError, Limits, RememberItem, Settings, Store, to_dict
+from keytrail.core.config import KEY_PAGE as KEY_PAGE_PREFERRED
 from keytrail.core.results import (
     Conversation,
     Corrected,
@@ -159,6 +160,9 @@ Ttl = Annotated[
 ]
 Query = Annotated[str, Field(min_length=1, max_length=LIMITS.query_chars)]
 Limit = Annotated[int, Field(ge=1, le=LIMITS.page, description="Page size.")]
+#: A call without `limit` gets this many (50, or KEYTRAIL_MAX_PAGE if lower); read_key 20.
+PAGE = LIMITS.default_page()
+KEY_PAGE = LIMITS.default_page(KEY_PAGE_PREFERRED)
 Offset = Annotated[int, Field(ge=0, le=10**9, description="Items to skip.")]
 
 
@@ -322,7 +326,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             Query | None, Field(description="Rank the key's memories by relevance to this.")
         ] = None,
         namespace: NamespaceFilter = None,
-        limit: Limit = 20,
+        limit: Limit = KEY_PAGE,
         offset: Offset = 0,
         as_of: AsOf = None,
         valid_at: ValidAt = None,
@@ -373,7 +377,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         hubs_only: Annotated[
             bool, Field(description="Only hubs (keys with many memories).")
         ] = False,
-        limit: Limit = 50,
+        limit: Limit = PAGE,
         offset: Offset = 0,
     ) -> Annotated[CallToolResult, KeyBrowse]:
         """List keys with their memory counts, most-used first. For an overview of what is known.
@@ -545,7 +549,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="List memories", **read_only))
     def list_memories(
         namespace: NamespaceFilter = None,
-        limit: Limit = 50,
+        limit: Limit = PAGE,
         offset: Offset = 0,
         as_of: AsOf = None,
         valid_at: ValidAt = None,
@@ -572,7 +576,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         limit: Annotated[
             int,
             Field(ge=1, le=LIMITS.page, description="Most expired ids to list (all expire)."),
-        ] = 50,
+        ] = PAGE,
     ) -> Annotated[CallToolResult, Expired]:
         """Mark every memory whose ttl_seconds has passed as expired, however many, in one
         event; returns `count` and at most `limit` of their ids.

@@ -12,7 +12,7 @@ from keytrail.core import Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
-PAGE_RANGE = "(default {default}; 1 to KEYTRAIL_MAX_PAGE, 200)"
+PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
 PAGE_HELP = "how many to show " + PAGE_RANGE
 OFFSET_HELP = "how many to skip first (default 0)"
 TOP_K_HELP = "how many to return (default 10; 1 to KEYTRAIL_MAX_TOP_K, 100)"

@@ -159,7 +159,7 @@ def add_time_verbs(verb: Verb) -> None:
     p.add_argument(
         "--limit",
         type=int,
-        default=50,
+        default=None,
         help="how many events to show, in log order " + PAGE_RANGE.format(default=50),
     )
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
@@ -178,7 +178,7 @@ def add_time_verbs(verb: Verb) -> None:
     p.add_argument(
         "--limit",
         type=int,
-        default=50,
+        default=None,
         help="how many of each list to show, in log order (each total is always exact) "
         + PAGE_RANGE.format(default=50),
     )

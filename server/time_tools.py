@@ -41,7 +41,16 @@ Point = Annotated[
 
 def register_time_tools(server: MCPServer[Any], store: Store) -> None:
     # Imported here: mcp_server imports this module for the parameter types above.
-    from .mcp_server import LIMITS, MemoryId, NamespaceFilter, Offset, _hints, _progress_of, _reply
+    from .mcp_server import (
+        LIMITS,
+        PAGE,
+        MemoryId,
+        NamespaceFilter,
+        Offset,
+        _hints,
+        _progress_of,
+        _reply,
+    )
 
     @server.tool(annotations=_hints(title="History of a memory", read_only=True, idempotent=True))
     def history(
@@ -49,7 +58,7 @@ def register_time_tools(server: MCPServer[Any], store: Store) -> None:
         limit: Annotated[
             int,
             Field(ge=1, le=LIMITS.page, description="Most events to return (a page)."),
-        ] = 50,
+        ] = PAGE,
         offset: Offset = 0,
     ) -> Annotated[CallToolResult, History]:
         """How a memory changed: every version (both directions), the events that touched it
@@ -76,7 +85,7 @@ def register_time_tools(server: MCPServer[Any], store: Store) -> None:
         limit: Annotated[
             int,
             Field(ge=1, le=LIMITS.page, description="Most items of each list (a page)."),
-        ] = 50,
+        ] = PAGE,
         offset: Offset = 0,
     ) -> Annotated[CallToolResult, Changes]:
         """What changed after `since` up to `until` (seqs or ISO-8601 times; default the whole
