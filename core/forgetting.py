@@ -136,11 +136,13 @@ def purge(
     vectors: VectorCache | None,
     *,
     fresh_snapshot: Path | None = None,
+    keep_vectors: Collection[str] = (),
 ) -> list[str]:
     """Remove the content of `entries` (already forgotten in the log) from every file.
 
     Call holding the log lock. Safe to call again on the same entries. `fresh_snapshot` names a
     snapshot just written from a state that has folded the forgets (nothing to blank there).
+    `keep_vectors`: text hashes whose vector rows stay (texts other memories still hold).
     Returns the files changed or deleted, relative to `home`.
     """
     entries = list(entries)
@@ -164,7 +166,7 @@ def purge(
     if fresh_snapshot is not None:
         touched.append(str(fresh_snapshot))
     touched += purge_vectors(
-        home / "cache" / "vectors", {e.vector_digest for e in entries}, vectors
+        home / "cache" / "vectors", {e.vector_digest for e in entries} - set(keep_vectors), vectors
     )
     touched += purge_text_index(home, ids)
     return [_relative(home, p) for p in touched]

@@ -595,7 +595,9 @@ def changes(
             if before_low(event):
                 since_seq, since_at = until_seq, until_at = event.seq, event.at
                 continue
-            if after_high(event):
+            if after_high(event) or event.seq > state.seq:
+                # Past the state refreshed above, events another process appended during the
+                # scan: `in_ns` cannot judge them, so they are the next call's (from until_seq).
                 break
             until_seq, until_at = event.seq, event.at
             if isinstance(event, MemoryRemembered):

@@ -1044,7 +1044,20 @@ class Store(Queries, HybridQueries):
         # The purge deletes the text index directory; drop our handle so the next query
         # rebuilds it from the (now redacted) log instead of reading deleted files.
         self.text.close()
-        purged = forgetting.purge(self.home, self.log, done, self.vectors, fresh_snapshot=fresh)
+        # A text another memory still holds (two entities with one observation) is no secret:
+        # its vector row is that memory's, and erasing it made the recorded coverage untrue.
+        memories = self.state.memories
+        gone = {memories[e.memory_id].content_hash: e.vector_digest for e in done}
+        held = {
+            digest
+            for m in memories.values()
+            if m.content
+            and (digest := gone.get(m.content_hash)) is not None
+            and text_hash(m.content) == digest
+        }
+        purged = forgetting.purge(
+            self.home, self.log, done, self.vectors, fresh_snapshot=fresh, keep_vectors=held
+        )
         self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])
         return purged

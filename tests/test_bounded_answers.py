@@ -147,6 +147,27 @@ def test_changes_in_a_namespace_counts_only_that_namespace(store: Store) -> None
     assert hobby.added_total == 7 and len(hobby.added) == 3 and hobby.next_offset == 6
 
 
+def test_changes_ends_at_the_state_it_read_so_polling_from_until_loses_nothing(
+    make_store: Callable[..., Store], store: Store
+) -> None:
+    """Another process appending while `changes` scans: the answer stops at the state it
+    refreshed (its lists are judged against that state), so `until_seq` never passes an event
+    the lists left out, and the next poll from it lists that event."""
+    store.remember("first fact", ["alpha"])
+    other = make_store(store.home)  # another process sharing the store
+    late = []
+
+    def progress(done: int, total: int) -> None:
+        if not late:  # the scan has begun: the other process writes meanwhile
+            late.append(other.remember("second fact", ["beta"]))
+
+    first = changes(store, progress=progress)
+    assert late[0].memory_id not in first.added
+    assert first.until_seq < late[0].seq
+    polled = changes(store, since=first.until_seq)
+    assert polled.added == [late[0].memory_id] and polled.added_total == 1
+
+
 # -- history -------------------------------------------------------------------------------------
 
 

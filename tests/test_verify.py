@@ -16,6 +16,7 @@ from test_cli import REPO, env_for
 
 from keytrail.core import HashEmbedder, Settings, Store, forgetting, maintenance
 from keytrail.core.forgetting import PendingPurge
+from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import text_hash
@@ -91,6 +92,32 @@ def test_a_memory_forgotten_after_the_vector_coverage_is_no_gap(tmp_path: Path) 
     report = verify(tmp_path / "s")
     assert report.ok, report.cache_problems
     assert any("covers seq 2" in c for c in report.caches_checked)
+
+
+def test_forgetting_one_of_two_memories_of_the_same_text_leaves_the_coverage_whole(
+    tmp_path: Path,
+) -> None:
+    """Two entities with the same observation are two memories of one text (one vector row).
+    Forgetting one erases no secret while the other holds the text: its row stays, so the
+    recorded coverage stays true (verify found a gap, and told the user to rebuild)."""
+    store = open_store(tmp_path / "s")
+    try:
+        kg = KnowledgeGraph(store)
+        kg.create_entities(
+            [
+                EntityInput("Anna", "person", ["likes tea"]),
+                EntityInput("Bob", "person", ["likes tea"]),
+            ]
+        )
+        store.memory_vectors()
+        store.key_vectors()
+        store.save_vectors((store.state.store_id, store.state.seq))
+        first = next(m for m in store.state.memories.values() if m.content == "likes tea")
+        store.forget(first.id)
+    finally:
+        store.close()
+    report = verify(tmp_path / "s")
+    assert report.ok, report.cache_problems
 
 
 def test_a_snapshot_that_differs_from_the_log_is_a_problem_and_rebuild_mends_it(
