@@ -259,8 +259,10 @@ class Batch:
 
     def _closest_in_graph(self, labels: list[str]) -> dict[str, tuple[str, float]]:
         """For each label, the closest concept key already in the graph and its cosine."""
+        if not labels:
+            return {}  # before key_vectors(), which may first embed every label it lacks
         rows = self.store.key_vectors()
-        if not labels or not len(rows):
+        if not len(rows):
             return {}
         scores = rows.matrix @ self.store.embed(labels).T
         keys = self.state.keys

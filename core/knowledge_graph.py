@@ -592,5 +592,9 @@ class KnowledgeGraph:
             state, now = self._state_at(as_of)
             key = entity_key(state, checked)
             if key is None:
-                raise NotFound("name", "entity", checked)
+                # Like a memory read by id as of a past point: one the present holds came later.
+                later = as_of is not None and entity_key(self.store.state, checked) is not None
+                raise NotFound(
+                    "name", "entity", checked, "not at that point in time" if later else ""
+                )
             return read_entity(state, key, self.namespace, now, limit, offset)

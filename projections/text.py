@@ -38,7 +38,9 @@ from keytrail.events.errors import StoreError
 from .keygraph import GraphState, MemoryNode
 
 #: 2: the keys field holds only labels the content does not already contain
-SCHEMA_VERSION = 2
+#: 3: a knowledge-graph delete keeps its document (as_of searches before it find it); an index
+#:    of 2 had dropped it like a forgotten memory's
+SCHEMA_VERSION = 3
 #: Called with (memories indexed so far, memories to index) while an index is written.
 IndexProgress = Callable[[int, int], None]
 #: Documents between two progress reports.

@@ -257,6 +257,20 @@ def test_read_entity_as_of_a_past_point(kg: KnowledgeGraph, store: Store) -> Non
     )
 
 
+def test_read_entity_as_of_before_the_entity_says_it_came_later(
+    kg: KnowledgeGraph, store: Store
+) -> None:
+    then = store.state.seq
+    kg.create_entities([EntityInput("Zoe", "person", ["joined in May"])])
+    with pytest.raises(NotFound) as later:
+        kg.read_entity("Zoe", as_of=then)
+    assert (later.value.field, later.value.ident) == ("name", "Zoe")
+    assert str(later.value).endswith("not at that point in time"), str(later.value)
+    with pytest.raises(NotFound) as never:
+        kg.read_entity("nobody", as_of=then)
+    assert "point in time" not in str(never.value)
+
+
 def test_the_memory_jsonl_export_carries_every_observation_and_relation(
     kg: KnowledgeGraph, store: Store
 ) -> None:

@@ -8,6 +8,7 @@ it, from every file, and then the past hides it too, as for any forgotten memory
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import msgspec
@@ -21,6 +22,8 @@ from keytrail.core.maintenance import verify
 from keytrail.core.timetravel import read_memory_at, view
 from keytrail.events import EntitiesDeleted, EventLog
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections import text
+from keytrail.projections.text import TextIndex
 
 TEA = "likes Darjeeling tea"
 JAZZ = "listens to modal jazz"
@@ -221,6 +224,30 @@ def test_a_snapshot_of_the_old_fold_is_a_cache_miss_and_the_replay_keeps_the_tex
     assert read_memory_at(reopened, tea, as_of=before).content == TEA
     reopened.close()
     assert snapshots.load(path) is not None  # the close wrote one of this schema
+
+
+def test_a_text_index_of_the_old_fold_is_rebuilt_and_past_text_search_finds_the_observation(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before "deleted", catching the text index up deleted a deleted observation's document
+    like a forgotten one's. Such an index is from another schema: it is rebuilt from the state,
+    so a text search as of before the delete finds the observation again."""
+    store = make_store()
+    _, tea, before = deleted_tea(store)
+    store.close()
+    old_fold = copy.deepcopy(store.state)
+    old_fold.memories[tea].status = "forgotten"
+    with monkeypatch.context() as old_code:
+        old_code.setattr(text, "SCHEMA_VERSION", 2)
+        TextIndex(store.home / "index" / "text").rebuild(old_fold)
+        assert tea not in TextIndex(store.home / "index" / "text").committed()[1]
+
+    reopened = make_store(home=store.home)
+    with reopened._mutex:
+        index = reopened.text_index()
+    assert tea in [hit.memory_id for hit in index.search("Darjeeling tea", 10, max_seq=before)]
+    found = reopened.recall_memories("Darjeeling tea", learn=False, as_of=before)
+    assert tea in [m.memory_id for m in found.memories]
 
 
 def test_a_deleted_observation_in_another_process_reads_the_same(

@@ -586,3 +586,23 @@ def test_serve_over_http_answers_initialize_while_the_build_waits_on_the_endpoin
     with serving(home, tmp_path, env=env) as url:
         assert endpoint.entered.wait(SAFETY)  # the build has asked the endpoint: it is under way
         anyio.run(main, url)
+
+
+def test_commands_without_a_new_concept_label_never_read_the_key_label_matrix(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a new concept label can become an alias, so only it needs the key labels'
+    vectors: reading them first made a command whose keys are all names (or known) embed every
+    label a missing projection lacked, holding the appenders' lock."""
+    store = make_store()
+    old = store.remember("Anna lives in Lisbon", ["Anna", "city"], key_types={"Anna": "name"})
+
+    def refuse() -> None:
+        raise AssertionError("read the key labels' vectors")
+
+    monkeypatch.setattr(store, "key_vectors", refuse)
+    store.remember("Anna plays chess", ["Anna", "Lisbon"], key_types={"Lisbon": "name"})
+    store.correct(
+        old.memory_id, "Anna lives in Porto", ["Anna", "Porto"], key_types={"Porto": "name"}
+    )
+    store.remember_batch([RememberItem("Anna likes tea", ["Anna", "city"])])
