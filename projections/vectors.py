@@ -288,6 +288,12 @@ class VectorCache:
         if path is None:
             return
         self.flush()
+        current = self.manifest()
+        if current is not None and current.store_id == store_id and current.seq >= seq:
+            # Another builder, done after this one started, already recorded more: rows only
+            # grow, so its claim holds, and writing ours over it would make the next open
+            # check a stretch of log for nothing.
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         manifest = Manifest(fingerprint=self.fingerprint, dim=self.dim, store_id=store_id, seq=seq)
         tmp = path.with_suffix(".tmp")

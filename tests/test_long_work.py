@@ -123,6 +123,27 @@ def test_a_second_process_building_the_same_projection_waits_for_the_first_inste
     assert projection.status(waiting).current
 
 
+def test_a_builder_that_records_late_does_not_move_the_recorded_coverage_back(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    # Each builder records the seq it listed its texts at once it lets go of the build lock.
+    # One that started earlier can record after a later one has: its lower seq written over
+    # the higher one made the next open check (and list) a stretch of log for nothing.
+    home = tmp_path / "store"
+    early, late = make_store(home), make_store(home)
+    early.remember("a fact", ["topic"])
+    projection.build(early)
+    listed_at = early.state.seq
+    late.remember("a later fact", ["another topic"])
+    projection.build(late)
+    assert late.vectors.manifest().seq == late.state.seq > listed_at  # type: ignore[union-attr]
+    early.save_vectors(covered=(early.state.store_id, listed_at))  # the early one, late
+    reopened = make_store(home)
+    manifest = reopened.vectors.manifest()
+    assert manifest is not None and manifest.seq == late.state.seq
+    assert projection.status(reopened).current
+
+
 def test_building_the_text_index_reports_progress(store: Store, tmp_path: Path) -> None:
     # `keytrail rebuild` spent 7-14 s at 100,000 memories indexing text after its last bar
     # reached 100%, printing nothing.
