@@ -484,72 +484,85 @@ class StoreVersusModel(RuleBasedStateMachine):
 
     @invariant()
     def lists_agree(self) -> None:
-        model = self.model
         for ns in (None, *NAMESPACES):
-            page = self.store.list_memories(namespace=ns, limit=200)
-            want = [
-                m
-                for m in reversed(model.memories.values())
-                if model.visible(m) and (ns is None or m.namespace == ns)
-            ]
-            assert page.total == len(want)
-            assert [s.memory_id for s in page.memories] == [m.id for m in want]  # newest first
-            for summary, m in zip(page.memories, want, strict=True):
-                assert summary.namespace == m.namespace
-                assert close(summary.depth, m.depth), (m.id, summary.depth, m.depth)
-                assert summary.access_count == m.access_count
-                assert summary.expires_at == m.expires_at
-                self._check_keys(m, summary.keys)
+            self._list_agrees(ns)
+
+    def _list_agrees(self, ns: str | None) -> None:
+        model = self.model
+        page = self.store.list_memories(namespace=ns, limit=200)
+        want = [
+            m
+            for m in reversed(model.memories.values())
+            if model.visible(m) and (ns is None or m.namespace == ns)
+        ]
+        assert page.total == len(want), (ns, page.total, len(want))
+        assert [s.memory_id for s in page.memories] == [m.id for m in want]  # newest first
+        for summary, m in zip(page.memories, want, strict=True):
+            assert summary.namespace == m.namespace
+            assert close(summary.depth, m.depth), (m.id, summary.depth, m.depth)
+            assert summary.access_count == m.access_count
+            assert summary.expires_at == m.expires_at
+            self._check_keys(m, summary.keys)
 
     @invariant()
     def read_key_agrees(self) -> None:
-        model = self.model
-        for name, key_id in model.key_ids.items():
+        for name in self.model.key_ids:
             for ns in (None, *NAMESPACES):
-                page = self.store.read_key(key_id, namespace=ns, limit=200)
-                want = {
-                    m.id: model.score(m, name)
-                    for m in model.memories.values()
-                    if model.visible(m) and name in m.keys and (ns is None or m.namespace == ns)
-                }
-                assert page.total == len(want), (name, ns, page.total, len(want))
-                got = {ref.memory_id: ref for ref in page.memories}
-                assert got.keys() == want.keys(), (name, ns, sorted(got), sorted(want))
-                for mid, ref in got.items():
-                    assert close(ref.depth, model.memories[mid].depth)
-                    assert close(ref.score, want[mid]), (name, mid, ref.score, want[mid])
-                scores = [ref.score for ref in page.memories]
-                assert scores == sorted(scores, reverse=True), "read_key is not best first"
-                if len(want) >= 3:  # a middle page is that slice of the whole ranking
-                    middle = self.store.read_key(key_id, namespace=ns, limit=2, offset=1)
-                    assert middle.total == page.total
-                    assert [r.memory_id for r in middle.memories] == [
-                        r.memory_id for r in page.memories[1:3]
-                    ]
+                self._read_key_agrees(name, ns)
+
+    def _read_key_agrees(self, name: str, ns: str | None) -> None:
+        model = self.model
+        key_id = model.key_ids[name]
+        page = self.store.read_key(key_id, namespace=ns, limit=200)
+        want = {
+            m.id: model.score(m, name)
+            for m in model.memories.values()
+            if model.visible(m) and name in m.keys and (ns is None or m.namespace == ns)
+        }
+        assert page.total == len(want), (name, ns, page.total, len(want))
+        got = {ref.memory_id: ref for ref in page.memories}
+        assert got.keys() == want.keys(), (name, ns, sorted(got), sorted(want))
+        for mid, ref in got.items():
+            assert close(ref.depth, model.memories[mid].depth)
+            assert close(ref.score, want[mid]), (name, mid, ref.score, want[mid])
+        scores = [ref.score for ref in page.memories]
+        assert scores == sorted(scores, reverse=True), "read_key is not best first"
+        if len(want) >= 3:  # a middle page is that slice of the whole ranking
+            middle = self.store.read_key(key_id, namespace=ns, limit=2, offset=1)
+            assert middle.total == page.total
+            assert [r.memory_id for r in middle.memories] == [
+                r.memory_id for r in page.memories[1:3]
+            ]
 
     @invariant()
     def every_version_agrees(self) -> None:
         """Each memory read as of now (records nothing): old versions' depths and weights too."""
+        for m in self.model.memories.values():
+            self._version_agrees(m)
+
+    def _version_agrees(self, m: Memory) -> None:
         model = self.model
         now = self.clock.now.isoformat()
-        for m in model.memories.values():
-            if not model.readable(m):
-                try:
-                    read_memory_at(self.store, m.id, as_of=now)
-                except NotFound:
-                    continue
-                raise AssertionError(f"{m.id} is readable as of now")
-            view = read_memory_at(self.store, m.id, as_of=now)
-            assert view.content == m.content and view.namespace == m.namespace
-            assert close(view.depth, m.depth), (m.id, view.depth, m.depth)
-            assert view.access_count == m.access_count
-            assert view.last_read_at == m.last_read_at
-            assert view.supersedes == m.supersedes and view.superseded_by == m.superseded_by
-            assert view.expires_at == m.expires_at
-            self._check_keys(m, view.keys)
+        if not model.readable(m):
+            try:
+                read_memory_at(self.store, m.id, as_of=now)
+            except NotFound:
+                return
+            raise AssertionError(f"{m.id} is readable as of now")
+        view = read_memory_at(self.store, m.id, as_of=now)
+        assert view.content == m.content and view.namespace == m.namespace
+        assert close(view.depth, m.depth), (m.id, view.depth, m.depth)
+        assert view.access_count == m.access_count
+        assert view.last_read_at == m.last_read_at
+        assert view.supersedes == m.supersedes and view.superseded_by == m.superseded_by
+        assert view.expires_at == m.expires_at
+        self._check_keys(m, view.keys)
 
     @invariant()
     def stats_agree(self) -> None:
+        self._stats_agree()
+
+    def _stats_agree(self) -> None:
         model = self.model
         stats = self.store.memory_stats()
         current: dict[str, int] = {}
@@ -563,7 +576,7 @@ class StoreVersusModel(RuleBasedStateMachine):
                 superseded += 1
             else:
                 current[m.namespace] = current.get(m.namespace, 0) + 1
-        assert stats.seq == model.seq
+        assert stats.seq == model.seq, (stats.seq, model.seq)
         assert stats.memories == sum(current.values())
         assert stats.namespaces == dict(sorted(current.items()))
         assert (stats.superseded, stats.expired, stats.forgotten) == (
