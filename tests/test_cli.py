@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -412,3 +413,56 @@ def test_export_to_a_device_is_not_an_error(home: Path) -> None:
     assert "exported 2 events" in done.stderr
     done = kt(home, "export", "--namespace", "default", "-o", os.devnull, ok=False)
     assert done.returncode == 0, done.stderr
+
+
+def _rpc(proc: subprocess.Popen[bytes], method: str, ident: int | None, **params: Any) -> None:
+    """Send one JSON-RPC message to a server's stdin (a notification without `ident`)."""
+    assert proc.stdin is not None
+    message = {"jsonrpc": "2.0", "method": method, "params": params}
+    if ident is not None:
+        message["id"] = ident
+    proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+
+
+@pytest.mark.parametrize("end", ["ctrl-d", "ctrl-c"])
+def test_serve_over_stdio_ends_quietly_on_ctrl_d_and_ctrl_c(home: Path, end: str) -> None:
+    """Ctrl-C once left the server waiting for a line on stdin (the SDK reads it on a worker
+    thread no cancellation wakes), and then printed a KeyboardInterrupt traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        env=env_for(home),
+        cwd=str(REPO),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    try:
+        assert b"serving" in proc.stderr.readline()
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        _rpc(proc, "initialize", 1, **hello, clientInfo={"name": "t", "version": "0"})
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        _rpc(proc, "notifications/initialized", None)
+        remember = {"content": "Dana lives in Lyon", "keys": ["Lyon"]}
+        _rpc(proc, "tools/call", 2, name="remember", arguments=remember)
+        answer = json.loads(proc.stdout.readline())
+        assert answer["id"] == 2 and not answer["result"].get("isError"), answer
+        if end == "ctrl-d":
+            proc.stdin.close()
+        else:
+            proc.send_signal(signal.SIGINT)  # stdin stays open, as at a terminal
+        code = proc.wait(timeout=30)
+        rest = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert rest == "", rest  # nothing after the banner: no traceback, no noise
+    assert code == (0 if end == "ctrl-d" else 130)
+    # What it acknowledged is in the store, which opens and verifies.
+    assert "ok" in kt(home, "verify").stdout
+    assert [m["preview"] for m in kt_json(home, "list")["memories"]] == ["Dana lives in Lyon"]
