@@ -18,6 +18,7 @@ import keytrail
 from keytrail.core import InvalidInput, KeytrailError, NoStore
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
+from keytrail.core.results import MemoryView
 from keytrail.core.timetravel import read_memory_at, view
 
 from .browse_cli import add_browse_verbs
@@ -275,14 +276,27 @@ def cmd_read(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(memory)
         return 0
-    print(f"{memory.memory_id} [{memory.namespace}] {memory.status}  depth {memory.depth:.2f}")
+    print(
+        f"{memory.memory_id} [{memory.namespace}] {shown_status(memory)}  depth {memory.depth:.2f}"
+    )
     print(memory.content)
     print("keys: " + ", ".join(f"{k.label} ({k.key_id})" for k in memory.keys))
     if memory.supersedes:
         print(f"supersedes {memory.supersedes}")
-    if memory.superseded_by:
-        print(f"superseded by {memory.superseded_by}")
     return 0
+
+
+def shown_status(memory: MemoryView) -> str:
+    """The status a person reads: a corrected version is `superseded (by m_...)`.
+
+    Its record keeps status `active` (it is not forgotten, expired or deleted; the version
+    chain is `superseded_by`, as the MCP tool and --json give it), which printed alone read as
+    the current fact. `history` says `superseded` the same way.
+    """
+    if memory.superseded_by is None:
+        return memory.status
+    superseded = f"superseded (by {memory.superseded_by})"
+    return superseded if memory.status == "active" else f"{memory.status}, {superseded}"
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

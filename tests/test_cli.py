@@ -600,3 +600,18 @@ def test_ctrl_c_stops_log_follow_as_its_normal_end_but_cuts_a_listing_short(
     out = capsys.readouterr()
     assert out.out.count("\n") == 1  # the first event, then the interrupt
     assert out.err == "keytrail: interrupted: log writes nothing\n"
+
+
+def test_read_of_a_corrected_version_says_superseded_not_active(home: Path) -> None:
+    """It printed `m_old [default] active  depth 0.05` over `superseded by m_new`."""
+    old = kt_json(home, "remember", "Mia starts school in 2025", "-n", "Mia")["memory_id"]
+    new = kt_json(home, "correct", old, "Mia starts school in 2026")["memory_id"]
+    first, *rest = kt(home, "read", old).stdout.splitlines()
+    assert first == f"{old} [default] superseded (by {new})  depth 0.05"
+    assert not any("superseded" in line for line in rest)  # said once
+    first, *rest = kt(home, "read", new).stdout.splitlines()
+    assert first == f"{new} [default] active  depth 0.05"
+    assert rest[-1] == f"supersedes {old}"
+    # --json is the MCP tool's record, unchanged: the version chain is its own field.
+    record = kt_json(home, "read", old)
+    assert (record["status"], record["superseded_by"]) == ("active", new)
