@@ -169,7 +169,9 @@ def cmd_log(args: argparse.Namespace) -> int:
             log.seek(pinned.position)
             follow(log, show, first_read=False)
     except KeyboardInterrupt:
-        pass
+        if not args.follow:
+            raise  # a listing cut short: main says so (status 130)
+        # Ctrl-C is how --follow is stopped: its normal end, status 0.
     finally:
         pinned.close()
     return 0

@@ -4,7 +4,8 @@ Every verb takes the store options (--home, --embedder, --model, --model-path, -
 which override the matching KEYTRAIL_* variables. A keytrail error prints
 `keytrail: error: <message>` on stderr and exits with status 2, without a traceback; so does
 a verb that needs an existing store when its home holds none (only `serve`, `remember` and
-`import` make one: see shell.CREATING_VERBS).
+`import` make one: see shell.CREATING_VERBS). Ctrl-C prints `keytrail: interrupted: <what it
+left>` and exits with status 130 (see INTERRUPTED).
 """
 
 import argparse
@@ -17,6 +18,7 @@ import keytrail
 from keytrail.core import InvalidInput, KeytrailError, NoStore
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
+from keytrail.core.results import MemoryView
 from keytrail.core.timetravel import read_memory_at, view
 
 from .browse_cli import add_browse_verbs
@@ -25,6 +27,7 @@ from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
 from .shell import (
     CREATING_VERBS,
+    EXIT_INTERRUPTED,
     OFFSET_HELP,
     PAGE_HELP,
     TOP_K_HELP,
@@ -273,14 +276,27 @@ def cmd_read(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(memory)
         return 0
-    print(f"{memory.memory_id} [{memory.namespace}] {memory.status}  depth {memory.depth:.2f}")
+    print(
+        f"{memory.memory_id} [{memory.namespace}] {shown_status(memory)}  depth {memory.depth:.2f}"
+    )
     print(memory.content)
     print("keys: " + ", ".join(f"{k.label} ({k.key_id})" for k in memory.keys))
     if memory.supersedes:
         print(f"supersedes {memory.supersedes}")
-    if memory.superseded_by:
-        print(f"superseded by {memory.superseded_by}")
     return 0
+
+
+def shown_status(memory: MemoryView) -> str:
+    """The status a person reads: a corrected version is `superseded (by m_...)`.
+
+    Its record keeps status `active` (it is not forgotten, expired or deleted; the version
+    chain is `superseded_by`, as the MCP tool and --json give it), which printed alone read as
+    the current fact. `history` says `superseded` the same way.
+    """
+    if memory.superseded_by is None:
+        return memory.status
+    superseded = f"superseded (by {memory.superseded_by})"
+    return superseded if memory.status == "active" else f"{memory.status}, {superseded}"
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -364,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[store_options(after_verb=False)],
         description="Event-sourced associative memory for LLM agents, served over MCP.",
         epilog=f"{STORE_SPLIT} Exit status: 0 done, 1 verify found problems, 2 error (the "
-        "message says what).",
+        "message says what), 130 stopped by Ctrl-C (one line says what that left; serve over "
+        "stdio ends silently, serve --http shuts down cleanly with 0).",
     )
     parser.add_argument("--version", action="version", version=f"keytrail {keytrail.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -578,10 +595,42 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+#: What Ctrl-C leaves of a verb's work, said on one line with exit status EXIT_INTERRUPTED.
+#: Only what is true of that verb: a write is one fsynced log line, so it is in the log whole
+#: or not at all, but a file written outside the store, or a rebuild, is left half done.
+INTERRUPTED = {
+    "verify": "verify writes nothing; run it again to check the whole store",
+    "log": "log writes nothing",
+    "export": "the export written so far is incomplete, not a backup: discard it and run "
+    "`keytrail export` again (the store is unchanged)",
+    "import": "an import is written in one step, whole or not at all; `keytrail log` shows "
+    "whether it was",
+    "rebuild": "the log is untouched (every cache is derived from it): run `keytrail rebuild` "
+    "again to finish",
+    "reembed": "every batch embedded so far is kept: run `keytrail reembed` again to resume",
+    "forget": "if the forget is in the log (`keytrail log --memory ID`), the next command that "
+    "opens the store finishes erasing the content",
+}
+INTERRUPTED_ANY = "nothing acknowledged is lost: a write is in the log whole or not at all"
+
+
+def interrupted(verb: str) -> int:
+    """Say, on one line on stderr, what Ctrl-C left of `verb`'s work; EXIT_INTERRUPTED."""
+    # At a terminal the line starts fresh, after the ^C echoed or a bar drawn in place.
+    start = "\n" if sys.stderr.isatty() else ""
+    note = INTERRUPTED.get(verb, INTERRUPTED_ANY)
+    print(f"{start}keytrail: interrupted: {note}", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+    except KeyboardInterrupt:
+        # Once, for every verb: Ctrl-C is no error, and a traceback would say nothing of what
+        # it left (`serve` over stdio ends without a word: see mcp_server.run_stdio).
+        return interrupted(args.command)
     except NoStore as exc:
         fail(f"{exc.message}; {NO_STORE_HINT}")
     except KeytrailError as exc:

@@ -10,11 +10,17 @@ argument a tool does not have is refused the same way (see strict_arguments.py).
 import functools
 import hmac
 import ipaddress
+import os
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
+import anyio.abc
 import anyio.from_thread
+import anyio.to_thread
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -45,7 +51,7 @@ from keytrail.core.timetravel import read_memory_at, view
 from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
 
 from .output_schemas import FlatSchemaServer
-from .shell import is_loopback
+from .shell import EXIT_INTERRUPTED, is_loopback
 from .strict_arguments import StrictArgumentsServer
 from .time_tools import AsOf, ValidAt, ValidFrom, register_time_tools
 
@@ -704,10 +710,59 @@ def _build_while_serving(store: Store) -> None:
 
 def run_stdio(store: Store) -> None:
     """Serve `store` over stdio: initialize and every call that reads no vectors are answered
-    at once, while a missing or stale projection is built in the background."""
+    at once, while a missing or stale projection is built in the background.
+
+    Returns when the client closes stdin (Ctrl-D). On Ctrl-C (SIGINT) it does not return: it
+    closes the store and ends the process with EXIT_INTERRUPTED, silently (see
+    `_end_on_interrupt`).
+    """
     server = build_server(store)
-    _build_while_serving(store)
-    server.run("stdio")
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(_end_on_interrupt, store)
+            _build_while_serving(store)  # only now: Ctrl-C must find its handler in place
+            await server.run_stdio_async()
+            tasks.cancel_scope.cancel()  # stdin ended: stop listening for Ctrl-C
+
+    anyio.run(serve)
+
+
+async def _end_on_interrupt(
+    store: Store, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """On Ctrl-C, close the store and leave the process at once with os._exit.
+
+    Leaving any other way waits for stdin: the SDK reads it on a worker thread blocked in
+    read(2), which no cancellation wakes, and the interpreter joins that thread at exit (and
+    then prints the KeyboardInterrupt as a traceback). Closing first waits for the command in
+    flight, if any, under the store's mutex: what was acknowledged is in the log either way
+    (it is fsynced first), and the close saves the snapshot. It runs on a worker thread, so
+    the event loop goes on serving a call that reports progress meanwhile. A second Ctrl-C
+    leaves without waiting: a write it cuts short is in the log whole or not at all.
+    """
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            break
+        async with anyio.create_task_group() as tasks:
+
+            async def again() -> None:
+                async for _ in signals:
+                    _leave(EXIT_INTERRUPTED)
+
+            tasks.start_soon(again)
+            try:
+                await anyio.to_thread.run_sync(store.close)
+            except Exception as exc:  # raised here, it would wait for stdin like the rest
+                cause = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+                print(f"keytrail: error: closing the store: {cause}", file=sys.stderr)
+            _leave(EXIT_INTERRUPTED)
+
+
+def _leave(status: int) -> None:
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def run_http(

@@ -17,6 +17,9 @@ PAGE_HELP = "how many to show " + PAGE_RANGE
 OFFSET_HELP = "how many to skip first (default 0)"
 TOP_K_HELP = "how many to return (default 10; 1 to KEYTRAIL_MAX_TOP_K, 100)"
 
+#: The exit status of a verb stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
+EXIT_INTERRUPTED = 130
+
 
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an address, IPv6 bracketed or not) is this machine only."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -412,3 +415,203 @@ def test_export_to_a_device_is_not_an_error(home: Path) -> None:
     assert "exported 2 events" in done.stderr
     done = kt(home, "export", "--namespace", "default", "-o", os.devnull, ok=False)
     assert done.returncode == 0, done.stderr
+
+
+def _rpc(proc: subprocess.Popen[bytes], method: str, ident: int | None, **params: Any) -> None:
+    """Send one JSON-RPC message to a server's stdin (a notification without `ident`)."""
+    assert proc.stdin is not None
+    message = {"jsonrpc": "2.0", "method": method, "params": params}
+    if ident is not None:
+        message["id"] = ident
+    proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+
+
+@pytest.mark.parametrize("end", ["ctrl-d", "ctrl-c"])
+def test_serve_over_stdio_ends_quietly_on_ctrl_d_and_ctrl_c(home: Path, end: str) -> None:
+    """Ctrl-C once left the server waiting for a line on stdin (the SDK reads it on a worker
+    thread no cancellation wakes), and then printed a KeyboardInterrupt traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        env=env_for(home),
+        cwd=str(REPO),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    try:
+        assert b"serving" in proc.stderr.readline()
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        _rpc(proc, "initialize", 1, **hello, clientInfo={"name": "t", "version": "0"})
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        _rpc(proc, "notifications/initialized", None)
+        remember = {"content": "Dana lives in Lyon", "keys": ["Lyon"]}
+        _rpc(proc, "tools/call", 2, name="remember", arguments=remember)
+        answer = json.loads(proc.stdout.readline())
+        assert answer["id"] == 2 and not answer["result"].get("isError"), answer
+        if end == "ctrl-d":
+            proc.stdin.close()
+        else:
+            proc.send_signal(signal.SIGINT)  # stdin stays open, as at a terminal
+        code = proc.wait(timeout=30)
+        rest = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert rest == "", rest  # nothing after the banner: no traceback, no noise
+    assert code == (0 if end == "ctrl-d" else 130)
+    # What it acknowledged is in the store, which opens and verifies.
+    assert "ok" in kt(home, "verify").stdout
+    assert [m["preview"] for m in kt_json(home, "list")["memories"]] == ["Dana lives in Lyon"]
+
+
+def cut_short(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, after: int = 0) -> None:
+    """Ctrl-C arrives in `owner.name` once it has run `after` times."""
+    real = getattr(owner, name)
+    calls = [0]
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > after:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+def run_main(argv: list[str]) -> int:
+    """cli.main in this process; a KeyboardInterrupt escaping it fails the test (pytest would
+    take it for the user's Ctrl-C and stop the whole run)."""
+    from keytrail.server import cli
+
+    try:
+        return cli.main(argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped keytrail's main: a traceback, not a line and status 130")
+
+
+def interrupt_rebuild_mid_embedding(mp: pytest.MonkeyPatch) -> None:
+    from keytrail.core import Store
+    from keytrail.server import care
+
+    mp.setattr(care, "EMBED_BATCH", 1)  # caches dropped, log replayed, one batch embedded
+    cut_short(mp, Store, "embed", after=1)
+
+
+def interrupt_rebuild_mid_indexing(mp: pytest.MonkeyPatch) -> None:
+    from keytrail.core import Store
+
+    cut_short(mp, Store, "index_text")
+
+
+def interrupt_verify_mid_fold(mp: pytest.MonkeyPatch) -> None:
+    from keytrail.core import maintenance
+
+    cut_short(mp, maintenance, "apply", after=2)
+
+
+def interrupt_reembed(mp: pytest.MonkeyPatch) -> None:
+    from keytrail.core import HashEmbedder
+
+    cut_short(mp, HashEmbedder, "embed")
+
+
+def interrupt_export_mid_write(mp: pytest.MonkeyPatch) -> None:
+    from keytrail.server import care
+
+    cut_short(mp, care, "encode_event", after=2)
+
+
+def interrupt_remember_before_its_append(mp: pytest.MonkeyPatch) -> None:
+    from keytrail.events.log import Appender
+
+    cut_short(mp, Appender, "append")
+
+
+@pytest.mark.parametrize(
+    ("argv", "interrupt", "said"),
+    [
+        (["verify"], interrupt_verify_mid_fold, "verify writes nothing"),
+        (["rebuild"], interrupt_rebuild_mid_embedding, "run `keytrail rebuild` again"),
+        (["rebuild"], interrupt_rebuild_mid_indexing, "run `keytrail rebuild` again"),
+        (["reembed"], interrupt_reembed, "run `keytrail reembed` again to resume"),
+        (["export", "-o", "{tmp}/export.jsonl"], interrupt_export_mid_write, "incomplete"),
+        (
+            ["remember", "Bob likes coffee", "-k", "coffee"],
+            interrupt_remember_before_its_append,
+            "a write is in the log whole or not at all",
+        ),
+    ],
+)
+def test_ctrl_c_ends_a_verb_with_one_line_and_status_130(
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    interrupt: Callable[[pytest.MonkeyPatch], None],
+    said: str,
+) -> None:
+    for i in range(4):
+        kt(home, "remember", f"fact number {i}", "-k", f"topic{i}", "-n", "Dana")
+    if argv == ["reembed"]:
+        shutil.rmtree(home / "cache" / "vectors")  # so that it has something to embed
+    monkeypatch.setenv("KEYTRAIL_HOME", str(home))
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    capsys.readouterr()
+    with monkeypatch.context() as patched:
+        interrupt(patched)
+        code = run_main([a.format(tmp=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "Traceback" not in err
+    lines = err.splitlines()  # progress bars before it, on lines of their own
+    assert [line for line in lines if "interrupt" in line] == [lines[-1]]
+    assert lines[-1].startswith("keytrail: interrupted: ") and said in lines[-1], lines[-1]
+    # Whatever it left, the store opens and verifies, and the log holds what it held.
+    assert "ok: 5 events" in kt(home, "verify").stdout
+    assert kt_json(home, "stats")["memories"] == 4
+    if argv[0] == "export":  # what is left is a start, not an export
+        assert len((tmp_path / "export.jsonl").read_text().splitlines()) == 2
+    if "again" in said:  # and what it says to do works
+        kt(home, *(a.format(tmp=tmp_path) for a in argv))
+
+
+def test_ctrl_c_stops_log_follow_as_its_normal_end_but_cuts_a_listing_short(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from keytrail.server import care
+
+    kt(home, "remember", "first fact", "-k", "one")
+    monkeypatch.setenv("KEYTRAIL_HOME", str(home))
+    capsys.readouterr()
+    with monkeypatch.context() as patched:
+        cut_short(patched, care, "follow")
+        assert run_main(["log", "--follow"]) == 0  # Ctrl-C is how following stops
+    assert capsys.readouterr().err == ""
+    with monkeypatch.context() as patched:
+        cut_short(patched, care, "summary", after=1)
+        assert run_main(["log"]) == 130
+    out = capsys.readouterr()
+    assert out.out.count("\n") == 1  # the first event, then the interrupt
+    assert out.err == "keytrail: interrupted: log writes nothing\n"
+
+
+def test_read_of_a_corrected_version_says_superseded_not_active(home: Path) -> None:
+    """It printed `m_old [default] active  depth 0.05` over `superseded by m_new`."""
+    old = kt_json(home, "remember", "Mia starts school in 2025", "-n", "Mia")["memory_id"]
+    new = kt_json(home, "correct", old, "Mia starts school in 2026")["memory_id"]
+    first, *rest = kt(home, "read", old).stdout.splitlines()
+    assert first == f"{old} [default] superseded (by {new})  depth 0.05"
+    assert not any("superseded" in line for line in rest)  # said once
+    first, *rest = kt(home, "read", new).stdout.splitlines()
+    assert first == f"{new} [default] active  depth 0.05"
+    assert rest[-1] == f"supersedes {old}"
+    # --json is the MCP tool's record, unchanged: the version chain is its own field.
+    record = kt_json(home, "read", old)
+    assert (record["status"], record["superseded_by"]) == ("active", new)

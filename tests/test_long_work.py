@@ -17,7 +17,7 @@ from unittest.mock import patch
 import anyio
 import pytest
 from mcp import Client
-from test_cli import kt
+from test_cli import kt, run_main
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
 from keytrail.core import reembed as projection
@@ -244,7 +244,10 @@ def test_history_of_a_much_read_memory_is_bounded(store: Store) -> None:
 
 
 def test_an_interrupted_import_leaves_no_partial_store(
-    make_store: Callable[..., Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_store: Callable[..., Store],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Ctrl-C 10 s into importing a 102,020-event export left a store of 47,534 events that
     # verify called ok and a second import refused ("already holds 47534 events"): a backup
@@ -269,8 +272,12 @@ def test_an_interrupted_import_leaves_no_partial_store(
         return real_append(self, event)
 
     monkeypatch.setattr(Appender, "append", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        cli.main(["import", str(export)])
+    capsys.readouterr()
+    assert run_main(["import", str(export)]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "keytrail: interrupted: an import is written in one step, whole or not at all; "
+        "`keytrail log` shows whether it was"
+    )
     monkeypatch.undo()
     # Nothing of it is a store; importing again restores it whole.
     assert not list((home / "log").glob("*.jsonl"))
