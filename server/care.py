@@ -7,10 +7,10 @@ import argparse
 import io
 import os
 import shutil
-import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -281,18 +281,42 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _output(path: str | None, home: Path) -> TextIO:
+@contextmanager
+def _output(path: str | None, home: Path) -> Iterator[TextIO]:
     """Where an export writes: stdout, or the file named by --output (refused, naming the
     option, when it cannot be created: a missing folder, a directory, no permission; or when it
-    lies inside the store, where opening it for writing could wipe a log segment)."""
+    lies inside the store, where opening it for writing could wipe a log segment).
+
+    A file is written beside its name and renamed over it only once whole and fsynced: an
+    export cut short (Ctrl-C, a full disk, a crash) leaves no file that looks like a backup,
+    and a backup already at that name stays as it was. A device or a pipe is written directly.
+    """
     if path in (None, "-"):
-        return sys.stdout
-    if Path(path).resolve().is_relative_to(home.resolve()):
+        yield sys.stdout
+        return
+    target = Path(path)
+    if target.resolve().is_relative_to(home.resolve()):
         raise InvalidInput("--output", f"{path} is inside the store {home}: write it elsewhere")
+    in_place = target.exists() and not target.is_file()
+    written = target if in_place else target.with_name(f".{target.name}.partial")
     try:
-        return open(path, "w", encoding="utf-8")
+        if target.is_file() and not os.access(target, os.W_OK):
+            raise PermissionError(13, os.strerror(13))  # renaming over it would get past that
+        out = open(written, "w", encoding="utf-8")  # noqa: SIM115 (closed below; its errors first)
     except OSError as exc:
         raise InvalidInput("--output", f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with out:
+            yield out
+            out.flush()
+            if not in_place:
+                os.fsync(out.fileno())
+        if not in_place:
+            os.replace(written, target)
+    except BaseException:
+        if not in_place:
+            written.unlink(missing_ok=True)
+        raise
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -309,32 +333,22 @@ def cmd_export(args: argparse.Namespace) -> int:
             path=str(home),
         )
     events: Iterable[AnyEvent] = log.iter_new()
+    count = 0
     try:
         if args.namespace is not None:
             namespace = check.namespace(args.namespace, "default")
             _require_namespace(log, namespace)
             events = namespace_events(log.iter_new(), namespace)
-        out = _output(args.output, home)
-    except BaseException:
-        log.close()
-        raise
-    total = sum(log.segment_size(s) for s in log.segments())
-    bar = ProgressBar("export")
-    count = 0
-    try:
-        for event in events:
-            out.write(encode_event(event).decode() + "\n")
-            count += 1
-            if count % 1000 == 0:
-                bar(_consumed(log, total), total)
-        out.flush()
-        if out is not sys.stdout and stat.S_ISREG(os.fstat(out.fileno()).st_mode):
-            # Only a file can be made durable: fsync on a device or a pipe is EINVAL.
-            os.fsync(out.fileno())
+        total = sum(log.segment_size(s) for s in log.segments())
+        bar = ProgressBar("export")
+        with _output(args.output, home) as out:
+            for event in events:
+                out.write(encode_event(event).decode() + "\n")
+                count += 1
+                if count % 1000 == 0:
+                    bar(_consumed(log, total), total)
     finally:
         log.close()
-        if out is not sys.stdout:
-            out.close()
     bar.finish()
     print(f"exported {count} events", file=sys.stderr)
     return 0
@@ -420,16 +434,11 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
     if args.namespace is not None:
         _require_namespace_in({m.namespace for m in state.memories.values()}, namespace)
     lines = memory_jsonl_lines(state, namespace, utc_now())
-    out = _output(args.output, home)
     count = 0
-    try:
+    with _output(args.output, home) as out:
         for line in lines:
             out.write(line + "\n")
             count += 1
-        out.flush()
-    finally:
-        if out is not sys.stdout:
-            out.close()
     print(f"exported {count} memory.jsonl lines (namespace {namespace})", file=sys.stderr)
     return 0
 

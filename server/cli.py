@@ -597,12 +597,13 @@ def fail(message: str) -> NoReturn:
 
 #: What Ctrl-C leaves of a verb's work, said on one line with exit status EXIT_INTERRUPTED.
 #: Only what is true of that verb: a write is one fsynced log line, so it is in the log whole
-#: or not at all, but a file written outside the store, or a rebuild, is left half done.
+#: or not at all, but a rebuild or what an export sent to stdout is left half done.
 INTERRUPTED = {
     "verify": "verify writes nothing; run it again to check the whole store",
     "log": "log writes nothing",
-    "export": "the export written so far is incomplete, not a backup: discard it and run "
-    "`keytrail export` again (the store is unchanged)",
+    "export": "the export is unfinished: an --output file is written only once whole (one "
+    "already there is unchanged), what went to stdout is incomplete; run `keytrail export` "
+    "again (the store is unchanged)",
     "import": "an import is written in one step, whole or not at all; `keytrail log` shows "
     "whether it was",
     "rebuild": "the log is untouched (every cache is derived from it): run `keytrail rebuild` "

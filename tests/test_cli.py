@@ -540,7 +540,11 @@ def interrupt_remember_before_its_append(mp: pytest.MonkeyPatch) -> None:
         (["rebuild"], interrupt_rebuild_mid_embedding, "run `keytrail rebuild` again"),
         (["rebuild"], interrupt_rebuild_mid_indexing, "run `keytrail rebuild` again"),
         (["reembed"], interrupt_reembed, "run `keytrail reembed` again to resume"),
-        (["export", "-o", "{tmp}/export.jsonl"], interrupt_export_mid_write, "incomplete"),
+        (
+            ["export", "-o", "{tmp}/export.jsonl"],
+            interrupt_export_mid_write,
+            "run `keytrail export` again",
+        ),
         (
             ["remember", "Bob likes coffee", "-k", "coffee"],
             interrupt_remember_before_its_append,
@@ -576,10 +580,33 @@ def test_ctrl_c_ends_a_verb_with_one_line_and_status_130(
     # Whatever it left, the store opens and verifies, and the log holds what it held.
     assert "ok: 5 events" in kt(home, "verify").stdout
     assert kt_json(home, "stats")["memories"] == 4
-    if argv[0] == "export":  # what is left is a start, not an export
-        assert len((tmp_path / "export.jsonl").read_text().splitlines()) == 2
+    if argv[0] == "export":  # no file that looks like a backup, nor its partial start
+        assert not (tmp_path / "export.jsonl").exists()
+        assert list(tmp_path.glob("*export.jsonl*")) == []
     if "again" in said:  # and what it says to do works
         kt(home, *(a.format(tmp=tmp_path) for a in argv))
+
+
+def test_an_export_cut_short_leaves_the_backup_already_at_its_name_as_it_was(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written in place, a second export cut short truncated the first one: the one backup
+    # there was, gone, and a half file that imports as half a store in its place.
+    from keytrail.server import care
+
+    kt(home, "remember", "first fact", "-k", "one")
+    backup = tmp_path / "backup.jsonl"
+    kt(home, "export", "-o", str(backup))
+    before = backup.read_bytes()
+    kt(home, "remember", "second fact", "-k", "two")
+    monkeypatch.setenv("KEYTRAIL_HOME", str(home))
+    with monkeypatch.context() as patched:
+        cut_short(patched, care, "encode_event", after=1)  # a line written, then Ctrl-C
+        assert run_main(["export", "-o", str(backup)]) == 130
+    assert backup.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if "backup" in p.name] == [backup.name]
+    kt(home, "export", "-o", str(backup))  # a whole one replaces it
+    assert len(backup.read_text().splitlines()) == len(before.splitlines()) + 1
 
 
 def test_ctrl_c_stops_log_follow_as_its_normal_end_but_cuts_a_listing_short(
