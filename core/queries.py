@@ -523,7 +523,8 @@ class Queries:
         if via_key_id is not None:
             key = self.state.keys.get(via_key_id)
             if key is None:
-                raise NotFound("via_key_id", "key", via_key_id)
+                # As of a past point, a key the present holds came later: say so.
+                raise self._missing("via_key_id", "key", via_key_id)
             if node.id not in key.links:
                 raise InvalidInput(
                     "via_key_id",

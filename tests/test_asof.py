@@ -265,6 +265,22 @@ def test_a_past_read_of_what_came_later_says_so(make_store: Callable[..., Store]
         assert "point in time" not in str(caught.value)
 
 
+def test_a_past_read_through_a_key_made_later_says_so(make_store: Callable[..., Store]) -> None:
+    # read_memory as of a point before its via key existed: the key came later, as read_key of
+    # that key says; a key that never existed gets the plain answer.
+    store = make_store()
+    apple = store.remember("Newton saw an apple fall", ["apple"])
+    seq = store.state.seq
+    fruit = store.remember("An apple is a fruit", ["apple", "fruit"]).keys[1].key_id
+    with pytest.raises(NotFound, match="not at that point in time") as caught:
+        read_memory_at(store, apple.memory_id, fruit, as_of=seq)
+    assert (caught.value.field, caught.value.ident) == ("via_key_id", fruit)
+    with pytest.raises(NotFound) as never:
+        read_memory_at(store, apple.memory_id, "k_0000000000", as_of=seq)
+    assert never.value.field == "via_key_id" and "point in time" not in str(never.value)
+    assert store.refresh().seq == seq + 1  # refused past reads recorded nothing
+
+
 def test_keys_that_did_not_exist_yet_are_not_matched(make_store: Callable[..., Store]) -> None:
     store = make_store()
     store.remember("Newton saw an apple fall", ["Newton", "apple"], {"Newton": "name"})

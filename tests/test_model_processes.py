@@ -201,6 +201,9 @@ class SharedHome(StoreVersusModel):
         every key it finds, by name or by the vectors this process embedded, counts the
         memories the model does."""
         self._as(p)
+        self._recall_agrees(label, ns)
+
+    def _recall_agrees(self, label: str, ns: str | None) -> None:
         found = self.store.recall(label, namespace=ns)
         names = {key_id: name for name, key_id in self.model.key_ids.items()}
         for match in [*found.keys, *found.nearest]:
