@@ -13,6 +13,7 @@ never cut.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from typing import TypeVar
@@ -252,6 +253,13 @@ def read_graph(
     return graph_page(state, page, going_out, namespace, now, cut, len(entities), offset)
 
 
+def _folded(text: str) -> str:
+    """Case-folded and NFC: a word matches whether its accents were typed composed or as
+    combining marks (macOS and pastes often decompose), in the query or in the text."""
+    folded = text.casefold()
+    return folded if folded.isascii() else unicodedata.normalize("NFC", folded)
+
+
 def search_nodes(
     state: GraphState,
     query: str,
@@ -263,10 +271,10 @@ def search_nodes(
 ) -> GraphPage:
     """Entities whose name, type or an observation contains any word of `query` (any case),
     and the relations touching them. Every observation is matched, listed or not."""
-    words = query.casefold().split()
+    words = _folded(query).split()
 
     def hit(text: str) -> bool:
-        folded = text.casefold()
+        folded = _folded(text)
         return any(w in folded for w in words)
 
     matched = [

@@ -173,6 +173,22 @@ def test_search_matches_any_word_in_names_types_and_observations(kg: KnowledgeGr
     assert kg.search_nodes("zebra").entities == []
 
 
+def test_search_matches_a_word_however_its_accents_are_encoded(kg: KnowledgeGraph) -> None:
+    # Names are stored NFC; a query typed on macOS or pasted is often decomposed ("e" and a
+    # combining accent), and an observation may be stored as it was typed, either way.
+    kg.create_entities(
+        [
+            EntityInput("Zoe\u0308", "person", ["Bakes cre\u0300me bru\u0302le\u0301e"]),
+            EntityInput("Chloé", "person", ["Lives in Montréal"]),
+        ]
+    )
+    assert names(kg.search_nodes("zoe\u0308")) == ["Zoë"]
+    assert names(kg.search_nodes("ZOË")) == ["Zoë"]
+    assert names(kg.search_nodes("crème")) == ["Zoë"]  # composed query, decomposed text
+    assert names(kg.search_nodes("montre\u0301al")) == ["Chloé"]  # and the other way
+    assert names(kg.search_nodes("chloe\u0301")) == ["Chloé"]
+
+
 def test_read_graph_on_ten_thousand_entities_is_a_bounded_page(store: Store) -> None:
     kg = KnowledgeGraph(store)
     for batch in range(20):
