@@ -643,7 +643,15 @@ class HybridQueries:
         memories to index are written (nothing when there is nothing to index)."""
         with self._mutex:
             self.refresh()
-            return len(self.text_index(progress).committed()[1])
+            index = self.text_index(progress)
+            # Counted holding the index's writers' lock: another process's forget removes the
+            # index under it, and a purge or rebuild swaps a new one in; read without it, the
+            # files could go mid-read (ValueError: `keytrail rebuild` ended in a traceback).
+            with index.exclusive():
+                if index._identity() != index._opened:  # removed or swapped in since
+                    index._index = None
+                    index = self.text_index(progress)
+                return len(index.committed()[1])
 
     def catch_up_text_index(self, progress: IndexProgress | None = None) -> None:
         """Catch the text index up with the log now, telling `progress(done, total)` about the

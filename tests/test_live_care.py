@@ -163,3 +163,53 @@ def test_verify_is_clean_when_a_forget_blanks_a_snapshot_it_has_not_reached(
     report = verify(home)
     assert forgot
     assert report.ok, report.cache_problems
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+def test_rebuild_counts_the_text_index_while_another_process_forgets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rebuild ends by counting the memories of the text index it brought up to date. It read
+    the index's files without the index's lock: another process's forget, which removes the
+    index under that lock, made the read fail (ValueError, "NotADirectory" or "Data
+    corrupted") and the rebuild end in a traceback. The count must wait for the lock."""
+    from keytrail.projections.text import TextIndex
+    from keytrail.server.cli import main
+
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    home = tmp_path / "store"
+    other = open_store(home)
+    gone = other.remember("The door code is 4711", ["door"])
+    other.remember("Dana lives in Lyon", ["Lyon"])
+
+    committed = TextIndex.committed
+    forgot: list[BaseException | None] = []
+
+    def forget() -> None:
+        try:
+            other.forget(gone.memory_id)
+        except BaseException as exc:
+            forgot.append(exc)
+
+    forgetter = threading.Thread(target=forget)
+
+    def committed_while_a_forget(index: TextIndex) -> tuple[int, set[str]]:
+        if not forgot:  # rebuild has caught the index up; now another process forgets
+            forgot.append(None)
+            forgetter.start()
+            # It removes the index, or waits for the lock the count holds.
+            lock = home / "index" / "text.lock"
+            while forgetter.is_alive() and waiters_on(lock) == 0:
+                forgetter.join(0.02)
+        return committed(index)
+
+    monkeypatch.setattr(TextIndex, "committed", committed_while_a_forget)
+    try:
+        assert main(["rebuild", "--home", str(home)]) == 0
+        forgetter.join(60)
+        assert forgot == [None]
+        assert other.list_memories().total == 1
+    finally:
+        other.close()
+    report = verify(home)
+    assert report.ok, (report.problems, report.cache_problems)
