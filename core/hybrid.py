@@ -648,8 +648,7 @@ class HybridQueries:
             # index under it, and a purge or rebuild swaps a new one in; read without it, the
             # files could go mid-read (ValueError: `keytrail rebuild` ended in a traceback).
             with index.exclusive():
-                if index._identity() != index._opened:  # removed or swapped in since
-                    index._index = None
+                if index.drop_if_moved():
                     index = self.text_index(progress)
                 return len(index.committed()[1])
 

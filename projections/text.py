@@ -166,6 +166,14 @@ class TextIndex:
         self._opened = identity
         return index
 
+    def drop_if_moved(self) -> bool:
+        """Let go of the open handle if the index was removed or swapped in since it was opened
+        (call holding the lock); True if it was, and the caller must open it again."""
+        if self._identity() == self._opened:
+            return False
+        self._index = None
+        return True
+
     def _identity(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.dir)
