@@ -328,7 +328,10 @@ class _Derived:
             return
         index = TextIndex(home / TEXT_INDEX_DIR)
         try:
-            seq, ids = index.committed()
+            # Not while another process swaps or rewrites it: read then, a sound index showed
+            # as unreadable (a purge or catch-up replaces its files under the lock).
+            with index.settled():
+                seq, ids = index.committed()
         except (ValueError, OSError) as exc:
             self.ignored.append(f"{name}: unreadable ({exc}); it is rebuilt on the next search")
             return

@@ -134,6 +134,22 @@ class TextIndex:
             if self._lock_depth == 0:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    @contextmanager
+    def settled(self) -> Iterator[None]:
+        """For a reader that must see the index whole, not mid-swap (`keytrail verify`): wait
+        for a writer to finish and keep others out meanwhile, creating nothing (no lock file
+        means no writer has ever been)."""
+        try:
+            fd = os.open(self._sibling("lock"), os.O_RDONLY)
+        except FileNotFoundError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     # -- opening ---------------------------------------------------------------------------
 
     def _open(self) -> tantivy.Index:

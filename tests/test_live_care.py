@@ -10,6 +10,8 @@ real `keytrail serve` processes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,39 @@ def test_rebuild_drops_the_cache_only_between_other_processes_writes(tmp_path: P
     assert verify(home).ok
 
 
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+def test_verify_reads_the_text_index_only_between_another_processs_writes_of_it(
+    tmp_path: Path,
+) -> None:
+    """A server swaps a new text index in (a purge, a rebuild) holding the index's lock.
+    verify read it without that lock: caught mid-swap, a sound index was reported as
+    "unreadable", a cache ignored. It must wait for the writer and check what it left."""
+    home = tmp_path / "store"
+    server = open_store(home)
+    try:
+        server.remember("Dana lives in Lyon", ["Lyon"])
+        server.index_text()
+        index = home / "index" / "text"
+        reports: list[maintenance.VerifyReport] = []
+        checker = threading.Thread(target=lambda: reports.append(verify(home)))
+        with server.text.exclusive():  # the server, mid-way through a swap
+            index.rename(home / "index" / "text.aside")
+            index.mkdir()  # what a reader finds in its place: a folder with no index yet
+            checker.start()
+            lock = home / "index" / "text.lock"
+            while not reports and waiters_on(lock) == 0:
+                checker.join(0.02)
+            assert not reports, "verify read the index while another process was writing it"
+            index.rmdir()
+            (home / "index" / "text.aside").rename(index)
+        checker.join(60)
+    finally:
+        server.close()
+    report = reports[0]
+    assert report.ok and report.caches_ignored == [], report.caches_ignored
+    assert any(c.startswith("index/text (seq 2, 1 memories)") for c in report.caches_checked)
+
+
 def test_verify_is_clean_when_a_server_replaces_the_snapshot_while_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,19 +150,20 @@ def test_verify_is_clean_when_another_process_forgets_while_it_runs(
     store.index_text()
     store.close()
 
-    committed = maintenance.TextIndex.committed
+    settled = maintenance.TextIndex.settled
     forgot: list[str] = []
 
-    def committed_then_a_forget(index: maintenance.TextIndex) -> tuple[int, set[str]]:
-        found = committed(index)
-        if not forgot:
+    @contextmanager
+    def read_then_a_forget(index: maintenance.TextIndex) -> Iterator[None]:
+        with settled(index):  # verify reads the index in here
+            yield
+        if not forgot:  # and the other process's forget comes right after
             forgot.append(gone.memory_id)
             other = open_store(home)
             other.forget(gone.memory_id)
             other.close()
-        return found
 
-    monkeypatch.setattr(maintenance.TextIndex, "committed", committed_then_a_forget)
+    monkeypatch.setattr(maintenance.TextIndex, "settled", read_then_a_forget)
     report = verify(home)
     assert forgot
     assert report.ok, report.cache_problems
