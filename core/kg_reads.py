@@ -13,7 +13,6 @@ never cut.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from typing import TypeVar
@@ -22,6 +21,7 @@ import msgspec
 
 from keytrail.projections import GraphState, KeyNode, MemoryNode
 from keytrail.projections import Relation as RelationNode
+from keytrail.projections.keygraph import caseless_form
 
 from .queries import visible
 
@@ -254,10 +254,10 @@ def read_graph(
 
 
 def _folded(text: str) -> str:
-    """Case-folded and NFC: a word matches whether its accents were typed composed or as
-    combining marks (macOS and pastes often decompose), in the query or in the text."""
-    folded = text.casefold()
-    return folded if folded.isascii() else unicodedata.normalize("NFC", folded)
+    """`caseless_form`, so a word matches whether its accents were typed composed or as
+    combining marks (macOS and pastes often decompose), in the query or in the text; ASCII,
+    the common case over every observation, skips the normalisations."""
+    return text.casefold() if text.isascii() else caseless_form(text)
 
 
 def search_nodes(

@@ -209,24 +209,16 @@ def test_verify_while_another_process_writes_finds_nothing(tmp_path: Path) -> No
     check_store(home, acked, writer.forgotten)
 
 
-def test_rebuild_while_another_process_writes_leaves_caches_that_agree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verb", ["rebuild", "reembed"])
+def test_a_rebuild_or_reembed_while_another_process_writes_leaves_caches_that_agree(
+    tmp_path: Path, verb: str
+) -> None:
     home = tmp_path / "store"
     with writing(home, tmp_path) as writer:
-        assert main(["rebuild", "--home", str(home)]) == 0
+        assert main([verb, "--home", str(home)]) == 0
         writer.wait_for(len(writer.acked) + 5)
-        report = verify(home)  # the rebuilt caches, the writer still going
-        assert report.ok, (report.problems, report.cache_problems)
-        acked = writer.finish()
-    check_store(home, acked, writer.forgotten)
-
-
-def test_reembed_while_another_process_writes_records_a_true_coverage(tmp_path: Path) -> None:
-    home = tmp_path / "store"
-    with writing(home, tmp_path) as writer:
-        assert main(["reembed", "--home", str(home)]) == 0
-        writer.wait_for(len(writer.acked) + 5)
-        report = verify(home)
-        assert report.ok, (report.problems, report.cache_problems)
+        report = verify(home)  # the caches it left (a reembed's recorded coverage too), the
+        assert report.ok, (report.problems, report.cache_problems)  # writer still going
         acked = writer.finish()
     check_store(home, acked, writer.forgotten)
 

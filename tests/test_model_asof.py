@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
-from test_model import LABELS, T0, Memory, Model, close, pick
+from test_model import BOUNDED, LABELS, T0, Memory, Model, close, pick
 from test_model_processes import SharedHome, process, some_namespace
 
 from keytrail.core import InvalidInput, NotFound, Store
@@ -354,13 +354,7 @@ class ThreePastReads(PastReads):
     PROCESSES = 3
 
 
-PAST = settings(
-    max_examples=40,
-    stateful_step_count=40,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+PAST = settings(BOUNDED, max_examples=40)
 
 TestPastReads = PastReads.TestCase
 TestPastReads.settings = PAST

@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from test_model import BOUNDED
 
 from keytrail.core import HashEmbedder, InvalidInput, NotFound, Settings, Store
 from keytrail.core.config import Limits
@@ -858,13 +859,7 @@ class GraphVersusModel(RuleBasedStateMachine):
         ), (as_of, stats)
 
 
-GRAPH = settings(
-    max_examples=40,
-    stateful_step_count=50,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+GRAPH = settings(BOUNDED, max_examples=40, stateful_step_count=50)
 
 TestGraphVersusModel = GraphVersusModel.TestCase
 TestGraphVersusModel.settings = GRAPH

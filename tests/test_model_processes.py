@@ -19,10 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
-from test_model import HUB_MIN, LABELS, NAMESPACES, TTLS, StoreVersusModel, labels_st, pick
+from test_model import (
+    BOUNDED,
+    HUB_MIN,
+    LABELS,
+    NAMESPACES,
+    TTLS,
+    StoreVersusModel,
+    labels_st,
+    pick,
+)
 
 from keytrail.core import Store
 
@@ -238,13 +247,7 @@ class ThreeProcesses(SharedHome):
     PROCESSES = 3
 
 
-SHARED = settings(
-    max_examples=60,
-    stateful_step_count=40,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SHARED = settings(BOUNDED, max_examples=60)
 
 TestSharedHome = SharedHome.TestCase
 TestSharedHome.settings = SHARED
