@@ -288,3 +288,33 @@ def test_cleanup_expired_twice_at_once_while_another_process_writes(tmp_path: Pa
         m for e in EventLog(home).read_new() if isinstance(e, MemoriesExpired) for m in e.memory_ids
     )
     assert expired and all(n == 1 for n in expired.values())
+
+
+def test_recall_memories_while_another_process_forgets_and_reindexes(tmp_path: Path) -> None:
+    """An agent searching while another process forgets (each forget removes the text index,
+    which the writer's own searches rebuild): every search answers, a memory forgotten before
+    it began is never in it, and one acknowledged before it began is found by its words in the
+    text index (BM25), which the search caught up with the other process's writes."""
+    home = tmp_path / "store"
+    with (
+        writing(home, tmp_path, "fr") as writer,
+        Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as reader,
+    ):
+        for _ in range(30):
+            writer.wait_for(len(writer.acked) + 5)  # at least one forget since the last round
+            order = [m for m, _ in writer.acked]
+            # The writer forgets every fifth memory it makes (its F line may be unread yet).
+            kept = next(m for i, m in reversed(list(enumerate(order))) if i % 5 != 4)
+            gone = writer.forgotten[-1]
+            for memory_id in (kept, gone):
+                words = f"writer note {order.index(memory_id)}"
+                found = {
+                    m.memory_id: m.found_by
+                    for m in reader.recall_memories(words, learn=False).memories
+                }
+                if memory_id == kept:
+                    assert "bm25" in found.get(memory_id, []), (words, memory_id, found)
+                else:
+                    assert memory_id not in found, (words, memory_id, found)
+        acked = writer.finish()
+    check_store(home, acked, writer.forgotten)
