@@ -545,7 +545,11 @@ class Queries:
             related_to=list(node.related_to),
             supersedes=node.supersedes,
             superseded_by=node.superseded_by,
-            status=node.status,
+            # A replaced version is `superseded`, as `history` says: an agent reading `active`
+            # on it would take the old fact for the current one.
+            status="superseded"
+            if node.status == "active" and node.superseded_by is not None
+            else node.status,
             expires_at=node.expires_at,
             source=node.source,
             session_id=node.session_id,

@@ -130,6 +130,7 @@ class MemoryView:
     related_to: list[str]
     supersedes: str | None
     superseded_by: str | None
+    #: "active", or "superseded" when a newer version (`superseded_by`) replaced it
     status: str
     expires_at: datetime | None = None
     source: str | None = None

@@ -287,16 +287,11 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def shown_status(memory: MemoryView) -> str:
-    """The status a person reads: a corrected version is `superseded (by m_...)`.
-
-    Its record keeps status `active` (it is not forgotten, expired or deleted; the version
-    chain is `superseded_by`, as the MCP tool and --json give it), which printed alone read as
-    the current fact. `history` says `superseded` the same way.
-    """
+    """The status a person reads: a corrected version is `superseded (by m_...)`."""
     if memory.superseded_by is None:
         return memory.status
     superseded = f"superseded (by {memory.superseded_by})"
-    return superseded if memory.status == "active" else f"{memory.status}, {superseded}"
+    return superseded if memory.status == "superseded" else f"{memory.status}, {superseded}"
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

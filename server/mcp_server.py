@@ -368,8 +368,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     ) -> Annotated[CallToolResult, MemoryView]:
         """Read one memory in full (content, keys, versions). Recorded: it deepens the memory.
 
-        Pass via_key_id when you reached it from read_key. If `superseded_by` is set, a newer
-        version exists: read that one. Example:
+        Pass via_key_id when you reached it from read_key. A `status` of "superseded" means a
+        newer version exists (`superseded_by`): read that one. Example:
         read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
         -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
         """

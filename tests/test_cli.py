@@ -639,6 +639,7 @@ def test_read_of_a_corrected_version_says_superseded_not_active(home: Path) -> N
     first, *rest = kt(home, "read", new).stdout.splitlines()
     assert first == f"{new} [default] active  depth 0.05"
     assert rest[-1] == f"supersedes {old}"
-    # --json is the MCP tool's record, unchanged: the version chain is its own field.
+    # --json is the MCP tool's record, which says it too, as `history` does.
     record = kt_json(home, "read", old)
-    assert (record["status"], record["superseded_by"]) == ("active", new)
+    assert (record["status"], record["superseded_by"]) == ("superseded", new)
+    assert kt_json(home, "read", new)["status"] == "active"

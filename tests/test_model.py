@@ -411,7 +411,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         assert view.last_read_at == m.last_read_at
         assert view.supersedes == m.supersedes and view.superseded_by == m.superseded_by
         assert view.expires_at == m.expires_at
-        assert view.status == "active"
+        assert view.status == ("superseded" if m.superseded_by else "active")
         self._check_keys(m, view.keys)
 
     @rule(index=pick, all_versions=st.booleans())

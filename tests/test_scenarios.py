@@ -156,7 +156,7 @@ def test_correction_hides_old_version_and_keeps_it(
     assert new_node.depth == 0.0
     view = s.read_memory(old.memory_id)
     assert view.content == "The user lives in Berlin"
-    assert view.superseded_by == fix.memory_id and view.status == "active"
+    assert view.superseded_by == fix.memory_id and view.status == "superseded"
 
     # Correcting the old version again is refused: correct the current one.
     with pytest.raises(InvalidInput, match="already replaced"):

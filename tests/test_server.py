@@ -337,6 +337,10 @@ def test_every_tool_valid_and_invalid(home: Path, errlog: Path) -> None:
             )
             m1b = corr["memory_id"]
             assert corr["old_id"] == m1 and m1b != m1
+            # The old version still opens by id, saying it was replaced and by which.
+            old = await call(s, "read_memory", memory_id=m1)
+            assert (old["status"], old["superseded_by"]) == ("superseded", m1b)
+            assert (await call(s, "read_memory", memory_id=m1b))["status"] == "active"
             await refused(
                 s,
                 home,
