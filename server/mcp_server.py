@@ -712,9 +712,9 @@ def run_stdio(store: Store) -> None:
     """Serve `store` over stdio: initialize and every call that reads no vectors are answered
     at once, while a missing or stale projection is built in the background.
 
-    Returns when the client closes stdin (Ctrl-D). On Ctrl-C (SIGINT) it does not return: it
-    closes the store and ends the process with EXIT_INTERRUPTED, silently (see
-    `_end_on_interrupt`).
+    Returns when the client closes stdin (Ctrl-D). On Ctrl-C (SIGINT) or SIGTERM it does not
+    return: it closes the store and ends the process with 128 + the signal's number (130,
+    143), silently (see `_end_on_interrupt`).
     """
     server = build_server(store)
 
@@ -731,7 +731,11 @@ def run_stdio(store: Store) -> None:
 async def _end_on_interrupt(
     store: Store, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """On Ctrl-C, close the store and leave the process at once with os._exit.
+    """On Ctrl-C or SIGTERM, close the store and leave the process at once with os._exit.
+
+    SIGTERM is how an MCP client stops a server that has not left after stdin closed, and how
+    a service manager stops one: without this it killed the process mid-command and left the
+    snapshot unwritten (safe, the log is the truth, but the next open replays more).
 
     Leaving any other way waits for stdin: the SDK reads it on a worker thread blocked in
     read(2), which no cancellation wakes, and the interpreter joins that thread at exit (and
@@ -741,15 +745,17 @@ async def _end_on_interrupt(
     the event loop goes on serving a call that reports progress meanwhile. A second Ctrl-C
     leaves without waiting: a write it cuts short is in the log whole or not at all.
     """
-    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
-        async for _ in signals:
+        status = EXIT_INTERRUPTED
+        async for signum in signals:
+            status = 128 + signum
             break
         async with anyio.create_task_group() as tasks:
 
             async def again() -> None:
                 async for _ in signals:
-                    _leave(EXIT_INTERRUPTED)
+                    _leave(status)
 
             tasks.start_soon(again)
             try:
@@ -757,7 +763,7 @@ async def _end_on_interrupt(
             except Exception as exc:  # raised here, it would wait for stdin like the rest
                 cause = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 print(f"keytrail: error: closing the store: {cause}", file=sys.stderr)
-            _leave(EXIT_INTERRUPTED)
+            _leave(status)
 
 
 def _leave(status: int) -> None:

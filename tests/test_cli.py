@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from keytrail.events import EventLog
+from keytrail.projections.snapshot import read_header
+
 REPO = Path(__file__).resolve().parent.parent
 VERBS = [
     "serve",
@@ -427,10 +430,11 @@ def _rpc(proc: subprocess.Popen[bytes], method: str, ident: int | None, **params
     proc.stdin.flush()
 
 
-@pytest.mark.parametrize("end", ["ctrl-d", "ctrl-c"])
-def test_serve_over_stdio_ends_quietly_on_ctrl_d_and_ctrl_c(home: Path, end: str) -> None:
+@pytest.mark.parametrize("end", ["ctrl-d", "ctrl-c", "sigterm"])
+def test_serve_over_stdio_ends_quietly_on_ctrl_d_ctrl_c_and_sigterm(home: Path, end: str) -> None:
     """Ctrl-C once left the server waiting for a line on stdin (the SDK reads it on a worker
-    thread no cancellation wakes), and then printed a KeyboardInterrupt traceback."""
+    thread no cancellation wakes), and then printed a KeyboardInterrupt traceback. SIGTERM
+    (an MCP client's or a service manager's stop) killed it without closing the store."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "keytrail.server.cli", "serve"],
         env=env_for(home),
@@ -452,8 +456,8 @@ def test_serve_over_stdio_ends_quietly_on_ctrl_d_and_ctrl_c(home: Path, end: str
         assert answer["id"] == 2 and not answer["result"].get("isError"), answer
         if end == "ctrl-d":
             proc.stdin.close()
-        else:
-            proc.send_signal(signal.SIGINT)  # stdin stays open, as at a terminal
+        else:  # stdin stays open, as at a terminal or in a client that stops its server
+            proc.send_signal(signal.SIGINT if end == "ctrl-c" else signal.SIGTERM)
         code = proc.wait(timeout=30)
         rest = proc.stderr.read().decode()
     finally:
@@ -464,10 +468,18 @@ def test_serve_over_stdio_ends_quietly_on_ctrl_d_and_ctrl_c(home: Path, end: str
         proc.stdout.close()
         proc.stderr.close()
     assert rest == "", rest  # nothing after the banner: no traceback, no noise
-    assert code == (0 if end == "ctrl-d" else 130)
+    assert code == {"ctrl-d": 0, "ctrl-c": 130, "sigterm": 143}[end]
+    # Closed, not killed: the snapshot holds what it acknowledged.
+    assert snapshot_seq(home) == EventLog(home).read_new()[-1].seq
     # What it acknowledged is in the store, which opens and verifies.
     assert "ok" in kt(home, "verify").stdout
     assert [m["preview"] for m in kt_json(home, "list")["memories"]] == ["Dana lives in Lyon"]
+
+
+def snapshot_seq(home: Path) -> int | None:
+    """The seq the store's snapshot holds, None without one."""
+    header = read_header(home / "cache" / "snapshot" / "keygraph.msgpack")
+    return header.seq if header is not None else None
 
 
 def cut_short(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, after: int = 0) -> None:
