@@ -58,6 +58,10 @@ if TYPE_CHECKING:
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
+#: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
+_EDGE_TRIM = 3
+_LEADING_PUNCT = re.compile(r"^[^\w\s]+")
+_TRAILING_PUNCT = re.compile(r"[^\w\s]+$")
 PREVIEW_CHARS = 120
 #: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
 DELETED = "it was deleted from the knowledge graph"
@@ -98,10 +102,37 @@ def literal_candidates(text: str) -> list[str]:
         grams = list(dict.fromkeys(grams + _ngrams(bare)))
     # The whole query as a learned alias holds it (punctuation kept, any length): without it a
     # name key's alias learned from a question could never match again.
-    whole = " ".join(text.casefold().split())
+    folded = text.casefold()
+    whole = " ".join(folded.split())
     if whole not in grams:
         grams.append(whole)
+    # A label with punctuation in it or at its edges ("Jean-Luc", "St. Louis", "C++", "AT&T")
+    # is a run of whitespace-separated tokens, less what punctuation the sentence put around
+    # it ("Jean-Luc?", "(AT&T)"): without these it matched only a query that was nothing else.
+    tokens = folded.split()
+    if any(_WORD.fullmatch(t) is None for t in tokens):
+        seen = set(grams)
+        for gram in _ngrams(tokens):
+            for form in _trimmed(gram):
+                if form not in seen:
+                    seen.add(form)
+                    grams.append(form)
     return grams
+
+
+def _trimmed(gram: str) -> Iterable[str]:
+    """`gram` with up to _EDGE_TRIM non-word characters cut from either end, and without a
+    possessive 's: "jean-luc's?" gives "jean-luc's?", "jean-luc's", "jean-luc", ..."""
+    lead = len(gram) - len(_LEADING_PUNCT.sub("", gram, count=1))
+    trail = len(gram) - len(_TRAILING_PUNCT.sub("", gram, count=1))
+    for a in range(min(lead, _EDGE_TRIM) + 1):
+        for b in range(min(trail, _EDGE_TRIM) + 1):
+            form = gram[a : len(gram) - b]
+            if form.strip():
+                yield form
+                bare = _POSSESSIVE.sub("", form)
+                if bare != form and bare:
+                    yield bare
 
 
 def _ngrams(words: list[str]) -> list[str]:
