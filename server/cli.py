@@ -361,8 +361,9 @@ def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
     group.add_argument(
         "--namespace",
         help="the namespace remember and import write into (KEYTRAIL_NAMESPACE, default "
-        "'default'); given to a reading verb or export, only that namespace (default: all; "
-        "the variable is no filter)",
+        "'default'); given to recall, read-key, read, list, keys, recall-memories, changes or "
+        "export, only that namespace (default: all; the variable is no filter); other verbs "
+        "refuse it",
     )
     return common
 
@@ -619,8 +620,30 @@ def interrupted(verb: str) -> int:
     return EXIT_INTERRUPTED
 
 
+#: The verbs `--namespace` means something to: it filters what the readers show (`read`
+#: checks the memory is in it) and is where the writers write. Every other verb answers about,
+#: or acts on, the whole store, so it refuses the option rather than drop a filter unsaid
+#: (`stats --namespace work` counted every namespace). KEYTRAIL_NAMESPACE is no filter.
+NAMESPACE_READERS = ("recall", "read-key", "read", "list", "keys", "recall-memories", "changes")
+NAMESPACE_WRITERS = ("serve", "remember", "import")
+
+
+def check_namespace_option(args: argparse.Namespace) -> None:
+    verb = args.command
+    if getattr(args, "namespace", None) is None or verb in NAMESPACE_WRITERS:
+        return
+    if verb in NAMESPACE_READERS or verb == "export":
+        return
+    fail(
+        f"--namespace: `keytrail {verb}` takes no namespace filter; "
+        f"{', '.join(NAMESPACE_READERS)} and export filter by it, and "
+        f"{', '.join(NAMESPACE_WRITERS)} write into it"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_namespace_option(args)
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:
