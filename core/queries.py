@@ -77,15 +77,26 @@ def valid_at_time(
 ) -> bool:
     """The version of a fact that was true in the world at `valid_at`.
 
-    A version holds from its valid_from until the valid_from of the version that replaced it,
-    so a superseded version is shown for the time before its successor became true.
+    A version holds from its valid_from until the earliest valid_from of the versions that
+    replaced it, so a superseded version is shown for the time before its successor became
+    true, and a correction backdated before the version it replaced ends the earlier ones
+    too: one version of a chain is true at any time.
     """
     if node.status != "active" or (node.expires_at is not None and node.expires_at <= now):
         return False
     if node.valid_since() > valid_at:
         return False
-    successor = memories.get(node.superseded_by) if node.superseded_by else None
-    return successor is None or successor.valid_since() > valid_at
+    later = node.superseded_by
+    seen = {node.id}
+    while later is not None and later not in seen:
+        successor = memories.get(later)
+        if successor is None:
+            break
+        if successor.valid_since() <= valid_at:
+            return False
+        seen.add(later)
+        later = successor.superseded_by
+    return True
 
 
 def literal_candidates(text: str) -> list[str]:
