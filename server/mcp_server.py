@@ -13,7 +13,7 @@ import ipaddress
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -91,6 +91,38 @@ Keep it true
 - When `remember` reports `possible_contradictions`, read them and correct the stale one.
 - `forget` only when the user asks you to forget something.
 """
+
+#: The instructions of a server that serves the knowledge-graph tools without the keygraph
+#: ones (`--toolsets knowledge_graph`): MEMORY_SYSTEM_PROMPT names tools it does not have.
+KG_SYSTEM_PROMPT = """\
+You have a long-term memory (keytrail) kept as a knowledge graph: entities (people, places,
+organisations, things) with observations (facts about them) and typed relations between them.
+Use it quietly and well.
+
+Recall before you answer
+- Before your first reply in a conversation, call `search_nodes` with the names and topics of
+  the user's request (any word matches entity names, types and observations), and
+  `open_nodes` with the names of entities you already know. Do it silently: never tell the
+  user you are checking, searching or using a memory.
+- Answers are pages: an entity lists its newest observations and relations with
+  `observations_total` and `relations_total`; `read_entity(name, offset=...)` pages back
+  through the rest, and `read_graph` pages through every entity (`next_offset`).
+
+Remember what will matter later
+- Store durable facts, preferences, decisions, people and plans - not small talk.
+- `create_entities` for the people and named things (with an `entityType`),
+  `add_observations` for facts about an entity (one fact per observation, written so it
+  stands alone), `create_relations` for how entities relate (active voice: "works_at").
+
+Keep it true
+- When a fact changes, `delete_observations` the stale observation and add the new one;
+  `delete_relations` and `delete_entities` what no longer holds.
+"""
+
+
+def system_prompt(toolsets: Sequence[str]) -> str:
+    """The instructions for the tool sets served: they name only tools the server has."""
+    return MEMORY_SYSTEM_PROMPT if "keygraph" in toolsets else KG_SYSTEM_PROMPT
 
 
 def _limits_from_env() -> Limits:
@@ -275,11 +307,13 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     `toolsets` (default: the store's settings, KEYTRAIL_TOOLSETS) picks the tool sets served.
     """
+    toolsets = toolsets or store.settings.toolsets
+    prompt = system_prompt(toolsets)
     server: MCPServer[Any] = KeytrailServer(
         "keytrail",
         title="keytrail associative memory",
         description="Event-sourced associative memory: recall keys, walk to memories.",
-        instructions=MEMORY_SYSTEM_PROMPT,
+        instructions=prompt,
         version=keytrail.__version__,
     )
 
@@ -623,7 +657,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.prompt(title="How to use the memory")
     def memory_system_prompt() -> str:
         """How an agent should use keytrail: recall first, walk keys, remember and correct."""
-        return MEMORY_SYSTEM_PROMPT
+        return prompt
 
     register_time_tools(server, store)
     from .hybrid_tools import register_hybrid_tools  # it imports this module's schema types
@@ -632,7 +666,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     from .kg_tools import apply_toolsets
 
     # Everything registered above is the keygraph set; this adds or drops whole sets.
-    apply_toolsets(server, store, toolsets or store.settings.toolsets)
+    apply_toolsets(server, store, toolsets)
     return server
 
 
