@@ -64,7 +64,7 @@ def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     apply_setting_flags(args)
     from .hybrid_tools import direct_recall_enabled
-    from .mcp_server import run_http, run_stdio
+    from .mcp_server import check_listen, run_http, run_stdio
 
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
@@ -88,6 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"a bearer token is required to serve on non-loopback host {args.host!r} "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
+    if args.http:
+        check_listen(args.host, args.port)  # before a store is opened or "serving" is said
     # A missing or stale embedding projection is built in the background once serving starts
     # (run_stdio, run_http), which then warms the store up: initialize is answered at once.
     store = open_store(args, build_projection=False)

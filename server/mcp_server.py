@@ -7,11 +7,13 @@ message, which names the field and the limit. Nothing is ever returned as error 
 argument a tool does not have is refused the same way (see strict_arguments.py).
 """
 
+import errno
 import functools
 import hmac
 import ipaddress
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +31,15 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 import keytrail
-from keytrail.core import KeytrailError, Limits, RememberItem, Settings, Store, to_dict
+from keytrail.core import (
+    InvalidInput,
+    KeytrailError,
+    Limits,
+    RememberItem,
+    Settings,
+    Store,
+    to_dict,
+)
 from keytrail.core.config import KEY_PAGE as KEY_PAGE_PREFERRED
 from keytrail.core.results import (
     Conversation,
@@ -803,6 +813,35 @@ async def _end_on_interrupt(
 def _leave(status: int) -> None:
     sys.stderr.flush()
     os._exit(status)
+
+
+def check_listen(host: str, port: int) -> None:
+    """InvalidInput unless `host`:`port` can be listened on now, tried as uvicorn will bind it
+    (asyncio's create_server: every address the host resolves to, SO_REUSEADDR, v6 only).
+
+    uvicorn reports a failed bind itself, on several lines, and exits with status 3 after
+    `serve` has said it is serving there: a port in use or an unknown host is an error like
+    any other instead, one line and status 2, before the store is opened.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise InvalidInput("--host", f"cannot resolve {host!r}: {reason}") from None
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+        except OSError as exc:
+            field = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+            raise InvalidInput(
+                field, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
 
 
 def run_http(
