@@ -78,3 +78,25 @@ def test_the_variable_is_no_filter_and_filtering_verbs_still_take_it(
     capsys.readouterr()
     assert main(["list", "--home", home, "--namespace", "home", "--embedder", "hash"]) == 0
     assert "Ana moved to Porto" in capsys.readouterr().out
+
+
+def test_importing_a_keytrail_export_refuses_namespace(
+    make_store: Callable[..., Store],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A keytrail export is replayed byte for byte, its namespaces included: `import
+    --namespace zzz` of one wrote the memories into their old namespaces, not into zzz."""
+    store = make_store()
+    store.remember("Ana moved to Porto", keys=["Ana"], namespace="home")
+    store.close()
+    dump = tmp_path / "dump.jsonl"
+    assert main(["export", "--home", str(store.home), "-o", str(dump)]) == 0
+    capsys.readouterr()
+    target = tmp_path / "target"
+    with pytest.raises(SystemExit) as stopped:
+        main(["import", str(dump), "--home", str(target), "--namespace", "zzz"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keytrail: error: --namespace: ") and err.count("\n") == 1
+    assert not target.exists()
