@@ -58,6 +58,10 @@ if TYPE_CHECKING:
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
+#: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
+_EDGE_TRIM = 3
+_LEADING_PUNCT = re.compile(r"^[^\w\s]+")
+_TRAILING_PUNCT = re.compile(r"[^\w\s]+$")
 PREVIEW_CHARS = 120
 #: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
 DELETED = "it was deleted from the knowledge graph"
@@ -73,15 +77,26 @@ def valid_at_time(
 ) -> bool:
     """The version of a fact that was true in the world at `valid_at`.
 
-    A version holds from its valid_from until the valid_from of the version that replaced it,
-    so a superseded version is shown for the time before its successor became true.
+    A version holds from its valid_from until the earliest valid_from of the versions that
+    replaced it, so a superseded version is shown for the time before its successor became
+    true, and a correction backdated before the version it replaced ends the earlier ones
+    too: one version of a chain is true at any time.
     """
     if node.status != "active" or (node.expires_at is not None and node.expires_at <= now):
         return False
     if node.valid_since() > valid_at:
         return False
-    successor = memories.get(node.superseded_by) if node.superseded_by else None
-    return successor is None or successor.valid_since() > valid_at
+    later = node.superseded_by
+    seen = {node.id}
+    while later is not None and later not in seen:
+        successor = memories.get(later)
+        if successor is None:
+            break
+        if successor.valid_since() <= valid_at:
+            return False
+        seen.add(later)
+        later = successor.superseded_by
+    return True
 
 
 def literal_candidates(text: str) -> list[str]:
@@ -98,10 +113,37 @@ def literal_candidates(text: str) -> list[str]:
         grams = list(dict.fromkeys(grams + _ngrams(bare)))
     # The whole query as a learned alias holds it (punctuation kept, any length): without it a
     # name key's alias learned from a question could never match again.
-    whole = " ".join(text.casefold().split())
+    folded = text.casefold()
+    whole = " ".join(folded.split())
     if whole not in grams:
         grams.append(whole)
+    # A label with punctuation in it or at its edges ("Jean-Luc", "St. Louis", "C++", "AT&T")
+    # is a run of whitespace-separated tokens, less what punctuation the sentence put around
+    # it ("Jean-Luc?", "(AT&T)"): without these it matched only a query that was nothing else.
+    tokens = folded.split()
+    if any(_WORD.fullmatch(t) is None for t in tokens):
+        seen = set(grams)
+        for gram in _ngrams(tokens):
+            for form in _trimmed(gram):
+                if form not in seen:
+                    seen.add(form)
+                    grams.append(form)
     return grams
+
+
+def _trimmed(gram: str) -> Iterable[str]:
+    """`gram` with up to _EDGE_TRIM non-word characters cut from either end, and without a
+    possessive 's: "jean-luc's?" gives "jean-luc's?", "jean-luc's", "jean-luc", ..."""
+    lead = len(gram) - len(_LEADING_PUNCT.sub("", gram, count=1))
+    trail = len(gram) - len(_TRAILING_PUNCT.sub("", gram, count=1))
+    for a in range(min(lead, _EDGE_TRIM) + 1):
+        for b in range(min(trail, _EDGE_TRIM) + 1):
+            form = gram[a : len(gram) - b]
+            if form.strip():
+                yield form
+                bare = _POSSESSIVE.sub("", form)
+                if bare != form and bare:
+                    yield bare
 
 
 def _ngrams(words: list[str]) -> list[str]:

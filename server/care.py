@@ -457,6 +457,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     except UnicodeDecodeError as exc:
         raise InvalidInput(label, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     fmt = getattr(args, "format", None) or detect_format(text)
+    if fmt == "keytrail" and args.namespace is not None:
+        # The events are replayed byte for byte, each memory in the namespace it had: a
+        # namespace asked for would be dropped without a word.
+        raise InvalidInput(
+            "--namespace",
+            "a keytrail export is imported as it was, each memory in its own namespace; "
+            "import it without --namespace (`keytrail export --namespace NS` keeps one)",
+        )
     if fmt != "keytrail":
         fresh = not (home / "log").is_dir()
         write = check_import(text, label, settings_from(args), fmt, fresh)  # before opening

@@ -64,7 +64,7 @@ def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     apply_setting_flags(args)
     from .hybrid_tools import direct_recall_enabled
-    from .mcp_server import run_http, run_stdio
+    from .mcp_server import check_listen, run_http, run_stdio
 
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
@@ -88,6 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"a bearer token is required to serve on non-loopback host {args.host!r} "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
+    if args.http:
+        check_listen(args.host, args.port)  # before a store is opened or "serving" is said
     # A missing or stale embedding projection is built in the background once serving starts
     # (run_stdio, run_http), which then warms the store up: initialize is answered at once.
     store = open_store(args, build_projection=False)
@@ -361,8 +363,9 @@ def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
     group.add_argument(
         "--namespace",
         help="the namespace remember and import write into (KEYTRAIL_NAMESPACE, default "
-        "'default'); given to a reading verb or export, only that namespace (default: all; "
-        "the variable is no filter)",
+        "'default'); given to recall, read-key, read, list, keys, recall-memories, changes or "
+        "export, only that namespace (default: all; the variable is no filter); other verbs "
+        "refuse it",
     )
     return common
 
@@ -619,8 +622,30 @@ def interrupted(verb: str) -> int:
     return EXIT_INTERRUPTED
 
 
+#: The verbs `--namespace` means something to: it filters what the readers show (`read`
+#: checks the memory is in it) and is where the writers write. Every other verb answers about,
+#: or acts on, the whole store, so it refuses the option rather than drop a filter unsaid
+#: (`stats --namespace work` counted every namespace). KEYTRAIL_NAMESPACE is no filter.
+NAMESPACE_READERS = ("recall", "read-key", "read", "list", "keys", "recall-memories", "changes")
+NAMESPACE_WRITERS = ("serve", "remember", "import")
+
+
+def check_namespace_option(args: argparse.Namespace) -> None:
+    verb = args.command
+    if getattr(args, "namespace", None) is None or verb in NAMESPACE_WRITERS:
+        return
+    if verb in NAMESPACE_READERS or verb == "export":
+        return
+    fail(
+        f"--namespace: `keytrail {verb}` takes no namespace filter; "
+        f"{', '.join(NAMESPACE_READERS)} and export filter by it, and "
+        f"{', '.join(NAMESPACE_WRITERS)} write into it"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_namespace_option(args)
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:

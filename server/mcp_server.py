@@ -7,13 +7,15 @@ message, which names the field and the limit. Nothing is ever returned as error 
 argument a tool does not have is refused the same way (see strict_arguments.py).
 """
 
+import errno
 import functools
 import hmac
 import ipaddress
 import os
 import signal
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -29,7 +31,15 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 import keytrail
-from keytrail.core import KeytrailError, Limits, RememberItem, Settings, Store, to_dict
+from keytrail.core import (
+    InvalidInput,
+    KeytrailError,
+    Limits,
+    RememberItem,
+    Settings,
+    Store,
+    to_dict,
+)
 from keytrail.core.config import KEY_PAGE as KEY_PAGE_PREFERRED
 from keytrail.core.results import (
     Conversation,
@@ -91,6 +101,38 @@ Keep it true
 - When `remember` reports `possible_contradictions`, read them and correct the stale one.
 - `forget` only when the user asks you to forget something.
 """
+
+#: The instructions of a server that serves the knowledge-graph tools without the keygraph
+#: ones (`--toolsets knowledge_graph`): MEMORY_SYSTEM_PROMPT names tools it does not have.
+KG_SYSTEM_PROMPT = """\
+You have a long-term memory (keytrail) kept as a knowledge graph: entities (people, places,
+organisations, things) with observations (facts about them) and typed relations between them.
+Use it quietly and well.
+
+Recall before you answer
+- Before your first reply in a conversation, call `search_nodes` with the names and topics of
+  the user's request (any word matches entity names, types and observations), and
+  `open_nodes` with the names of entities you already know. Do it silently: never tell the
+  user you are checking, searching or using a memory.
+- Answers are pages: an entity lists its newest observations and relations with
+  `observations_total` and `relations_total`; `read_entity(name, offset=...)` pages back
+  through the rest, and `read_graph` pages through every entity (`next_offset`).
+
+Remember what will matter later
+- Store durable facts, preferences, decisions, people and plans - not small talk.
+- `create_entities` for the people and named things (with an `entityType`),
+  `add_observations` for facts about an entity (one fact per observation, written so it
+  stands alone), `create_relations` for how entities relate (active voice: "works_at").
+
+Keep it true
+- When a fact changes, `delete_observations` the stale observation and add the new one;
+  `delete_relations` and `delete_entities` what no longer holds.
+"""
+
+
+def system_prompt(toolsets: Sequence[str]) -> str:
+    """The instructions for the tool sets served: they name only tools the server has."""
+    return MEMORY_SYSTEM_PROMPT if "keygraph" in toolsets else KG_SYSTEM_PROMPT
 
 
 def _limits_from_env() -> Limits:
@@ -275,11 +317,13 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     `toolsets` (default: the store's settings, KEYTRAIL_TOOLSETS) picks the tool sets served.
     """
+    toolsets = toolsets or store.settings.toolsets
+    prompt = system_prompt(toolsets)
     server: MCPServer[Any] = KeytrailServer(
         "keytrail",
         title="keytrail associative memory",
         description="Event-sourced associative memory: recall keys, walk to memories.",
-        instructions=MEMORY_SYSTEM_PROMPT,
+        instructions=prompt,
         version=keytrail.__version__,
     )
 
@@ -623,7 +667,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.prompt(title="How to use the memory")
     def memory_system_prompt() -> str:
         """How an agent should use keytrail: recall first, walk keys, remember and correct."""
-        return MEMORY_SYSTEM_PROMPT
+        return prompt
 
     register_time_tools(server, store)
     from .hybrid_tools import register_hybrid_tools  # it imports this module's schema types
@@ -632,7 +676,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     from .kg_tools import apply_toolsets
 
     # Everything registered above is the keygraph set; this adds or drops whole sets.
-    apply_toolsets(server, store, toolsets or store.settings.toolsets)
+    apply_toolsets(server, store, toolsets)
     return server
 
 
@@ -769,6 +813,35 @@ async def _end_on_interrupt(
 def _leave(status: int) -> None:
     sys.stderr.flush()
     os._exit(status)
+
+
+def check_listen(host: str, port: int) -> None:
+    """InvalidInput unless `host`:`port` can be listened on now, tried as uvicorn will bind it
+    (asyncio's create_server: every address the host resolves to, SO_REUSEADDR, v6 only).
+
+    uvicorn reports a failed bind itself, on several lines, and exits with status 3 after
+    `serve` has said it is serving there: a port in use or an unknown host is an error like
+    any other instead, one line and status 2, before the store is opened.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise InvalidInput("--host", f"cannot resolve {host!r}: {reason}") from None
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+        except OSError as exc:
+            field = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+            raise InvalidInput(
+                field, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
 
 
 def run_http(

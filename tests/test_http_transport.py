@@ -176,3 +176,35 @@ def test_the_banner_gives_a_usable_url_for_an_ipv6_host(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
     assert f"http://[::1]:{port}/mcp" in banner, banner
+
+
+@pytest.mark.parametrize("taken", ["port", "host"])
+def test_a_port_in_use_or_an_unknown_host_is_one_line_and_status_2(
+    tmp_path: Path, taken: str
+) -> None:
+    """uvicorn reported a failed bind on its own, with exit status 3, after keytrail had said
+    `serving ... on http://127.0.0.1:PORT/mcp` (a port in use, a host that does not resolve).
+    It is refused before serving, as every other error is: one line, status 2, no store made."""
+    home = tmp_path / "store"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        host = "127.0.0.1" if taken == "port" else "no-such-host.invalid"
+        serve = ["serve", "--http", "--host", host, "--port", str(port), "--token", "t"]
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "keytrail.server.cli", *serve],
+                env=server_env(home),
+                cwd=str(REPO),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"served on a {taken} it cannot listen on") from None
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"keytrail: error: --{taken}: "), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "serving" not in proc.stderr
+    assert not home.exists()

@@ -1,0 +1,68 @@
+"""The server's instructions and its `memory_system_prompt` name only tools it serves.
+
+With `--toolsets knowledge_graph` the server served the ten knowledge-graph tools but still
+sent the keygraph instructions ("call `recall` ...", `read_key`, `remember`, `correct`,
+`forget`): an agent following them called tools that do not exist on that server.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import anyio
+import pytest
+from mcp import Client
+
+from keytrail.core import Store
+from keytrail.server.kg_tools import KG_TOOLS
+from keytrail.server.mcp_server import build_server
+
+KEYGRAPH_TOOLS = (
+    "recall",
+    "read_key",
+    "read_memory",
+    "browse_keys",
+    "remember",
+    "remember_batch",
+    "correct",
+    "related",
+    "forget",
+    "list_memories",
+    "memory_stats",
+    "cleanup_expired",
+    "record_turn",
+    "get_conversation",
+    "list_sessions",
+    "history",
+    "changes",
+    "recall_memories",
+)
+
+
+def named_tools(text: str) -> set[str]:
+    """The tool names a text mentions in backticks, `tool` or `tool(...)`."""
+    every = set(KEYGRAPH_TOOLS) | set(KG_TOOLS)
+    return {m for m in re.findall(r"`([a-z_]+)[`(]", text) if m in every}
+
+
+@pytest.mark.parametrize(
+    "toolsets", [("keygraph",), ("knowledge_graph",), ("keygraph", "knowledge_graph")]
+)
+def test_instructions_name_only_served_tools(
+    make_store: Callable[..., Store], toolsets: tuple[str, ...]
+) -> None:
+    store = make_store()
+
+    async def check() -> None:
+        async with Client(build_server(store, toolsets)) as client:
+            served = {t.name for t in (await client.list_tools()).tools}
+            instructions = client.instructions or ""
+            prompt = await client.get_prompt("memory_system_prompt")
+            text = " ".join(getattr(m.content, "text", "") for m in prompt.messages)
+            for said in (instructions, text):
+                named = named_tools(said)
+                assert named, said  # it does tell the agent what to call
+                assert named <= served, named - served
+
+    anyio.run(check)

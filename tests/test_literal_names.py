@@ -1,0 +1,61 @@
+"""Name keys whose label holds punctuation ("Jean-Luc", "St. Louis", "C++", "AT&T") are
+matched literally inside a sentence, as any other name is.
+
+`literal_candidates` built its n-grams from `\\w+` words only, so "Where did Jean-Luc go?"
+offered "jean luc" and never "jean-luc": such a key was found only by a query that was exactly
+its label, although the extractor itself makes name keys of hyphenated names.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from keytrail.core import Store
+from keytrail.core.queries import literal_candidates
+
+
+@pytest.mark.parametrize(
+    ("label", "query"),
+    [
+        ("Jean-Luc", "Where did Jean-Luc go?"),
+        ("Jean-Luc", "what is jean-luc's phone number"),
+        ("Mary-Kate", "Who is Mary-Kate?"),
+        ("St. Louis", "We flew to St. Louis, then home."),
+        ("Node.js", "I use Node.js daily"),
+        ("C++", "I love C++ a lot"),
+        ("C++", "is it C++?"),
+        ("AT&T", "call AT&T tomorrow"),
+        (".NET", "about .NET."),
+        ("[x]", "what about [x]?"),
+        ("(y)", "(y) here"),
+    ],
+)
+def test_a_name_with_punctuation_is_found_inside_a_sentence(
+    store: Store, label: str, query: str
+) -> None:
+    key_id = (
+        store.remember(f"a fact about {label}", keys=[label], key_types={label: "name"})
+        .keys[0]
+        .key_id
+    )
+    found = {k.key_id: k.match for k in store.recall(query).keys}
+    assert found.get(key_id) == "literal"
+    # recall_memories' key signal matches names the same way
+    hits = store.recall_memories(query, learn=False).memories
+    assert any("keys" in m.found_by for m in hits)
+
+
+@pytest.mark.parametrize(
+    ("label", "query"),
+    [
+        ("Jean-Luc", "Jean-Lucas called"),  # whole words still: a longer word is another name
+        ("Jean-Luc", "Jean called Luc"),
+        ("Anna", "Hanna-Maria called"),
+        ("C#", "I love C++"),
+        ("AT&T", "AT&Ts"),
+        ("Luc", "Jean-Luc called"),  # as before: a part of a hyphenated name is a word of it
+    ],
+)
+def test_whole_words_only(store: Store, label: str, query: str) -> None:
+    expected = label == "Luc"
+    assert (label.casefold() in literal_candidates(query)) is expected
