@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keytrail.events import KeyLink, NewMemory, Similar
+from keytrail.events import InvalidInput, KeyLink, NewMemory, NotFound, Similar
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.vectors import Matrix
 
@@ -139,12 +139,26 @@ class Batch:
             if ident not in self.state.keys and ident not in taken:
                 return ident
 
-    def memory_exists(self, memory_id: str) -> bool:
-        """Whether `related_to` may name it: any version a read by id finds (not a forgotten or
-        a deleted one), or a memory earlier in this batch."""
+    def check_related(self, field: str, memory_id: str, namespace: str) -> None:
+        """Refuse a `related_to` target a memory of `namespace` may not name: one a read by id
+        does not find (never made, forgotten, deleted; any version of a chain is found), or one
+        of another namespace. Namespaces are isolated: `related` walks edges within one, so an
+        edge across them would be kept and never shown."""
+        new = self.new_memories.get(memory_id)
         node = self.state.memories.get(memory_id)
-        found = node is not None and node.status not in ("forgotten", "deleted")
-        return found or memory_id in self.new_memories
+        if new is not None:
+            found = new[0].namespace
+        elif node is not None and node.status not in ("forgotten", "deleted"):
+            found = node.namespace
+        else:
+            raise NotFound(field, "memory", memory_id)
+        if found != namespace:
+            raise InvalidInput(
+                field,
+                f"memory {memory_id!r} is in namespace {found!r}, not {namespace!r} "
+                "(related_to links memories of one namespace)",
+                value=memory_id,
+            )
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
         """Find the closest concept key of the graph for every concept label that may become

@@ -643,10 +643,10 @@ class Queries:
                 via = [k for k in node.keys if mid in keys[k].links]
                 scores[mid] = sum(idf[k] for k in via)
                 shared[mid] = via
+            # An edge to another namespace (a log from before remember refused them) stays
+            # unseen like the rest of that namespace.
             edges = {
-                m
-                for m in (*node.related_to, *node.related_from)
-                if m in memories and self._visible(memories[m], now)
+                m for m in (*node.related_to, *node.related_from) if m in memories and shared_by(m)
             }
             for mid in edges:
                 scores[mid] = scores.get(mid, 0.0) + 1.0

@@ -800,8 +800,7 @@ class Store(Queries, HybridQueries):
         for i, item in enumerate(checked):
             prefix = "" if single else f"items[{i}]."
             for j, target in enumerate(item.related_to):
-                if not batch.memory_exists(target):
-                    raise NotFound(f"{prefix}related_to[{j}]", "memory", target)
+                batch.check_related(f"{prefix}related_to[{j}]", target, item.namespace)
             links, key_outcomes = batch.resolve_keys(item.keys)
             if item.extracted:
                 links = [msgspec.structs.replace(lk, extracted=True) for lk in links]
@@ -893,8 +892,7 @@ class Store(Queries, HybridQueries):
             old = self._current_memory("memory_id", memory_id, app.at)
             batch = Batch(self)
             for j, target in enumerate(related or []):
-                if not batch.memory_exists(target):
-                    raise NotFound(f"related_to[{j}]", "memory", target)
+                batch.check_related(f"related_to[{j}]", target, old.namespace)
             if specs:
                 links, outcomes = batch.resolve_keys(specs)
             else:  # no keys given: the new version is reached the way the old one was

@@ -192,7 +192,10 @@ KeyTypes = Annotated[
 ]
 RelatedTo = Annotated[
     list[MemoryId] | None,
-    Field(max_length=LIMITS.related_to, description="Ids of memories this one relates to."),
+    Field(
+        max_length=LIMITS.related_to,
+        description="Ids of memories (of the same namespace) this one relates to.",
+    ),
 ]
 Source = Annotated[
     str | None, Field(max_length=LIMITS.source_chars, description="Where the fact came from.")

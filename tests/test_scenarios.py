@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import InvalidInput, NotFound, Settings, Store
+from keytrail.core.decide import Batch
 from keytrail.core.embedders import FastEmbedder, HashEmbedder
 from keytrail.core.results import KeyMatch, KeyPage, MemoryPage, Recall
 from keytrail.events import EventLog, MemoriesExpired, MemoryRemembered
@@ -400,6 +401,20 @@ def test_namespaces_are_isolated(real_store: Store) -> None:
     assert s.related(w.memory_id).related == []  # shares "budget", but across namespaces
     with pytest.raises(NotFound, match="namespace"):
         s.read_memory(p.memory_id, namespace="work")
+    # An explicit edge cannot cross either: refused when told...
+    with pytest.raises(InvalidInput, match="namespace 'personal', not 'work'"):
+        s.remember(
+            "Budget numbers go to Anna", ["budget"], namespace="work", related_to=[p.memory_id]
+        )
+    # ...and one a log holds from before that (written here around the check) stays unseen.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Batch, "check_related", lambda *args: None)
+        edge = s.remember(
+            "Budget numbers go to Anna", ["budget"], namespace="work", related_to=[p.memory_id]
+        )
+    assert s.state.memories[edge.memory_id].related_to == [p.memory_id]
+    assert [r.memory_id for r in s.related(edge.memory_id).related] == [w.memory_id]
+    assert s.related(p.memory_id).related == []
 
 
 # -- related -------------------------------------------------------------------------------

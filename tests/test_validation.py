@@ -30,9 +30,17 @@ def seeded(store: Store) -> dict[str, Any]:
         "Newton saw an apple fall", ["apple", "Newton"], key_types={"Newton": "name"}
     )
     b = store.remember("The user likes strawberries", ["fruit"])
+    work = store.remember("The quarterly report is due Friday", ["report"], namespace="work")
     fruit = next(k.key_id for k in b.keys)
     apple = next(k.key_id for k in a.keys if k.label == "apple")
-    return {"store": store, "a": a.memory_id, "b": b.memory_id, "fruit": fruit, "apple": apple}
+    return {
+        "store": store,
+        "a": a.memory_id,
+        "b": b.memory_id,
+        "work": work.memory_id,
+        "fruit": fruit,
+        "apple": apple,
+    }
 
 
 Case = tuple[str, Callable[[dict[str, Any]], object], type[Exception], str, str | None]
@@ -239,6 +247,32 @@ CASES: list[Case] = [
         ),
         NotFound,
         "items[1].related_to[0]",
+        None,
+    ),
+    (
+        "related_to a memory of another namespace",
+        lambda s: s["store"].remember("fact", ["x"], namespace="work", related_to=[s["a"]]),
+        InvalidInput,
+        "related_to[0]",
+        None,
+    ),
+    (
+        "batch relating its second item to a memory of another namespace",
+        lambda s: s["store"].remember_batch(
+            [
+                RememberItem("work fact", ["x"], namespace="work", related_to=[s["work"]]),
+                RememberItem("other work fact", ["y"], namespace="work", related_to=[s["b"]]),
+            ]
+        ),
+        InvalidInput,
+        "items[1].related_to[0]",
+        None,
+    ),
+    (
+        "correct with related_to in another namespace",
+        lambda s: s["store"].correct(s["a"], "Newton saw two apples fall", related_to=[s["work"]]),
+        InvalidInput,
+        "related_to[0]",
         None,
     ),
     (
