@@ -25,6 +25,8 @@ from .profiles import Thresholds
 DEFAULT_PAGE = 50
 #: The same for `read_key`, whose pages are ranked ids an agent reads from the top
 KEY_PAGE = 20
+#: The same for `get_conversation`: the latest turns, each of which may be long
+CONVERSATION_PAGE = 20
 
 
 @dataclass(frozen=True)

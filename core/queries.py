@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
 from . import keyrank
 from . import validation as check
-from .config import DEFAULT_PAGE, KEY_PAGE
+from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE
 from .results import (
     Conversation,
     KeyBrowse,
@@ -795,9 +795,19 @@ class Queries:
                 ],
             )
 
-    def get_conversation(self, session_id: str, turn: int | None = None) -> Conversation:
-        """The recorded turns of a session in order, or only turn number `turn` (1-based)."""
+    def get_conversation(
+        self,
+        session_id: str,
+        turn: int | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Conversation:
+        """A page of a session's recorded turns, in order: the newest `limit` (default
+        CONVERSATION_PAGE) once the newest `offset` are skipped, so a long conversation answers
+        with its latest turns and pages back from there. With `turn` (1-based), that turn only.
+        """
         session_id = check.name("session_id", session_id, check.SESSION_CHARS)
+        limit, offset, _ = self._page(limit, offset, None, default=CONVERSATION_PAGE)
         with self._mutex:
             self.refresh()
             turns = self.state.conversations.get(session_id)
@@ -805,28 +815,41 @@ class Queries:
                 raise NotFound("session_id", "session", session_id)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
-            chosen = [t for t in turns if turn is None or t.turn == turn]
+                chosen, offset, more = [t for t in turns if t.turn == turn], 0, False
+            else:
+                end = max(0, len(turns) - offset)
+                chosen, more = turns[max(0, end - limit) : end], end > limit
             return Conversation(
                 session_id=session_id,
                 total=len(turns),
                 turns=[
                     TurnView(turn=t.turn, role=t.role, content=t.content, at=t.at) for t in chosen
                 ],
+                offset=offset,
+                next_offset=offset + limit if more else None,
             )
 
-    def list_sessions(self) -> SessionList:
-        """Every session with recorded turns, most recently active first."""
+    def list_sessions(self, limit: int | None = None, offset: int = 0) -> SessionList:
+        """Sessions with recorded turns, most recently active first, a page at a time."""
+        limit, offset, _ = self._page(limit, offset, None)
         with self._mutex:
             self.refresh()
             sessions = [
-                SessionSummary(
-                    session_id=sid, turns=len(turns), first_at=turns[0].at, last_at=turns[-1].at
-                )
+                (turns[-1].at, sid, turns)
                 for sid, turns in self.state.conversations.items()
                 if turns
             ]
-            sessions.sort(key=lambda s: (s.last_at, s.session_id), reverse=True)
-            return SessionList(sessions=sessions)
+            sessions.sort(reverse=True, key=lambda s: (s[0], s[1]))
+            return SessionList(
+                total=len(sessions),
+                offset=offset,
+                sessions=[
+                    SessionSummary(
+                        session_id=sid, turns=len(turns), first_at=turns[0].at, last_at=last
+                    )
+                    for last, sid, turns in sessions[offset : offset + limit]
+                ],
+            )
 
 
 class _Contents(Sequence[str]):

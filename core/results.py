@@ -279,9 +279,14 @@ class TurnView:
 
 @dataclass(frozen=True)
 class Conversation:
+    """A page of a session's turns, in order; `total` counts them all. `offset` newest turns
+    were skipped; `next_offset` pages back to older ones (null: no older turn left)."""
+
     session_id: str
     total: int
     turns: list[TurnView]
+    offset: int = 0
+    next_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -294,4 +299,6 @@ class SessionSummary:
 
 @dataclass(frozen=True)
 class SessionList:
+    total: int
+    offset: int
     sessions: list[SessionSummary]

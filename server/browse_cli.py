@@ -91,26 +91,34 @@ def cmd_cleanup_expired(args: argparse.Namespace) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.list_sessions()
+        result = store.list_sessions(args.limit, args.offset)
     if args.json:
         emit_json(result)
         return 0
-    if not result.sessions:
+    if not result.total:
         print("no recorded conversations")
     for s in result.sessions:
         print(
             f"{s.session_id}  {s.turns} turns  {short_time(s.first_at)} .. {short_time(s.last_at)}"
         )
+    end = result.offset + len(result.sessions)
+    if end < result.total:
+        print(f"{result.total} sessions in all; more: --offset {end}")
     return 0
 
 
 def cmd_conversation(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.get_conversation(args.session_id, args.turn)
+        result = store.get_conversation(args.session_id, args.turn, args.limit, args.offset)
     if args.json:
         emit_json(result)
         return 0
-    print(f"{result.session_id}: {result.total} turns")
+    paged = ""
+    if args.turn is None and len(result.turns) < result.total:
+        shown = f"{result.turns[0].turn}-{result.turns[-1].turn}" if result.turns else "none"
+        more = f"; older: --offset {result.next_offset}" if result.next_offset else ""
+        paged = f" (showing {shown}{more})"
+    print(f"{result.session_id}: {result.total} turns{paged}")
     for t in result.turns:
         print(f"{t.turn:>4}  {short_time(t.at)}  {t.role}: {t.content}")
     return 0
@@ -154,12 +162,22 @@ def add_browse_verbs(verb: Verb) -> None:
         + PAGE_RANGE.format(default=50),
     )
 
-    verb(
+    p = verb(
         "sessions",
         "sessions with recorded turns (MCP record_turn), most recently active first",
         cmd_sessions,
     )
+    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=50))
+    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
 
-    p = verb("conversation", "the recorded turns of a session, in order", cmd_conversation)
+    p = verb(
+        "conversation",
+        "the latest turns of a session, in order (--offset pages back to older ones)",
+        cmd_conversation,
+    )
     p.add_argument("session_id")
     p.add_argument("--turn", type=int, help="only this turn (1-based)")
+    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
+    p.add_argument(
+        "--offset", type=int, default=0, help="how many of the newest turns to skip (default 0)"
+    )

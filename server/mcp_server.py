@@ -40,6 +40,7 @@ from keytrail.core import (
     Store,
     to_dict,
 )
+from keytrail.core.config import CONVERSATION_PAGE as CONVERSATION_PAGE_PREFERRED
 from keytrail.core.config import KEY_PAGE as KEY_PAGE_PREFERRED
 from keytrail.core.results import (
     Conversation,
@@ -214,6 +215,7 @@ Limit = Annotated[int, Field(ge=1, le=LIMITS.page, description="Page size.")]
 #: A call without `limit` gets this many (50, or KEYTRAIL_MAX_PAGE if lower); read_key 20.
 PAGE = LIMITS.default_page()
 KEY_PAGE = LIMITS.default_page(KEY_PAGE_PREFERRED)
+CONVERSATION_PAGE = LIMITS.default_page(CONVERSATION_PAGE_PREFERRED)
 Offset = Annotated[int, Field(ge=0, le=10**9, description="Items to skip.")]
 
 
@@ -655,17 +657,26 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     def get_conversation(
         session_id: SessionStr,
         turn: Annotated[int | None, Field(ge=1, description="Only this turn (1-based).")] = None,
+        limit: Limit = CONVERSATION_PAGE,
+        offset: Annotated[
+            int, Field(ge=0, le=10**9, description="How many of the newest turns to skip.")
+        ] = 0,
     ) -> Annotated[CallToolResult, Conversation]:
-        """The recorded turns of a session, in order (or one turn).
+        """The latest turns of a session, in order (or the one turn asked for); `total` counts
+        them all. For older turns call again with offset=next_offset, until it is null.
 
-        Example: get_conversation(session_id="chat-2025-06-01", turn=1)
+        Example: get_conversation(session_id="chat-2025-06-01") -> {"total": 48, "turns":
+        [...turns 29-48...], "offset": 0, "next_offset": 20}
         """
-        return _reply(lambda: store.get_conversation(session_id, turn))
+        return _reply(lambda: store.get_conversation(session_id, turn, limit, offset))
 
     @server.tool(annotations=_hints(title="List conversations", **read_only))
-    def list_sessions() -> Annotated[CallToolResult, SessionList]:
-        """Sessions with recorded turns, most recently active first, with turn counts."""
-        return _reply(store.list_sessions)
+    def list_sessions(
+        limit: Limit = PAGE, offset: Offset = 0
+    ) -> Annotated[CallToolResult, SessionList]:
+        """Sessions with recorded turns, most recently active first, with turn counts; a page
+        of them, `total` counting all."""
+        return _reply(lambda: store.list_sessions(limit, offset))
 
     @server.prompt(title="How to use the memory")
     def memory_system_prompt() -> str:

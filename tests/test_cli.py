@@ -188,6 +188,16 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
     assert text.startswith("chat-1: 2 turns\n") and text.rstrip().endswith(
         "assistant: Congratulations!"
     )
+    # Paged: the latest turns first, and the way back to older ones said.
+    text = kt(home, "conversation", "chat-1", "--limit", "1").stdout
+    assert text.startswith("chat-1: 2 turns (showing 2-2; older: --offset 1)\n")
+    assert "Hi, I moved" not in text
+    assert (
+        "Hi, I moved" in kt(home, "conversation", "chat-1", "--limit", "1", "--offset", "1").stdout
+    )
+    assert kt(home, "sessions", "--limit", "1").stdout.splitlines()[1:] == [
+        "2 sessions in all; more: --offset 1"
+    ]
     proc = kt(home, "conversation", "chat-9", ok=False)
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: session_id: no session 'chat-9'\n"

@@ -397,13 +397,23 @@ def test_every_tool_valid_and_invalid(home: Path, errlog: Path) -> None:
             assert [t["content"] for t in conv["turns"]] == ["hi", "hello!"]
             one = await call(s, "get_conversation", session_id="chat-1", turn=2)
             assert [t["role"] for t in one["turns"]] == ["assistant"]
+            # A page is the newest turns; next_offset pages back to older ones.
+            last = await call(s, "get_conversation", session_id="chat-1", limit=1)
+            assert [t["turn"] for t in last["turns"]] == [2] and last["next_offset"] == 1
+            first = await call(s, "get_conversation", session_id="chat-1", limit=1, offset=1)
+            assert [t["turn"] for t in first["turns"]] == [1] and first["next_offset"] is None
+            await refused(
+                s, home, "get_conversation", {"session_id": "chat-1", "limit": 0}, "limit"
+            )
             await refused(s, home, "get_conversation", {"session_id": "nope"}, "session_id")
             await refused(
                 s, home, "get_conversation", {"session_id": "chat-1", "turn": 3}, "turn", "1 to 2"
             )
             sessions = await call(s, "list_sessions")
             assert sessions["sessions"][0]["session_id"] == "chat-1"
-            assert sessions["sessions"][0]["turns"] == 2
+            assert (sessions["sessions"][0]["turns"], sessions["total"]) == (2, 1)
+            past_the_end = await call(s, "list_sessions", offset=1)
+            assert (past_the_end["sessions"], past_the_end["total"]) == ([], 1)
 
             # cleanup_expired
             short = await call(
