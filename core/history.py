@@ -546,7 +546,7 @@ def changes(
     top = check.count("top", top, 1, 1000)
     with store._mutex:
         state = store.refresh()
-        low = check_point(store, since, "since")
+        low = check_point(store, since, "since", from_start=True)
         high = check_point(store, until, "until")
         if type(low) is type(high) and low is not None and high is not None and low > high:  # type: ignore[operator]
             raise InvalidInput("since", f"{since} is after until ({until})")

@@ -345,9 +345,15 @@ class TimeView(Queries):
             return self.memory_view(node)
 
 
-def check_point(store: Store, value: object | None, field: str = "as_of") -> int | datetime | None:
+def check_point(
+    store: Store, value: object | None, field: str = "as_of", *, from_start: bool = False
+) -> int | datetime | None:
     """`value` parsed and checked against the log: a seq in 1..head, or a time from the store's
-    first event up to now. None stays None (the present). Builds no state."""
+    first event up to now. None stays None (the present). Builds no state.
+
+    With `from_start` (the start of a span, `changes(since=...)`), a time before the store
+    existed is its beginning, None: "since January" of a store made in March is all of it.
+    """
     parsed = parse_as_of(value, field)
     if parsed is None:
         return None
@@ -364,6 +370,8 @@ def check_point(store: Store, value: object | None, field: str = "as_of") -> int
             field, f"{parsed.isoformat()} is in the future", limit=f"up to {now.isoformat()}"
         )
     first = store.past.first_at()
+    if parsed < first and from_start:
+        return None
     if parsed < first:
         raise InvalidInput(
             field,

@@ -151,6 +151,12 @@ def test_changes_between_two_points(make_store: Callable[..., Store]) -> None:
     with pytest.raises(InvalidInput) as err:
         changes(store, since=since + 1, until=since)
     assert err.value.field == "since"
+    # Since a time before the store existed: all of it ("what changed since January?").
+    assert changes(store, since="2000-01-01T00:00:00Z") == changes(store)
+    # A span that ends before the store existed holds nothing that could be: refused.
+    with pytest.raises(InvalidInput, match="before the store existed") as err:
+        changes(store, until="2000-01-01T00:00:00Z")
+    assert err.value.field == "until"
 
 
 # -- the command line ----------------------------------------------------------------------------
