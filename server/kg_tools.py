@@ -275,6 +275,8 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete relations matching from, to and relationType exactly.
 
+        Relations that match none are reported in `notFound`, not an error.
+
         Example: delete_relations(relations=[{"from": "David Barnett", "to": "QuintoAndar",
         "relationType": "works_at"}]) -> {"deletedCount": 1, ...}
         """
