@@ -267,6 +267,9 @@ def cmd_read_key(args: argparse.Namespace) -> int:
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
             f"keys: {others or '-'}"
         )
+    shown = page.offset + len(page.memories)
+    if shown < page.total:
+        print(f"more: --offset {shown}")
     return 0
 
 

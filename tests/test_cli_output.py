@@ -1,0 +1,45 @@
+"""The CLI's text output: paged verbs say there is more, layouts hold, numbers read alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.server.cli import main
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    return tmp_path / "store"
+
+
+def open_store(home: Path) -> Store:
+    return Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+
+
+def out_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_read_key_says_more_memories_exist(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = open_store(home)
+    for fact in ("Mia likes drawing", "Mia starts school", "Mia is six"):
+        store.remember(fact, ["Mia"])
+    key = store.state.key_for_label("Mia")
+    assert key is not None
+    store.close()
+    first = out_of(capsys, "read-key", key.id, "--limit", "1", "--home", str(home))
+    assert first.splitlines()[-1] == "more: --offset 1"
+    middle = out_of(
+        capsys, "read-key", key.id, "--limit", "1", "--offset", "1", "--home", str(home)
+    )
+    assert middle.splitlines()[-1] == "more: --offset 2"
+    last = out_of(capsys, "read-key", key.id, "--offset", "2", "--home", str(home))
+    assert "more:" not in last
+    assert "more:" not in out_of(capsys, "read-key", key.id, "--home", str(home))
