@@ -43,3 +43,19 @@ def test_read_key_says_more_memories_exist(home: Path, capsys: pytest.CaptureFix
     last = out_of(capsys, "read-key", key.id, "--offset", "2", "--home", str(home))
     assert "more:" not in last
     assert "more:" not in out_of(capsys, "read-key", key.id, "--home", str(home))
+
+
+def test_conversation_indents_the_later_lines_of_a_turn(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = open_store(home)
+    store.record_turn("s1", "user", "Plan for today:\n1. call Dana\n2. buy tea")
+    store.record_turn("s1", "assistant", "Noted.")
+    store.close()
+    lines = out_of(capsys, "conversation", "s1", "--home", str(home)).splitlines()
+    assert lines[0] == "s1: 2 turns"
+    head = lines[1].index("Plan for today:")
+    assert lines[1].startswith("   1  ") and lines[1].endswith("user: Plan for today:")
+    assert lines[2:4] == [" " * head + "1. call Dana", " " * head + "2. buy tea"]
+    assert lines[4].startswith("   2  ") and lines[4].endswith("assistant: Noted.")
+    assert len(lines) == 5
