@@ -222,7 +222,7 @@ def cmd_correct(args: argparse.Namespace) -> int:
         return 0
     print(
         f"corrected {result.old_id} -> {result.memory_id} (seq {result.seq}; old depth "
-        f"{result.old_depth} x{result.weaken_factor})"
+        f"{result.old_depth:.2f} x{result.weaken_factor})"
     )
     for k in result.keys:
         print(f"  key {k.key_id}  {k.label} [{k.type}] {k.resolution}")

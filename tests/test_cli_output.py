@@ -59,3 +59,19 @@ def test_conversation_indents_the_later_lines_of_a_turn(
     assert lines[2:4] == [" " * head + "1. call Dana", " " * head + "2. buy tea"]
     assert lines[4].startswith("   2  ") and lines[4].endswith("assistant: Noted.")
     assert len(lines) == 5
+
+
+def test_correct_prints_the_old_depth_with_two_decimals(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As read, read-key and list print depth (and the README shows `old depth 0.05`)."""
+    store = open_store(home)
+    fresh = store.remember("Mia starts school in 2025", ["Mia"]).memory_id
+    read = store.remember("Dana lives in Lyon", ["Dana"]).memory_id
+    for _ in range(3):
+        store.read_memory(read)
+    store.close()
+    out = out_of(capsys, "correct", fresh, "Mia starts school in 2026", "--home", str(home))
+    assert "; old depth 0.00 x0.3)" in out.splitlines()[0]
+    out = out_of(capsys, "correct", read, "Dana lives in Paris", "--home", str(home))
+    assert "; old depth 0.15 x0.3)" in out.splitlines()[0]
