@@ -104,6 +104,8 @@ class Deletion(
 
     `deleted` names what went: entity names (delete_entities), observation texts
     (delete_observations) or "from relationType to" (delete_relations), once each.
+    `not_found` names what was asked for and is not there, once each, as asked: entity names
+    (delete_entities) or "from relationType to" (delete_relations).
     """
 
     success: bool
@@ -385,19 +387,22 @@ class KnowledgeGraph:
         def decide(app: Appender) -> Deletion:
             state = store.state
             found: dict[str, KeyNode] = {}
-            missing: list[str] = []
+            # A name asked twice (in any case or Unicode form: names match as key labels do)
+            # is one entity: counted once, found or not.
+            missing: dict[str, str] = {}  # casefolded name -> the name as first asked
             for name in checked:
                 key = entity_key(state, name)
                 if key is None:
-                    missing.append(name)
+                    missing.setdefault(name.casefold(), name)
                 else:
                     found.setdefault(key.id, key)
+            asked = len(found) + len(missing)
+            not_found = list(missing.values())
             if not found:
                 return Deletion(
                     success=True,
-                    message=f"Deleted 0 of {len(checked)} entities. Not found: "
-                    + ", ".join(missing),
-                    not_found=missing,
+                    message=f"Deleted 0 of {asked} entities. Not found: " + ", ".join(not_found),
+                    not_found=not_found,
                 )
             forgotten: dict[str, None] = {}
             unlinked: list[KeyMemory] = []
@@ -428,14 +433,13 @@ class KnowledgeGraph:
             message = (
                 "Entities deleted successfully"
                 if not missing
-                else f"Deleted {len(found)} of {len(checked)} entities. Not found: "
-                + ", ".join(missing)
+                else f"Deleted {len(found)} of {asked} entities. Not found: " + ", ".join(not_found)
             )
             return Deletion(
                 success=True,
                 message=message,
                 deleted=deleted,
-                not_found=missing,
+                not_found=not_found,
                 deleted_count=len(deleted),
                 seq=event.seq,
             )
@@ -509,21 +513,29 @@ class KnowledgeGraph:
             state = store.state
             specs: dict[str, RelationSpec] = {}
             names: dict[str, str] = {}  # relation id -> "from relationType to", as stored
-            matched = 0  # relations asked for that exist (one named twice counts twice)
+            # A relation asked twice (entity names in any case or Unicode form) is one:
+            # counted once, matched or not. Those that matched nothing, as first asked.
+            missing: dict[tuple[str, str, str], str] = {}
             for src, dst, kind in checked:
                 a, b = entity_key(state, src), entity_key(state, dst)
-                if a is None or b is None:
-                    continue
-                rid = relation_id(a.id, b.id, kind)
-                if rid in state.relations:
-                    matched += 1
+                rid = relation_id(a.id, b.id, kind) if a is not None and b is not None else None
+                if a is not None and b is not None and rid in state.relations:
                     specs[rid] = RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
                     names[rid] = f"{a.label} {kind} {b.label}"
+                else:
+                    ident = (
+                        a.id if a is not None else src.casefold(),
+                        b.id if b is not None else dst.casefold(),
+                        kind,
+                    )
+                    missing.setdefault(ident, f"{src} {kind} {dst}")
             count = len(specs)
+            not_found = list(missing.values())
             message = (
                 "Relations deleted successfully"
-                if matched == len(checked)
-                else f"Deleted {count} of {len(checked)} relations. The rest matched nothing."
+                if not missing
+                else f"Deleted {count} of {count + len(missing)} relations. "
+                "Not found: " + "; ".join(not_found)
             )
             seq = None
             if specs:
@@ -532,6 +544,7 @@ class KnowledgeGraph:
                 success=True,
                 message=message,
                 deleted=list(names.values()),
+                not_found=not_found,
                 deleted_count=count,
                 seq=seq,
             )

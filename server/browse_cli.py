@@ -120,7 +120,13 @@ def cmd_conversation(args: argparse.Namespace) -> int:
         paged = f" (showing {shown}{more})"
     print(f"{result.session_id}: {result.total} turns{paged}")
     for t in result.turns:
-        print(f"{t.turn:>4}  {short_time(t.at)}  {t.role}: {t.content}")
+        head = f"{t.turn:>4}  {short_time(t.at)}  {t.role}: "
+        # A turn of several lines keeps the layout: its later lines are indented under its
+        # first, so none reads as a turn of its own.
+        first, *rest = t.content.splitlines() or [""]
+        print(head + first)
+        for line in rest:
+            print(" " * len(head) + line)
     return 0
 
 

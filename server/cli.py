@@ -213,7 +213,7 @@ def cmd_correct(args: argparse.Namespace) -> int:
             args.content,
             keys or None,
             key_types or None,
-            None,
+            args.related_to,
             args.source,
             args.valid_from,
         )
@@ -222,7 +222,7 @@ def cmd_correct(args: argparse.Namespace) -> int:
         return 0
     print(
         f"corrected {result.old_id} -> {result.memory_id} (seq {result.seq}; old depth "
-        f"{result.old_depth} x{result.weaken_factor})"
+        f"{result.old_depth:.2f} x{result.weaken_factor})"
     )
     for k in result.keys:
         print(f"  key {k.key_id}  {k.label} [{k.type}] {k.resolution}")
@@ -232,7 +232,7 @@ def cmd_correct(args: argparse.Namespace) -> int:
 def cmd_recall(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         result = view(store, args.as_of, args.valid_at).recall(
-            args.query, args.top_k, args.namespace
+            args.query, args.top_k, args.namespace, args.context
         )
     if args.json:
         emit_json(result)
@@ -267,6 +267,9 @@ def cmd_read_key(args: argparse.Namespace) -> int:
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
             f"keys: {others or '-'}"
         )
+    shown = page.offset + len(page.memories)
+    if shown < page.total:
+        print(f"more: --offset {shown}")
     return 0
 
 
@@ -516,6 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("recall", "keys a query leads to (never content)", cmd_recall)
     p.add_argument("query")
     p.add_argument("--top-k", dest="top_k", type=int, default=10, help=TOP_K_HELP)
+    p.add_argument(
+        "--context",
+        metavar="TEXT",
+        help="the surrounding conversation: weighs a quarter in matching concepts by meaning",
+    )
     add_time_options(p)
 
     p = verb("read-key", "memories behind a key (no content)", cmd_read_key)
@@ -548,6 +556,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "-n", "--name", dest="keys", action="append", type=name_key, help="new name keys"
+    )
+    p.add_argument(
+        "--related-to",
+        dest="related_to",
+        action="append",
+        metavar="MEMORY_ID",
+        help="a memory the new version relates to (repeatable; default: the old version's)",
     )
     p.add_argument("--source", help="where the new version came from")
     add_time_options(p, valid_from=True)

@@ -185,9 +185,22 @@ def _relations(items: list[RelationArg]) -> list[RelationInput]:
     return [RelationInput(r.from_, r.to, r.relationType) for r in items]
 
 
-def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
-    """Add the knowledge-graph tools to `server`, working on `store`."""
+#: Where a deleted observation's text goes, said in terms of the tools the server has: the
+#: keygraph tools `history` and `forget` when it serves them, else the command line's forget.
+KEPT_WITH_KEYGRAPH = "it stays in the log's history (`history` shows it, `forget` erases it)"
+KEPT_WITHOUT = "it stays in the log's history until erased with the command `keytrail forget`"
+
+
+def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = True) -> None:
+    """Add the knowledge-graph tools to `server`, working on `store`; `keygraph` says whether
+    the server serves the keygraph tools too (descriptions name only tools it serves)."""
     kg = KnowledgeGraph(store)
+    kept = KEPT_WITH_KEYGRAPH if keygraph else KEPT_WITHOUT
+
+    def kept_noted(tool: Tool) -> Tool:
+        tool.__doc__ = (tool.__doc__ or "").format(kept=kept)
+        return tool
+
     read_only = dict(read_only=True, idempotent=True)
 
     @server.tool(annotations=_hints(title="Create entities"))
@@ -252,16 +265,17 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         return _reply(lambda: kg.delete_entities(entityNames))
 
     @server.tool(annotations=_hints(title="Delete observations", destructive=True, idempotent=True))
+    @kept_noted
     def delete_observations(
         deletions: Annotated[list[DeletionArg], Many],
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete specific observations (exact text) from entities.
 
         An observation another entity also has is only unlinked from this one; it is deleted
-        when no other entity has it. Either way it stays in the log's history (`forget` erases).
+        when no other entity has it. Either way {kept}.
 
-        Example: delete_observations(deletions=[{"entityName": "David Barnett",
-        "observations": ["Prefers morning meetings"]}]) -> {"deletedCount": 1, ...}
+        Example: delete_observations(deletions=[{{"entityName": "David Barnett",
+        "observations": ["Prefers morning meetings"]}}]) -> {{"deletedCount": 1, ...}}
         """
         return _reply(
             lambda: kg.delete_observations(
@@ -274,6 +288,8 @@ def register_kg_tools(server: MCPServer[Any], store: Store) -> None:
         relations: Annotated[list[RelationArg], Many],
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete relations matching from, to and relationType exactly.
+
+        Relations that match none are reported in `notFound`, not an error.
 
         Example: delete_relations(relations=[{"from": "David Barnett", "to": "QuintoAndar",
         "relationType": "works_at"}]) -> {"deletedCount": 1, ...}
@@ -376,4 +392,4 @@ def apply_toolsets(server: MCPServer[Any], store: Store, toolsets: tuple[str, ..
         for tool in list(server._tool_manager.list_tools()):
             server.remove_tool(tool.name)
     if "knowledge_graph" in toolsets:
-        register_kg_tools(server, store)
+        register_kg_tools(server, store, keygraph="keygraph" in toolsets)

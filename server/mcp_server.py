@@ -136,6 +136,26 @@ def system_prompt(toolsets: Sequence[str]) -> str:
     return MEMORY_SYSTEM_PROMPT if "keygraph" in toolsets else KG_SYSTEM_PROMPT
 
 
+#: What waits on a vector build besides recall, in memory_stats' description: only the tools
+#: served (recall_memories is served when direct recall is on).
+STATS_WAITING = {
+    True: "remember, read_key with a query and recall_memories",
+    False: "remember and read_key with a query",
+}
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+
+
+def _doc_filled(**fields: str) -> Callable[[Fn], Fn]:
+    """Fill `fields` into a tool's docstring, its description for the model."""
+
+    def fill(tool: Fn) -> Fn:
+        tool.__doc__ = (tool.__doc__ or "").format(**fields)
+        return tool
+
+    return fill
+
+
 def _limits_from_env() -> Limits:
     """The input limits the schemas advertise: KEYTRAIL_MAX_* if set, else the defaults.
 
@@ -324,6 +344,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     """
     toolsets = toolsets or store.settings.toolsets
     prompt = system_prompt(toolsets)
+    from .hybrid_tools import direct_recall_enabled  # it imports this module
+
+    direct_recall = direct_recall_enabled()
     server: MCPServer[Any] = KeytrailServer(
         "keytrail",
         title="keytrail associative memory",
@@ -616,14 +639,15 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         return _reply(lambda: view(store, as_of, valid_at).list_memories(namespace, limit, offset))
 
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
+    @_doc_filled(waiting=STATS_WAITING[direct_recall])
     def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
         """Counts of memories (current, superseded, expired, forgotten, deleted from the
         knowledge graph), keys, links, hubs, namespaces and sessions, the embedder and the log
         size (as_of: counts back then).
 
         `projection` says whether the embedder's vectors are being built (after a model switch
-        or a lost cache) and how far: meanwhile recall waits for the key labels and remember,
-        read_key with a query and recall_memories for all of it."""
+        or a lost cache) and how far: meanwhile recall waits for the key labels and {waiting}
+        for all of it."""
         return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))

@@ -7,6 +7,7 @@ sent the keygraph instructions ("call `recall` ...", `read_key`, `remember`, `co
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 
@@ -64,5 +65,39 @@ def test_instructions_name_only_served_tools(
                 named = named_tools(said)
                 assert named, said  # it does tell the agent what to call
                 assert named <= served, named - served
+
+    anyio.run(check)
+
+
+def mentioned_tools(text: str) -> set[str]:
+    """The tool names a description mentions: `tool`, tool(...), or a name with an underscore
+    anywhere (unambiguous); a bare "recall" or "remember" is also an English word."""
+    every = set(KEYGRAPH_TOOLS) | set(KG_TOOLS)
+    quoted = {a or b for a, b in re.findall(r"`([a-z_]+)`|\b([a-z_]+)\(", text)}
+    words = set(re.findall(r"\b[a-z]+_[a-z_]+\b", text))
+    return (quoted | words) & every
+
+
+@pytest.mark.parametrize("direct", ["0", "1"])
+@pytest.mark.parametrize(
+    "toolsets", [("keygraph",), ("knowledge_graph",), ("keygraph", "knowledge_graph")]
+)
+def test_tool_descriptions_name_only_served_tools(
+    make_store: Callable[..., Store],
+    monkeypatch: pytest.MonkeyPatch,
+    toolsets: tuple[str, ...],
+    direct: str,
+) -> None:
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", direct)
+    store = make_store()
+
+    async def check() -> None:
+        async with Client(build_server(store, toolsets)) as client:
+            tools = (await client.list_tools()).tools
+            served = {t.name for t in tools}
+            for tool in tools:
+                text = (tool.description or "") + " " + json.dumps(tool.input_schema)
+                named = mentioned_tools(text)
+                assert named <= served, (tool.name, named - served)
 
     anyio.run(check)

@@ -175,3 +175,37 @@ def test_delete_relations_says_every_relation_asked_for_matched(store: Store) ->
     )
     assert (out.deleted_count, out.message) == (1, "Relations deleted successfully")
     assert out.deleted == ["Al knows Bob"]  # once, spelled as stored
+
+
+def test_delete_relations_lists_those_that_matched_nothing(store: Store) -> None:
+    """`notFound` names every relation asked for that matched nothing, once each."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Al", "person"), EntityInput("Bob", "person")])
+    kg.create_relations([RelationInput("Al", "Bob", "knows")])
+    out = kg.delete_relations(
+        [
+            RelationInput("Al", "Bob", "knows"),
+            RelationInput("Bob", "Al", "knows"),  # both exist, no such relation
+            RelationInput("Al", "ghost", "knows"),  # an entity that does not exist
+            RelationInput("al", "GHOST", "knows"),  # the same one again
+        ]
+    )
+    assert out.deleted == ["Al knows Bob"]
+    assert out.not_found == ["Bob knows Al", "Al knows ghost"]
+    assert out.message == ("Deleted 1 of 3 relations. Not found: Bob knows Al; Al knows ghost")
+
+
+def test_delete_entities_counts_each_name_once(store: Store) -> None:
+    """A name asked twice (any case or Unicode form) is one entity, found or not."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Bob", "person"), EntityInput("Zoë", "person")])
+    out = kg.delete_entities(["Bob", "Bob", "bob", "ghost", "GHOST"])
+    assert (out.deleted, out.not_found, out.deleted_count) == (["Bob"], ["ghost"], 1)
+    assert out.message == "Deleted 1 of 2 entities. Not found: ghost"
+    out = kg.delete_entities(["Zoe\u0308", "ZOË"])  # decomposed, then composed
+    assert (out.deleted, out.message) == (["Zoë"], "Entities deleted successfully")
+    out = kg.delete_entities(["nobody", "Nobody"])
+    assert (out.not_found, out.message) == (
+        ["nobody"],
+        "Deleted 0 of 1 entities. Not found: nobody",
+    )

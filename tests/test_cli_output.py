@@ -1,0 +1,77 @@
+"""The CLI's text output: paged verbs say there is more, layouts hold, numbers read alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.server.cli import main
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    return tmp_path / "store"
+
+
+def open_store(home: Path) -> Store:
+    return Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+
+
+def out_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_read_key_says_more_memories_exist(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = open_store(home)
+    for fact in ("Mia likes drawing", "Mia starts school", "Mia is six"):
+        store.remember(fact, ["Mia"])
+    key = store.state.key_for_label("Mia")
+    assert key is not None
+    store.close()
+    first = out_of(capsys, "read-key", key.id, "--limit", "1", "--home", str(home))
+    assert first.splitlines()[-1] == "more: --offset 1"
+    middle = out_of(
+        capsys, "read-key", key.id, "--limit", "1", "--offset", "1", "--home", str(home)
+    )
+    assert middle.splitlines()[-1] == "more: --offset 2"
+    last = out_of(capsys, "read-key", key.id, "--offset", "2", "--home", str(home))
+    assert "more:" not in last
+    assert "more:" not in out_of(capsys, "read-key", key.id, "--home", str(home))
+
+
+def test_conversation_indents_the_later_lines_of_a_turn(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = open_store(home)
+    store.record_turn("s1", "user", "Plan for today:\n1. call Dana\n2. buy tea")
+    store.record_turn("s1", "assistant", "Noted.")
+    store.close()
+    lines = out_of(capsys, "conversation", "s1", "--home", str(home)).splitlines()
+    assert lines[0] == "s1: 2 turns"
+    head = lines[1].index("Plan for today:")
+    assert lines[1].startswith("   1  ") and lines[1].endswith("user: Plan for today:")
+    assert lines[2:4] == [" " * head + "1. call Dana", " " * head + "2. buy tea"]
+    assert lines[4].startswith("   2  ") and lines[4].endswith("assistant: Noted.")
+    assert len(lines) == 5
+
+
+def test_correct_prints_the_old_depth_with_two_decimals(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As read, read-key and list print depth (and the README shows `old depth 0.05`)."""
+    store = open_store(home)
+    fresh = store.remember("Mia starts school in 2025", ["Mia"]).memory_id
+    read = store.remember("Dana lives in Lyon", ["Dana"]).memory_id
+    for _ in range(3):
+        store.read_memory(read)
+    store.close()
+    out = out_of(capsys, "correct", fresh, "Mia starts school in 2026", "--home", str(home))
+    assert "; old depth 0.00 x0.3)" in out.splitlines()[0]
+    out = out_of(capsys, "correct", read, "Dana lives in Paris", "--home", str(home))
+    assert "; old depth 0.15 x0.3)" in out.splitlines()[0]
