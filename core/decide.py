@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from keytrail.events import InvalidInput, KeyLink, NewMemory, NotFound, Similar
+from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.vectors import Matrix
 
@@ -125,6 +126,7 @@ class Batch:
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
+        self.promoted: dict[str, str] = {}  # key id -> the type an earlier item promoted it to
 
     def new_memory_id(self) -> str:
         while True:
@@ -180,7 +182,14 @@ class Batch:
         self._matched.update(labels)
         self._graph_best.update(self._closest_in_graph(list(labels.values())))
 
-    def resolve_keys(self, specs: list[check.KeySpec]) -> tuple[list[KeyLink], list[KeyOutcome]]:
+    def resolve_keys(
+        self, specs: list[check.KeySpec], promote: bool = True
+    ) -> tuple[list[KeyLink], list[KeyOutcome]]:
+        """Links for `specs`: to existing keys, new ones, or aliases. With `promote` (types the
+        caller gave, not the extractor's guesses), an existing concept key named a name or a
+        proper noun becomes one: it was told as a concept first ("paris"), and a caller who
+        says it is a name wants it matched literally from now on. Never the other way: a
+        label without a type is a concept by default, which says nothing about the key."""
         links: list[KeyLink] = []
         outcomes: list[KeyOutcome] = []
         initial = self.state.rules.link_initial
@@ -190,14 +199,19 @@ class Batch:
             folded = spec.label.casefold()
             existing = self.state.key_for_label(spec.label)
             if existing is not None:
+                kind = self.promoted.get(existing.id, existing.type)
+                resolution: Resolution = "existing"
+                if promote and kind == "concept" and spec.type != "concept":
+                    kind = self.promoted[existing.id] = spec.type
+                    resolution = "promoted"
                 link = KeyLink(
                     key_id=existing.id,
                     label=spec.label,
-                    type=existing.type,  # type: ignore[arg-type]
-                    resolution="existing",
+                    type=kind,  # type: ignore[arg-type]
+                    resolution=resolution,
                     weight=initial,
                 )
-                outcome = KeyOutcome(existing.id, existing.label, existing.type, "existing")
+                outcome = KeyOutcome(existing.id, existing.label, kind, resolution)
             elif folded in self.new_keys:
                 first = self.new_keys[folded]
                 link = KeyLink(

@@ -29,7 +29,7 @@ class KeyOutcome:
     key_id: str
     label: str
     type: str
-    resolution: str  # new | existing | alias
+    resolution: str  # new | existing | alias | promoted (a concept key named a name)
     merged_into: str | None = None  # for alias: the existing key's label
     similarity: float | None = None
 

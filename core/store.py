@@ -801,7 +801,7 @@ class Store(Queries, HybridQueries):
             prefix = "" if single else f"items[{i}]."
             for j, target in enumerate(item.related_to):
                 batch.check_related(f"{prefix}related_to[{j}]", target, item.namespace)
-            links, key_outcomes = batch.resolve_keys(item.keys)
+            links, key_outcomes = batch.resolve_keys(item.keys, promote=not item.extracted)
             if item.extracted:
                 links = [msgspec.structs.replace(lk, extracted=True) for lk in links]
             memory_id = batch.new_memory_id()

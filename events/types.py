@@ -21,8 +21,10 @@ KEY_TYPES: tuple[str, ...] = ("concept", "name", "proper_noun")
 
 #: How a key named by a command was resolved against the graph.
 #: "new": created; "existing": the label (or an alias) was already there;
-#: "alias": a new concept label close enough to an existing key became its alias.
-Resolution = Literal["new", "existing", "alias"]
+#: "alias": a new concept label close enough to an existing key became its alias;
+#: "promoted": an existing concept key the command named a name or proper noun became one
+#: (the link's `type`), so it matches literally from then on.
+Resolution = Literal["new", "existing", "alias", "promoted"]
 
 EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 

@@ -208,7 +208,8 @@ KeyTypes = Annotated[
     dict[str, KeyType] | None,
     Field(
         description="Type of some keys: 'name' or 'proper_noun' match literally; "
-        'the default \'concept\' matches by meaning. E.g. {"Dana": "name"}.'
+        "the default 'concept' matches by meaning (naming an existing concept key makes it a "
+        'name). E.g. {"Dana": "name"}.'
     ),
 ]
 RelatedTo = Annotated[

@@ -1,0 +1,106 @@
+"""A concept key the caller names a name (or proper noun) is promoted: it matches literally from
+then on.
+
+"paris" told as a concept, and later `remember(..., key_types={"Paris": "name"})`, kept the key a
+concept (`Paris [concept] existing`): the caller's type was dropped without a word. Promotion is
+recorded in the remember line itself (the link's resolution `promoted` and its new type), so a
+replay, a snapshot and a past read agree on when the key became a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from keytrail.core import RememberItem, Store
+from keytrail.core.timetravel import view
+from keytrail.events import EventLog
+from keytrail.projections import fold
+from keytrail.projections.snapshot import materialize
+from keytrail.server.cli import main
+
+
+def key_type(store: Store, label: str) -> str:
+    key = store.state.key_for_label(label)
+    assert key is not None
+    return key.type
+
+
+def test_a_concept_key_named_a_name_becomes_one(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    first = store.remember("Paris is lovely in spring", ["paris"])
+    assert [(k.type, k.resolution) for k in first.keys] == [("concept", "new")]
+    seq_before = store.state.seq
+    told = store.remember("Dana flies to Paris", ["Paris", "travel"], key_types={"Paris": "name"})
+    paris = told.keys[0]
+    assert (paris.key_id, paris.type, paris.resolution) == (
+        first.keys[0].key_id,
+        "name",
+        "promoted",
+    )
+    assert key_type(store, "paris") == "name"
+    # Told once: the next mention links to the name as it is, default type or not.
+    again = store.remember("Paris has many museums", ["paris"])
+    assert [(k.type, k.resolution) for k in again.keys] == [("name", "existing")]
+    # Never back: a name told as a concept (the default) stays a name.
+    assert key_type(store, "Paris") == "name"
+    # Replay, reopen and the past agree.
+    assert msgspec.msgpack.encode(fold(EventLog(store.home).read_new())) == msgspec.msgpack.encode(
+        materialize(store.state)
+    )
+    store.close()
+    reopened = make_store()
+    assert key_type(reopened, "Paris") == "name"
+    past = view(reopened, seq_before, None)
+    assert past.state.key_for_label("Paris").type == "concept"  # type: ignore[union-attr]
+
+
+def test_extracted_keys_promote_nothing(make_store: Callable[..., Store]) -> None:
+    """The extractor's guesses (a capitalised word is a name) must not retype a key the caller
+    made a concept: "Apple" at the start of a sentence is not the company."""
+    store = make_store()
+    store.remember("paris is a word for a city", ["paris"])
+    extracted = store.remember("We had lunch in Paris with Dana")  # no keys: extracted
+    assert {(k.label, k.type, k.resolution) for k in extracted.keys} >= {
+        ("paris", "concept", "existing"),
+        ("Dana", "name", "new"),
+    }
+    assert key_type(store, "paris") == "concept"
+
+
+def test_a_batch_promotes_once_and_its_later_items_link_to_the_name(
+    make_store: Callable[..., Store],
+) -> None:
+    store = make_store()
+    store.remember("Lyon is a city", ["lyon"])
+    done = store.remember_batch(
+        [
+            RememberItem("Dana moved to Lyon", ["Lyon"], key_types={"Lyon": "name"}),
+            RememberItem("Lyon has two rivers", ["lyon"]),
+        ]
+    )
+    kinds = [[(k.type, k.resolution) for k in item.keys] for item in done]
+    assert kinds == [[("name", "promoted")], [("name", "existing")]]
+    assert key_type(store, "Lyon") == "name"
+
+
+def test_correct_promotes_the_keys_it_is_given(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    old = store.remember("Mia likes Berlin", ["berlin"])
+    fixed = store.correct(old.memory_id, "Mia loves Berlin", ["Berlin"], {"Berlin": "proper_noun"})
+    assert [(k.type, k.resolution) for k in fixed.keys] == [("proper_noun", "promoted")]
+    assert key_type(store, "berlin") == "proper_noun"
+
+
+def test_the_command_line_says_promoted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    home = str(tmp_path / "store")
+    assert main(["remember", "--home", home, "Paris is lovely", "-k", "paris"]) == 0
+    assert main(["remember", "--home", home, "Dana flies to Paris", "-n", "Paris"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].endswith("  paris [name] promoted"), out
