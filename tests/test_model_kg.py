@@ -397,19 +397,21 @@ class GraphVersusModel(RuleBasedStateMachine):
         others unlinked from them; the keys stay, as plain keys."""
         kg, model = self.kgs[p], self.model
         found: dict[str, None] = {}
-        missing: list[str] = []
+        # A name asked twice, in any case, is one entity: counted and reported once.
+        not_found: dict[str, str] = {}
         for name in names:
             if model.entity(name) is None:
-                missing.append(norm(name))
+                not_found.setdefault(fold(name), norm(name))
             else:
                 found[fold(name)] = None
+        missing, asked = list(not_found.values()), len(found) + len(not_found)
         done = kg.delete_entities(names)
         got = msgspec.to_builtins(done)
         got.pop("seq")
         if not found:
             assert done.seq is None and got == {
                 "success": True,
-                "message": f"Deleted 0 of {len(names)} entities. Not found: " + ", ".join(missing),
+                "message": f"Deleted 0 of {asked} entities. Not found: " + ", ".join(missing),
                 "deleted": [],
                 "notFound": missing,
                 "deletedCount": 0,
@@ -420,7 +422,7 @@ class GraphVersusModel(RuleBasedStateMachine):
         message = (
             "Entities deleted successfully"
             if not missing
-            else f"Deleted {len(found)} of {len(names)} entities. Not found: " + ", ".join(missing)
+            else f"Deleted {len(found)} of {asked} entities. Not found: " + ", ".join(missing)
         )
         assert got == {
             "success": True,
@@ -491,16 +493,20 @@ class GraphVersusModel(RuleBasedStateMachine):
     def delete_relations(self, p: int, relations: list[tuple[str, str, str]]) -> None:
         kg, model = self.kgs[p], self.model
         gone: dict[tuple[str, str, str], str] = {}
-        matched = 0
+        # A relation asked twice (names in any case) is one: counted and reported once; those
+        # that matched nothing are listed as first asked.
+        not_found: dict[tuple[str, str, str], str] = {}
         for a, b, t in relations:
             rid = (fold(a), fold(b), t)
             if model.entity(a) and model.entity(b) and rid in model.relations:
-                matched += 1
                 gone[rid] = f"{model.keys[rid[0]].label} {t} {model.keys[rid[1]].label}"
+            else:
+                not_found.setdefault(rid, f"{norm(a)} {t} {norm(b)}")
         message = (
             "Relations deleted successfully"
-            if matched == len(relations)
-            else f"Deleted {len(gone)} of {len(relations)} relations. The rest matched nothing."
+            if not not_found
+            else f"Deleted {len(gone)} of {len(gone) + len(not_found)} relations. Not found: "
+            + "; ".join(not_found.values())
         )
         done = kg.delete_relations([RelationInput(a, b, t) for a, b, t in relations])
         got = msgspec.to_builtins(done)
@@ -509,7 +515,7 @@ class GraphVersusModel(RuleBasedStateMachine):
             "success": True,
             "message": message,
             "deleted": list(gone.values()),
-            "notFound": [],
+            "notFound": list(not_found.values()),
             "deletedCount": len(gone),
             "missingEntities": [],
         }, got

@@ -102,7 +102,7 @@ def test_every_unknown_argument_is_named(store: Store) -> None:
             assert "unknown arguments 'limt', 'namspace' for recall" in message
             message = await refused(client, store, "list_sessions", {"now": "2026"})
             assert message.endswith(
-                "unknown argument 'now' for list_sessions; it takes no arguments"
+                "unknown argument 'now' for list_sessions; accepted: limit, offset"
             )
             # An unknown tool is still the SDK's own error.
             assert "Unknown tool" in await refused(client, store, "no_such_tool", {"x": 1})
@@ -148,6 +148,14 @@ def test_a_tool_set_change_updates_what_is_accepted() -> None:
 
             assert data(await client.call_tool("second", {"b": 2})) == {"result": 2}
             assert "accepted: b" in text_of(await client.call_tool("second", {"a": 2}))
+
+            @server.tool()
+            def third() -> int:
+                return 3
+
+            assert text_of(await client.call_tool("third", {"c": 3})).endswith(
+                "unknown argument 'c' for third; it takes no arguments"
+            )
             server.remove_tool("first")
             assert "Unknown tool" in text_of(await client.call_tool("first", {"a": 1}))
 
