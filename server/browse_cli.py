@@ -14,6 +14,12 @@ from .time_cli import add_time_options
 Verb = Callable[..., argparse.ArgumentParser]
 
 
+def say_more(total: int, end: int, detail: str = "") -> None:
+    """The last line of a page that is not the last: how to see the rest (as `history`)."""
+    if end < total:
+        print(f"more: --offset {end}{detail}")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         # A terminal shows 20 by default, not the 50 a model gets (or fewer if the page is).
@@ -34,6 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
         print(f"    {preview(m.preview, 90)}")
         print(f"    keys: {', '.join(k.label for k in m.keys) or '-'}")
+    say_more(page.total, page.offset + len(page.memories))
     return 0
 
 
@@ -66,6 +73,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         hub = " hub" if k.hub else ""
         aliases = f"  aliases: {', '.join(k.aliases)}" if k.aliases else ""
         print(f"{k.key_id}  {k.label} [{k.type}]  {k.memory_count} memories{hub}{aliases}")
+    say_more(page.total, page.offset + len(page.keys))
     return 0
 
 
@@ -101,9 +109,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(
             f"{s.session_id}  {s.turns} turns  {short_time(s.first_at)} .. {short_time(s.last_at)}"
         )
-    end = result.offset + len(result.sessions)
-    if end < result.total:
-        print(f"{result.total} sessions in all; more: --offset {end}")
+    say_more(result.total, result.offset + len(result.sessions), f" ({result.total} sessions)")
     return 0
 
 

@@ -196,7 +196,7 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
         "Hi, I moved" in kt(home, "conversation", "chat-1", "--limit", "1", "--offset", "1").stdout
     )
     assert kt(home, "sessions", "--limit", "1").stdout.splitlines()[1:] == [
-        "2 sessions in all; more: --offset 1"
+        "more: --offset 1 (2 sessions)"
     ]
     proc = kt(home, "conversation", "chat-9", ok=False)
     assert proc.returncode == 2

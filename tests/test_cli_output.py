@@ -75,3 +75,17 @@ def test_correct_prints_the_old_depth_with_two_decimals(
     assert "; old depth 0.00 x0.3)" in out.splitlines()[0]
     out = out_of(capsys, "correct", read, "Dana lives in Paris", "--home", str(home))
     assert "; old depth 0.15 x0.3)" in out.splitlines()[0]
+
+
+def test_list_and_keys_say_more_exist(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = open_store(home)
+    for fact in ("Mia likes drawing", "Dana likes tea", "Lyon is a city"):
+        store.remember(fact)
+    store.close()
+    for verb in ("list", "keys"):
+        first = out_of(capsys, verb, "--limit", "2", "--home", str(home))
+        assert first.splitlines()[-1] == "more: --offset 2", (verb, first)
+        total = int(first.split()[0])  # "3 memories, newest first (showing 1-2)"
+        rest = out_of(capsys, verb, "--limit", "2", "--offset", "2", "--home", str(home))
+        assert ("more: --offset 4" in rest) == (total > 4), (verb, rest)
+        assert "more:" not in out_of(capsys, verb, "--limit", "200", "--home", str(home))
