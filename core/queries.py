@@ -65,6 +65,8 @@ _TRAILING_PUNCT = re.compile(r"[^\w\s]+$")
 PREVIEW_CHARS = 120
 #: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
 DELETED = "it was deleted from the knowledge graph"
+#: ... and one forgotten (its content erased).
+FORGOTTEN = "it was forgotten"
 
 
 def visible(node: MemoryNode, now: datetime) -> bool:
@@ -610,7 +612,7 @@ class Queries:
             if node is None:
                 raise self._missing("memory_id", "memory", memory_id)
             if self._forgotten(node):
-                raise NotFound("memory_id", "memory", memory_id)
+                raise NotFound("memory_id", "memory", memory_id, FORGOTTEN)
             if node.status == "deleted":
                 raise NotFound("memory_id", "memory", memory_id, DELETED)
             now = self.clock()

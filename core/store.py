@@ -60,7 +60,7 @@ from .embedders import Embedder, make_embedder
 from .extract import extract_keys
 from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
-from .queries import DELETED, Queries
+from .queries import DELETED, FORGOTTEN, Queries
 from .results import (
     PROJECTION_READY,
     Corrected,
@@ -1104,8 +1104,13 @@ class Store(Queries, HybridQueries):
 
     def _visible_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
         node = self.state.memories.get(memory_id)
-        if node is None or node.status == "forgotten":
+        if node is None:
             raise NotFound(field, "memory", memory_id)
+        if node.status == "forgotten":
+            # Said, as a read as of the past and a second forget say it: the log's
+            # memory.forgotten line tells anyone that much, and "no memory" alone reads as a
+            # mistyped id.
+            raise NotFound(field, "memory", memory_id, FORGOTTEN)
         if node.status == "deleted":
             raise NotFound(field, "memory", memory_id, DELETED)
         if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):

@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import DELETED, Queries, valid_at_time, visible
+from .queries import DELETED, FORGOTTEN, Queries, valid_at_time, visible
 from .results import MemoryView, ProjectionState
 
 if TYPE_CHECKING:
@@ -334,7 +334,7 @@ class TimeView(Queries):
             if node is None:
                 raise self._missing("memory_id", "memory", memory_id)
             if self._forgotten(node):
-                raise NotFound("memory_id", "memory", memory_id, "it was forgotten")
+                raise NotFound("memory_id", "memory", memory_id, FORGOTTEN)
             if node.status == "deleted":
                 raise NotFound("memory_id", "memory", memory_id, DELETED)
             if node.status == "expired" or (

@@ -385,8 +385,11 @@ def test_forgetting_twice_is_not_found(seeded: dict[str, Any]) -> None:
     with pytest.raises(NotFound) as info:
         store.forget(seeded["b"])
     assert info.value.field == "memory_id" and "already forgotten" in str(info.value)
-    with pytest.raises(NotFound):
-        store.read_memory(seeded["b"])
+    # Every read by id says so too, as a read as of the past does, not only "no memory".
+    for read in (store.read_memory, store.related):
+        with pytest.raises(NotFound) as info:
+            read(seeded["b"])
+        assert str(info.value) == f"memory_id: no memory {seeded['b']!r}: it was forgotten"
     assert log_digest(store.home) == before
 
 
