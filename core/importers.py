@@ -126,6 +126,15 @@ class _Relation:
     line: int
 
 
+def _unicode(where: str, parsed: object) -> None:
+    """Refuse a parsed JSON value holding a lone surrogate (an escape such as "\\ud800" with no
+    pair): no event can carry it, so it is refused with the rest of the file's checks."""
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(where, f"is not valid Unicode text ({exc.reason})") from None
+
+
 def _string(where: str, obj: dict[str, Any], name: str, limit: int) -> str:
     if name not in obj:
         raise InvalidInput(where, f"missing {name!r}")
@@ -154,6 +163,7 @@ def parse_memory_jsonl(
             raise InvalidInput(where, f"not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise InvalidInput(where, "must be a JSON object")
+        _unicode(where, obj)
         kind = obj.get("type")
         if kind == "entity":
             name = _string(where, obj, "name", limits.kg_name_chars)
@@ -399,6 +409,7 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         raise InvalidInput(f"{label} $", f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidInput(f"{label} $", "must be a JSON object with keys, memories and links")
+    _unicode(f"{label} $", doc)
     keys: dict[str, _KmKey] = {}
     for ident, path, obj in _entries(doc, "keys", label):
         concept = _string(path, obj, "concept", limits.key_chars)
