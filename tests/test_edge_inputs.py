@@ -208,3 +208,28 @@ def test_an_event_that_cannot_be_encoded_is_invalid_input() -> None:
     event = MemoryForgotten(memory_id="m_1", content_hash="0" * 64, reason="r\ud800")
     with pytest.raises(InvalidInput, match="not valid Unicode"):
         encode_line(event)
+
+
+# -- keytrail import of an export: damaged content is refused, not imported as if told ----------
+
+
+def test_import_of_an_export_with_edited_content_is_refused(tmp_path: Path) -> None:
+    """Export lines carry no checksum, so a backup whose content was changed (an edit, bit rot)
+    imported silently and `verify` said ok; each memory's content_hash says what was told."""
+    home, copy = tmp_path / "store", tmp_path / "copy"
+    kt(home, "remember", "Dana lives in Oslo", "-n", "Dana")
+    kt(home, "remember", "Bob likes tea", "-n", "Bob")
+    export = tmp_path / "backup.jsonl"
+    kt(home, "export", "-o", str(export))
+    kt(copy, "import", str(export))  # the export as written imports
+    assert (copy / "log").exists()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(export.read_text().replace("Dana lives in Oslo", "Dana lives in Osla"))
+    fresh = tmp_path / "fresh"
+    proc = kt(fresh, "import", str(damaged), ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(
+        f"keytrail: error: corrupt event log: {damaged} line 2: the content of m_"
+    ), proc.stderr
+    assert "does not match its content_hash" in proc.stderr
+    assert not fresh.exists()
