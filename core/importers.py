@@ -520,6 +520,15 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
                     f"{m.path}.supersedes",
                     f"{m.supersedes!r} is already superseded by {superseded[m.supersedes]!r}",
                 )
+            if memories[m.supersedes].namespace != m.namespace:
+                # A correction keeps its memory's namespace: a newer version elsewhere would
+                # hide the fact from its own namespace's reads and show it in another's.
+                raise InvalidInput(
+                    f"{m.path}.supersedes",
+                    f"memory {m.supersedes!r} is in namespace "
+                    f"{memories[m.supersedes].namespace!r}, not {m.namespace!r} "
+                    "(the versions of a memory share its namespace)",
+                )
             superseded[m.supersedes] = m.id
     return list(keys.values()), _chain_order(memories)
 
