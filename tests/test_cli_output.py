@@ -106,3 +106,14 @@ def test_history_of_a_forgotten_memory_says_its_content_is_forgotten(
     assert lines[2] == "       [content forgotten]"
     log = out_of(capsys, "log", "--memory", secret.memory_id, "--home", str(home))
     assert "[content forgotten]" in log
+
+
+def test_times_before_year_1000_print_four_digit_years(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """strftime("%Y") printed year 1 as "1": `valid from 1-01-01 00:00:00` in history."""
+    store = open_store(home)
+    old = store.remember("an ancient fact", ["history"], valid_from="0001-01-01T00:00:00Z")
+    store.close()
+    out = out_of(capsys, "history", old.memory_id, "--home", str(home))
+    assert "valid from 0001-01-01 00:00:00" in out, out
