@@ -330,3 +330,37 @@ def test_a_line_another_process_appends_while_verify_runs_is_no_torn_tail(
     assert report.problems == []
     monkeypatch.undo()
     assert verify(home).ok
+
+
+def test_a_segment_cut_short_before_later_ones_is_the_problem_not_the_caches(
+    home: Path,
+) -> None:
+    """A middle segment whose last line was cut by hand: the fold stops there, and verify
+    reported only `cache problem: ... reflects seq 7, but the log ends at seq 3` with
+    `keytrail rebuild` as the cure, blaming the caches for the log's damage. Only the last
+    segment can have a torn tail (appenders cut it), so a partial line before later segments
+    is the log's problem, named with its segment."""
+    store = Store(Settings(home=home, embedder="hash", segment_bytes=1000), embedder=HashEmbedder())
+    for i in range(6):
+        store.remember(f"fact {i} here", [f"k{i}"])
+    store.close()
+    segments = sorted((home / "log").glob("*.jsonl"))
+    assert len(segments) >= 4
+    victim = segments[2]
+    victim.write_bytes(victim.read_bytes()[:-20])
+    report = verify(home)
+    assert not report.ok
+    later = len(segments) - 3
+    assert any(
+        p.startswith(f"{victim.name}: ends in a partial line (")
+        and f"though {later} later segment(s) follow" in p
+        for p in report.problems
+    ), report.problems
+    assert report.cache_problems == [], report.cache_problems
+    # Whole again: no problem.
+    shutil.rmtree(home)
+    store = Store(Settings(home=home, embedder="hash", segment_bytes=1000), embedder=HashEmbedder())
+    for i in range(6):
+        store.remember(f"fact {i} here", [f"k{i}"])
+    store.close()
+    assert verify(home).ok
