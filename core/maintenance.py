@@ -104,18 +104,6 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
             if state.memories[m].status != "forgotten"
         ]
         problems += _unerased(log, state, forgotten, set(redacted), home)
-    # A partial line ends a segment that later ones follow: only the last segment can have a
-    # torn tail (appenders cut it before writing on), so the log is damaged there, and nothing
-    # after it can be read. Without this the caches, which reflect those events, were blamed.
-    if segments and not problems:
-        broken = _cut_short(log)
-        if broken is not None:
-            name, size, later = broken
-            problems.append(
-                f"{name}: ends in a partial line ({size} bytes after its last complete line) "
-                f"though {later} later segment(s) follow: the log cannot be read past seq "
-                f"{state.seq}"
-            )
     # Bytes after the last newline of the last segment: a torn tail the next appender will cut.
     if segments and not problems:
         last = log.dir / segments[-1]
@@ -145,21 +133,6 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         caches_ignored=derived.ignored,
         purges_pending=sorted(derived.pending),
     )
-
-
-def _cut_short(log: EventLog) -> tuple[str, int, int] | None:
-    """The segment the fold stopped in, if later segments follow and its bytes past what was
-    read hold no complete line (a line being written then would end in a newline by now)."""
-    stopped = log.position.segment
-    segments = log.segments(fresh=True)
-    if stopped is None or stopped not in segments or stopped == segments[-1]:
-        return None
-    with open(log.dir / stopped, "rb") as f:
-        f.seek(log.position.offset)
-        rest = f.read()
-    if not rest or b"\n" in rest:
-        return None
-    return stopped, len(rest), len(segments) - segments.index(stopped) - 1
 
 
 def _torn_tail(log: EventLog) -> tuple[str, int] | None:
