@@ -126,6 +126,15 @@ class _Relation:
     line: int
 
 
+def _unicode(where: str, parsed: object) -> None:
+    """Refuse a parsed JSON value holding a lone surrogate (an escape such as "\\ud800" with no
+    pair): no event can carry it, so it is refused with the rest of the file's checks."""
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(where, f"is not valid Unicode text ({exc.reason})") from None
+
+
 def _string(where: str, obj: dict[str, Any], name: str, limit: int) -> str:
     if name not in obj:
         raise InvalidInput(where, f"missing {name!r}")
@@ -154,6 +163,7 @@ def parse_memory_jsonl(
             raise InvalidInput(where, f"not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise InvalidInput(where, "must be a JSON object")
+        _unicode(where, obj)
         kind = obj.get("type")
         if kind == "entity":
             name = _string(where, obj, "name", limits.kg_name_chars)
@@ -399,6 +409,7 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         raise InvalidInput(f"{label} $", f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidInput(f"{label} $", "must be a JSON object with keys, memories and links")
+    _unicode(f"{label} $", doc)
     keys: dict[str, _KmKey] = {}
     for ident, path, obj in _entries(doc, "keys", label):
         concept = _string(path, obj, "concept", limits.key_chars)
@@ -491,6 +502,14 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
                 raise InvalidInput(
                     f"{m.path}.links[{j}]", f"names no memory of the file: {target!r}"
                 )
+            if memories[target].namespace != m.namespace:
+                # As remember and correct refuse it: `related` walks one namespace, so such a
+                # link would be listed by read_memory and followed by nothing.
+                raise InvalidInput(
+                    f"{m.path}.links[{j}]",
+                    f"memory {target!r} is in namespace {memories[target].namespace!r}, "
+                    f"not {m.namespace!r} (related_to links memories of one namespace)",
+                )
         if m.supersedes is not None:
             if m.supersedes not in memories or m.supersedes == m.id:
                 raise InvalidInput(
@@ -500,6 +519,15 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
                 raise InvalidInput(
                     f"{m.path}.supersedes",
                     f"{m.supersedes!r} is already superseded by {superseded[m.supersedes]!r}",
+                )
+            if memories[m.supersedes].namespace != m.namespace:
+                # A correction keeps its memory's namespace: a newer version elsewhere would
+                # hide the fact from its own namespace's reads and show it in another's.
+                raise InvalidInput(
+                    f"{m.path}.supersedes",
+                    f"memory {m.supersedes!r} is in namespace "
+                    f"{memories[m.supersedes].namespace!r}, not {m.namespace!r} "
+                    "(the versions of a memory share its namespace)",
                 )
             superseded[m.supersedes] = m.id
     return list(keys.values()), _chain_order(memories)

@@ -25,12 +25,28 @@ class KeySpec:
 def text(field: str, value: object, limit: int, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise InvalidInput(field, f"must be a string, got {type(value).__name__}")
+    unicode(field, value)
     stripped = value.strip()
     if not stripped and not allow_empty:
         raise InvalidInput(field, "must not be empty")
     if len(value) > limit:
         raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
     return stripped
+
+
+def unicode(field: str, value: str) -> str:
+    """`value` if it can be written as UTF-8. A lone surrogate (a JSON escape such as \\ud800, or
+    an argument in no valid encoding, which Python decodes to \\udcXX) cannot be, and would
+    otherwise fail only when its event is encoded, as a traceback instead of this error."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            field,
+            f"is not valid Unicode text: a lone surrogate U+{ord(value[exc.start]):04X} "
+            f"at character {exc.start}",
+        ) from None
+    return value
 
 
 def label(field: str, value: object, limit: int) -> str:

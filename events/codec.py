@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import KeytrailError
+from .errors import InvalidInput, KeytrailError
 from .types import BY_TAG, CURRENT_VERSION, AnyEvent, Event
 
 _encoder = msgspec.json.Encoder()
@@ -53,8 +53,16 @@ def _crc(body: bytes | memoryview) -> str:
 
 
 def encode_line(event: Event) -> bytes:
-    """The event as one complete log line, newline included."""
-    body = _encoder.encode(event)
+    """The event as one complete log line, newline included.
+
+    Text no line can hold (a lone surrogate that no input check caught) is refused as
+    InvalidInput before anything is written, not raised as a UnicodeEncodeError."""
+    try:
+        body = _encoder.encode(event)
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            "text", f"is not valid Unicode text ({exc.reason}); nothing was written"
+        ) from None
     return b'%s%s%s"}\n' % (body[:-1], _CRC_PREFIX, _crc(memoryview(body)[:-1]).encode())
 
 

@@ -233,7 +233,8 @@ class EventLog:
                 if index + 1 >= len(segments):
                     return
             if self.segment_size(self._segment) != self._offset:
-                return  # a partial line at the end of a rolled segment: torn, not yet cut
+                self._refuse_cut_short(self._segment)
+                return  # the line read partially was being written: the next read has it
             index += 1
             self._segment, self._offset = segments[index], 0
 
@@ -281,6 +282,24 @@ class EventLog:
                     yield event
                 if not full:
                     return
+
+    def _refuse_cut_short(self, name: str) -> None:
+        """Raise if segment `name`, which later segments follow, ends in a partial line.
+
+        Only the last segment can have a torn tail (an appender cuts it before writing on,
+        and starts a segment only after its line in the one before is whole), so a partial
+        line here is damage: reading on would skip its event and the appender would write its
+        seq again, over the damaged segment."""
+        with open(self.dir / name, "rb") as f:
+            f.seek(self._offset)
+            rest = f.read()
+        if rest and b"\n" not in rest:
+            raise CorruptLog(
+                name,
+                self._line_number(self.dir / name, self._offset),
+                f"a partial line ({len(rest)} bytes) ends this segment, though later segments "
+                "follow",
+            )
 
     def _refuse(self, event: AnyEvent, path: Path, offset: int) -> NoReturn:
         line = self._line_number(path, offset)

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line
+from .errors import CorruptLog
 from .types import (
     AnyEvent,
     EntitiesCreated,
@@ -162,7 +163,10 @@ def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
         if stop < 0:
             continue  # a partial last line is not an event
         line = data[offset:stop]
-        redacted = redact_line(line, memory_ids)
+        try:
+            redacted = redact_line(line, memory_ids)
+        except DecodeError as exc:  # a damaged line: say where, as the log's own reader does
+            raise CorruptLog(path.name, data.count(b"\n", 0, offset) + 1, exc.message) from None
         if redacted is not None:
             plan.lines[offset] = redacted
             for m in created_memories(decode_line(line)):

@@ -21,6 +21,7 @@ from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
 from keytrail.core.importers import check_import, detect_format
 from keytrail.core.maintenance import drop_cache, verify
+from keytrail.core.store import _content_hash as content_hash
 from keytrail.events import (
     BY_TAG,
     AnyEvent,
@@ -33,6 +34,7 @@ from keytrail.events import (
     event_tag,
     utc_now,
 )
+from keytrail.events.redact import created_memories
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
@@ -415,6 +417,16 @@ def read_export(
             raise CorruptLog(label, number, "time goes backwards")
         if not events and not isinstance(event, StoreCreated):
             raise CorruptLog(label, number, "an export starts with store.created")
+        # An export carries no line checksums; each memory's content_hash is what says its text
+        # is the text that was told (a forget's audit record repeats it), so check it.
+        for memory in created_memories(event):
+            if memory.content and content_hash(memory.content) != memory.content_hash:
+                raise CorruptLog(
+                    label,
+                    number,
+                    f"the content of {memory.memory_id} does not match its content_hash "
+                    "(the line was edited or damaged)",
+                )
         try:
             apply(state, event)
         except (KeyError, IndexError, TypeError) as exc:

@@ -88,7 +88,9 @@ def short_time(at: datetime | str | None) -> str:
         return "-"
     if isinstance(at, str):
         at = datetime.fromisoformat(at)
-    return at.strftime("%Y-%m-%d %H:%M:%S")
+    # Not strftime("%Y"): the C library prints year 1 as "1", not "0001" (a valid_from or an
+    # imported created_at may be that early).
+    return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
 def preview(text: str, width: int = 60) -> str:

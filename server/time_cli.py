@@ -65,7 +65,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             f"  v{i} {v.memory_id}  {v.status:<10} told {short_time(v.created_at)} "
             f"(seq {v.created_seq}){valid}"
         )
-        print(f"       {preview(v.preview, 70)}")
+        # A forgotten version's content is erased: say so, as `keytrail log` does, not a blank.
+        print(f"       {preview(v.preview, 70) if v.preview else '[content forgotten]'}")
     more = f" (more: --offset {result.next_offset})" if result.next_offset is not None else ""
     print(f"events {shown(result.offset, len(result.events))} of {result.events_total}{more}:")
     for e in result.events:

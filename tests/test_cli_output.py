@@ -89,3 +89,31 @@ def test_list_and_keys_say_more_exist(home: Path, capsys: pytest.CaptureFixture[
         rest = out_of(capsys, verb, "--limit", "2", "--offset", "2", "--home", str(home))
         assert ("more: --offset 4" in rest) == (total > 4), (verb, rest)
         assert "more:" not in out_of(capsys, verb, "--limit", "200", "--home", str(home))
+
+
+def test_history_of_a_forgotten_memory_says_its_content_is_forgotten(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The version's content line was printed blank (only indentation), where `keytrail log`
+    says `[content forgotten]` for the same memory."""
+    store = open_store(home)
+    secret = store.remember("my bank PIN is 7391", ["bank"])
+    store.forget(secret.memory_id, "user asked")
+    store.close()
+    out = out_of(capsys, "history", secret.memory_id, "--home", str(home))
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ["v1", secret.memory_id, "forgotten"]
+    assert lines[2] == "       [content forgotten]"
+    log = out_of(capsys, "log", "--memory", secret.memory_id, "--home", str(home))
+    assert "[content forgotten]" in log
+
+
+def test_times_before_year_1000_print_four_digit_years(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """strftime("%Y") printed year 1 as "1": `valid from 1-01-01 00:00:00` in history."""
+    store = open_store(home)
+    old = store.remember("an ancient fact", ["history"], valid_from="0001-01-01T00:00:00Z")
+    store.close()
+    out = out_of(capsys, "history", old.memory_id, "--home", str(home))
+    assert "valid from 0001-01-01 00:00:00" in out, out

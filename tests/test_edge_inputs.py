@@ -159,3 +159,77 @@ def test_serve_with_a_port_out_of_range_is_a_one_line_error(tmp_path: Path) -> N
     proc = kt(tmp_path / "store", "serve", "--http", "--port", "70000", ok=False, timeout=30)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr == "keytrail: error: --port: 70000 is out of range (limit: 1 to 65535)\n"
+
+
+# -- a lone surrogate: text no log line can hold is refused, not a traceback ---------------------
+# An argument in no valid encoding reaches Python as \udcXX (surrogateescape), and a JSON escape
+# such as "\ud800" in an imported file decodes to a lone surrogate: both passed every check and
+# then failed when the event was encoded, as a UnicodeEncodeError traceback (status 1). (Over
+# MCP the SDK's own JSON parser drops such a request before any tool sees it.)
+
+
+def test_a_lone_surrogate_on_the_command_line_is_a_one_line_error(tmp_path: Path) -> None:
+    home = tmp_path / "store"
+    kt(home, "remember", "Alice likes tea", "-n", "Alice")
+    before = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    for args, field in [
+        (["remember", "bad \udcff byte", "-k", "tea"], "content"),
+        (["remember", "fine", "-k", "b\udcffd"], "keys[0]"),
+        (["remember", "fine", "-k", "tea", "--source", "s\udcff"], "source"),
+    ]:
+        proc = kt(home, *args, ok=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"keytrail: error: {field}: is not valid Unicode text")
+    bad = tmp_path / "graph.jsonl"
+    for line in (
+        r'{"type":"entity","name":"\ud800","entityType":"p","observations":["x"]}',
+        r'{"type":"entity","name":"A","entityType":"p","observations":["x\udc00y"]}',
+    ):
+        bad.write_text(line + "\n")
+        proc = kt(home, "import", str(bad), ok=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"keytrail: error: {bad} line 1: is not valid Unicode")
+    keymem = tmp_path / "graph.json"
+    keymem.write_text(r'{"keys": {"k1": {"concept": "c", "aliases": ["\ud800"]}}, "memories": {}}')
+    proc = kt(home, "import", str(keymem), ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    after = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    assert after == before
+    # An import into no store leaves no store behind either.
+    proc = kt(tmp_path / "fresh", "import", str(bad), ok=False)
+    assert proc.returncode == 2 and not (tmp_path / "fresh").exists()
+
+
+def test_an_event_that_cannot_be_encoded_is_invalid_input() -> None:
+    """The codec's own guard, for text that reaches an event past every field check."""
+    from keytrail.events import MemoryForgotten
+    from keytrail.events.codec import encode_line
+
+    event = MemoryForgotten(memory_id="m_1", content_hash="0" * 64, reason="r\ud800")
+    with pytest.raises(InvalidInput, match="not valid Unicode"):
+        encode_line(event)
+
+
+# -- keytrail import of an export: damaged content is refused, not imported as if told ----------
+
+
+def test_import_of_an_export_with_edited_content_is_refused(tmp_path: Path) -> None:
+    """Export lines carry no checksum, so a backup whose content was changed (an edit, bit rot)
+    imported silently and `verify` said ok; each memory's content_hash says what was told."""
+    home, copy = tmp_path / "store", tmp_path / "copy"
+    kt(home, "remember", "Dana lives in Oslo", "-n", "Dana")
+    kt(home, "remember", "Bob likes tea", "-n", "Bob")
+    export = tmp_path / "backup.jsonl"
+    kt(home, "export", "-o", str(export))
+    kt(copy, "import", str(export))  # the export as written imports
+    assert (copy / "log").exists()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(export.read_text().replace("Dana lives in Oslo", "Dana lives in Osla"))
+    fresh = tmp_path / "fresh"
+    proc = kt(fresh, "import", str(damaged), ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(
+        f"keytrail: error: corrupt event log: {damaged} line 2: the content of m_"
+    ), proc.stderr
+    assert "does not match its content_hash" in proc.stderr
+    assert not fresh.exists()

@@ -143,3 +143,32 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
     assert report.ok, report.problems
     assert set(report.redacted) == forgotten_in_log(home)
     print(f"kills={kills} forgotten={len(report.redacted)} interrupted_purges={interrupted}")
+
+
+def test_forget_of_a_memory_on_a_damaged_line_names_the_segment_and_line(
+    tmp_path: Path,
+) -> None:
+    """A byte flipped by hand in the line that created a memory: the store still opens from its
+    snapshot, but forgetting the memory must redact that line. The error said only "checksum
+    mismatch"; it must say where, as the log's reader and `keytrail verify` do."""
+    from keytrail.core import KeytrailError
+
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    store.remember("Alice likes tea", ["Alice"])
+    victim = store.remember("my bank PIN is 7391", ["bank"])
+    store.remember("Bob likes coffee", ["Bob"])
+    store.close()
+    segment = next((home / "log").glob("*.jsonl"))
+    data = bytearray(segment.read_bytes())
+    data[data.index(b"bank PIN") + 1] = ord("x")
+    segment.write_bytes(bytes(data))
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    try:
+        with pytest.raises(KeytrailError) as caught:
+            store.forget(victim.memory_id, reason="user asked")
+    finally:
+        store.close()
+    assert caught.value.message == (
+        f"corrupt event log: {segment.name} line 3: checksum mismatch"
+    ), caught.value.message

@@ -207,6 +207,52 @@ def test_keymem_merges_into_existing_keys_and_mints_ids_that_are_taken(store: St
     assert len(store.state.memories) == 9  # the second import got new memory ids
 
 
+def test_keymem_link_to_another_namespace_is_refused_like_remember_refuses_it(
+    store: Store,
+) -> None:
+    """A keymem `links` entry became a related_to edge across namespaces, which remember and
+    correct refuse: read_memory then listed the link and `related` never followed it."""
+    doc = (
+        '{"keys": {"k": {"concept": "Dana", "key_type": "name"}},'
+        ' "memories": {"m_cat": {"content": "Dana got a cat", "namespace": "family"},'
+        ' "m_dog": {"content": "Dana got a dog", "namespace": "work", "links": ["m_cat"]}},'
+        ' "links": [{"key_id": "k", "memory_id": "m_cat"}, {"key_id": "k", "memory_id": "m_dog"}]}'
+    )
+    store.remember("Dana likes tea", ["Dana"], {"Dana": "name"})
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, doc, "graph.json")
+    assert err.value.message == (
+        "graph.json $.memories.m_dog.links[0]: memory 'm_cat' is in namespace 'family', "
+        "not 'work' (related_to links memories of one namespace)"
+    )
+    assert log_bytes(store.home) == before
+    # One namespace: the link is kept and `related` follows it.
+    import_text(store, doc.replace('"work"', '"family"'), "graph.json")
+    assert store.state.memories["m_dog"].related_to == ["m_cat"]
+    assert "m_cat" in [r.memory_id for r in store.related("m_dog").related]
+
+
+def test_keymem_version_chain_across_namespaces_is_refused(store: Store) -> None:
+    """A version in namespace work superseding one in family: family's reads lost the fact
+    (superseded) while work's showed it; a correction always keeps its memory's namespace."""
+    doc = (
+        '{"keys": {"k": {"concept": "Dana", "key_type": "name"}},'
+        ' "memories": {"m_v1": {"content": "Dana lives in Lyon", "namespace": "family"},'
+        ' "m_v2": {"content": "Dana lives in Paris", "namespace": "work", "supersedes": "m_v1"}},'
+        ' "links": [{"key_id": "k", "memory_id": "m_v1"}, {"key_id": "k", "memory_id": "m_v2"}]}'
+    )
+    store.remember("Dana likes tea", ["Dana"], {"Dana": "name"})
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, doc, "graph.json")
+    assert err.value.message == (
+        "graph.json $.memories.m_v2.supersedes: memory 'm_v1' is in namespace 'family', "
+        "not 'work' (the versions of a memory share its namespace)"
+    )
+    assert log_bytes(store.home) == before
+
+
 # -- export, then import ----------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from keytrail.core import HashEmbedder, Settings, Store, forgetting, maintenance
 from keytrail.core.forgetting import PendingPurge
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
 from keytrail.core.maintenance import drop_cache, verify
+from keytrail.events import CorruptLog
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import text_hash
 
@@ -329,4 +330,42 @@ def test_a_line_another_process_appends_while_verify_runs_is_no_torn_tail(
         other.close()
     assert report.problems == []
     monkeypatch.undo()
+    assert verify(home).ok
+
+
+def test_a_segment_cut_short_before_later_ones_is_the_problem_not_the_caches(
+    home: Path,
+) -> None:
+    """A middle segment whose last line was cut by hand: the fold stops there, and verify
+    reported only `cache problem: ... reflects seq 7, but the log ends at seq 3` with
+    `keytrail rebuild` as the cure, blaming the caches for the log's damage. Only the last
+    segment can have a torn tail (appenders cut it), so a partial line before later segments
+    is the log's problem, named with its segment and line, and a rebuild (which verify pointed
+    to) must not replay the short log: its next write overwrote the damaged segment."""
+    store = Store(Settings(home=home, embedder="hash", segment_bytes=1000), embedder=HashEmbedder())
+    for i in range(6):
+        store.remember(f"fact {i} here", [f"k{i}"])
+    store.close()
+    segments = sorted((home / "log").glob("*.jsonl"))
+    assert len(segments) >= 4
+    victim = segments[2]
+    victim.write_bytes(victim.read_bytes()[:-20])
+    report = verify(home)
+    assert not report.ok
+    assert report.problems == [
+        f"corrupt event log: {victim.name} line 1: a partial line (569 bytes) ends this "
+        "segment, though later segments follow"
+    ], report.problems
+    assert report.cache_problems == [], report.cache_problems
+    before = {p.name: p.read_bytes() for p in segments}
+    drop_cache(home)  # what `keytrail rebuild` does first, then it replays the log
+    with pytest.raises(CorruptLog, match=victim.name):
+        open_store(home)
+    assert {p.name: p.read_bytes() for p in segments} == before
+    # Whole again: no problem.
+    shutil.rmtree(home)
+    store = Store(Settings(home=home, embedder="hash", segment_bytes=1000), embedder=HashEmbedder())
+    for i in range(6):
+        store.remember(f"fact {i} here", [f"k{i}"])
+    store.close()
     assert verify(home).ok
