@@ -57,7 +57,7 @@ from keytrail.projections import relation_id
 from . import validation as check
 from .config import Settings
 from .knowledge_graph import KnowledgeGraph, new_key_id, new_memory_id
-from .store import Store, _content_hash
+from .store import Store, content_hash
 
 Format = Literal["memory-jsonl", "keymem", "keytrail"]
 FORMATS: tuple[str, ...] = ("memory-jsonl", "keymem", "keytrail")
@@ -276,7 +276,7 @@ def _write_memory_jsonl(
                     memory_id=new_memory_id(state, taken),
                     namespace=namespace,
                     content=content,
-                    content_hash=_content_hash(content),
+                    content_hash=content_hash(content),
                     keys=[link],
                 )
                 memories.append(ImportedMemory(memory=memory, created_at=app.at))
@@ -617,7 +617,7 @@ def _write_keymem(
                 memory_id=memory_ids[m.id],
                 namespace=m.namespace,
                 content=m.content,
-                content_hash=_content_hash(m.content),
+                content_hash=content_hash(m.content),
                 keys=unique,
                 related_to=[memory_ids[r] for r in m.related],
                 expires_at=None if m.ttl is None else created + timedelta(seconds=m.ttl),

@@ -59,7 +59,7 @@ from .kg_reads import (
     search_nodes,
     to_relation,
 )
-from .store import _content_hash
+from .store import content_hash
 
 if TYPE_CHECKING:
     from .store import Store
@@ -169,7 +169,7 @@ def observation_memory(
         memory_id=memory_id,
         namespace=namespace,
         content=content,
-        content_hash=_content_hash(content),
+        content_hash=content_hash(content),
         keys=[key],
         **extra,
     )

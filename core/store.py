@@ -120,7 +120,8 @@ class _Checked:
     extracted: bool = False
 
 
-def _content_hash(content: str) -> str:
+def content_hash(content: str) -> str:
+    """What a memory's `content_hash` holds: checks an export's text, names forgotten text."""
     return "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
@@ -824,7 +825,7 @@ class Store(Queries, HybridQueries):
                 memory_id=memory_id,
                 namespace=item.namespace,
                 content=item.content,
-                content_hash=_content_hash(item.content),
+                content_hash=content_hash(item.content),
                 keys=links,
                 related_to=item.related_to,
                 expires_at=None if item.ttl is None else app.at + timedelta(seconds=item.ttl),
@@ -912,7 +913,7 @@ class Store(Queries, HybridQueries):
                 memory_id=batch.new_memory_id(),
                 namespace=old.namespace,
                 content=content,
-                content_hash=_content_hash(content),
+                content_hash=content_hash(content),
                 keys=links,
                 related_to=related if related is not None else list(old.related_to),
                 expires_at=old.expires_at,

@@ -21,7 +21,7 @@ from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
 from keytrail.core.importers import check_import, detect_format
 from keytrail.core.maintenance import drop_cache, verify
-from keytrail.core.store import _content_hash as content_hash
+from keytrail.core.store import content_hash
 from keytrail.events import (
     BY_TAG,
     AnyEvent,
