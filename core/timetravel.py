@@ -71,7 +71,9 @@ def parse_as_of(value: object | None, field: str = "as_of") -> int | datetime | 
         raise InvalidInput(field, "must be a log seq or an ISO-8601 time, not a boolean")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only: int() also reads other scripts' digits ("٣" is 3), which no one
+    # typing a seq means.
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value.strip())
     return parse_time(field, value)
 

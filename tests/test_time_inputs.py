@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from keytrail.core import InvalidInput, Store
-from keytrail.core.timetravel import parse_time, view
+from keytrail.core.timetravel import parse_as_of, parse_time, view
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,12 @@ def test_remember_and_reads_refuse_such_a_time_and_change_nothing(store: Store) 
         view(store, None, "9999-12-31T23:59:59-05:00").recall("Oslo")
     assert caught.value.field == "valid_at"
     assert store.refresh().seq == seq
+
+
+@pytest.mark.parametrize("value", ["٣", "３", "²"])
+def test_a_seq_is_ascii_digits_only(value: str) -> None:
+    """int() reads other scripts' digits: "٣" (Arabic-Indic three) was taken for seq 3."""
+    with pytest.raises(InvalidInput) as caught:
+        parse_as_of(value)
+    assert caught.value.field == "as_of"
+    assert parse_as_of(" 3 ") == 3
