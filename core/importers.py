@@ -301,20 +301,22 @@ def _write_memory_jsonl(
                     rid,
                     RelationSpec(from_key=ends[0], to_key=ends[1], relation_type=r.relation_type),
                 )
-        event = store._append(
-            app,
-            GraphImported(
-                format="memory-jsonl",
-                source=label,
-                keys=keys,
-                memories=memories,
-                relations=list(specs.values()),
-            ),
-        )
+        seq = None
+        if keys or memories or specs:  # the same file again holds nothing new: nothing written
+            seq = store._append(
+                app,
+                GraphImported(
+                    format="memory-jsonl",
+                    source=label,
+                    keys=keys,
+                    memories=memories,
+                    relations=list(specs.values()),
+                ),
+            ).seq
         return ImportReport(
             format="memory-jsonl",
             source=label,
-            seq=event.seq,
+            seq=seq,
             keys=len(keys),
             entities=len(entities),
             memories=len(memories),

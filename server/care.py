@@ -468,6 +468,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise InvalidInput("input", f"cannot read {label}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(label, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    # A byte order mark (Windows editors save one) is no part of the text: with it the file
+    # was "of no format keytrail can tell".
+    text = text.removeprefix("\ufeff")
     fmt = getattr(args, "format", None) or detect_format(text)
     if fmt == "keytrail" and args.namespace is not None:
         # The events are replayed byte for byte, each memory in the namespace it had: a
@@ -482,12 +485,19 @@ def cmd_import(args: argparse.Namespace) -> int:
         write = check_import(text, label, settings_from(args), fmt, fresh)  # before opening
         with open_store(args) as store:
             report = write(store)
-        print(
-            f"imported {label} ({report.format}) into {store.home} at seq {report.seq}: "
-            f"{report.keys} keys, {report.entities} entities, {report.memories} memories, "
-            f"{report.relations} relations",
-            file=sys.stderr,
-        )
+        if report.seq is None:
+            print(
+                f"nothing new in {label} ({report.format}): its {report.entities} entities, "
+                f"their observations and relations are all in {store.home} already",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"imported {label} ({report.format}) into {store.home} at seq {report.seq}: "
+                f"{report.keys} keys, {report.entities} entities, {report.memories} memories, "
+                f"{report.relations} relations",
+                file=sys.stderr,
+            )
         for note in report.skipped:
             print(f"  note: {note}", file=sys.stderr)
         return 0

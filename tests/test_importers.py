@@ -372,3 +372,30 @@ def test_memory_jsonl_export_then_import_gives_the_same_graph(
         == 0
     )
     assert again.read_bytes() == first.read_bytes()
+
+
+def test_the_same_memory_jsonl_again_writes_nothing(
+    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second import of the same file wrote an empty graph.imported event ("0 keys, 3
+    entities, 0 memories"), where create_entities of what exists writes nothing."""
+    home = tmp_path / "store"
+    assert main(["import", "--home", str(home), str(FIXTURES / "memory.jsonl")]) == 0
+    before = log_bytes(home)
+    capsys.readouterr()
+    assert main(["import", "--home", str(home), str(FIXTURES / "memory.jsonl")]) == 0
+    assert log_bytes(home) == before
+    assert capsys.readouterr().err.startswith("nothing new in ")
+
+
+def test_a_file_with_a_byte_order_mark_imports(tmp_path: Path, cli_env: None) -> None:
+    """Windows editors save one; with it the file was "of no format keytrail can tell"."""
+    marked = tmp_path / "memory.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "memory.jsonl").read_bytes())
+    home = tmp_path / "store"
+    assert main(["import", "--home", str(home), str(marked)]) == 0
+    with Store(Settings(home=home, embedder="hash")) as store:
+        plain = tmp_path / "plain"
+        assert main(["import", "--home", str(plain), str(FIXTURES / "memory.jsonl")]) == 0
+        with Store(Settings(home=plain, embedder="hash")) as other:
+            assert whole_graph(store) == whole_graph(other)
