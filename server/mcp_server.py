@@ -131,9 +131,21 @@ Keep it true
 """
 
 
-def system_prompt(toolsets: Sequence[str]) -> str:
-    """The instructions for the tool sets served: they name only tools the server has."""
-    return MEMORY_SYSTEM_PROMPT if "keygraph" in toolsets else KG_SYSTEM_PROMPT
+#: Added to MEMORY_SYSTEM_PROMPT when direct recall is served: an agent told only to walk keys
+#: never learns what the extra tool is for.
+DIRECT_RECALL_PROMPT = """
+Direct recall
+- `recall_memories(query)` answers with the memories themselves (content, ranked by words,
+  keys and meaning, with what is one hop away). Use it when the question is plain and walking
+  keys would take several calls; walk the keys when you need to see what is connected.
+"""
+
+
+def system_prompt(toolsets: Sequence[str], direct_recall: bool = False) -> str:
+    """The instructions for the tools served: they name only tools the server has."""
+    if "keygraph" not in toolsets:
+        return KG_SYSTEM_PROMPT
+    return MEMORY_SYSTEM_PROMPT + (DIRECT_RECALL_PROMPT if direct_recall else "")
 
 
 #: What waits on a vector build besides recall, in memory_stats' description: only the tools
@@ -344,10 +356,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     `toolsets` (default: the store's settings, KEYTRAIL_TOOLSETS) picks the tool sets served.
     """
     toolsets = toolsets or store.settings.toolsets
-    prompt = system_prompt(toolsets)
     from .hybrid_tools import direct_recall_enabled  # it imports this module
 
     direct_recall = direct_recall_enabled()
+    prompt = system_prompt(toolsets, direct_recall)
     server: MCPServer[Any] = KeytrailServer(
         "keytrail",
         title="keytrail associative memory",

@@ -47,12 +47,18 @@ def named_tools(text: str) -> set[str]:
     return {m for m in re.findall(r"`([a-z_]+)[`(]", text) if m in every}
 
 
+@pytest.mark.parametrize("direct", ["0", "1"])
 @pytest.mark.parametrize(
     "toolsets", [("keygraph",), ("knowledge_graph",), ("keygraph", "knowledge_graph")]
 )
 def test_instructions_name_only_served_tools(
-    make_store: Callable[..., Store], toolsets: tuple[str, ...]
+    make_store: Callable[..., Store],
+    toolsets: tuple[str, ...],
+    direct: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """And with direct recall served, they say what `recall_memories` is for."""
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", direct)
     store = make_store()
 
     async def check() -> None:
@@ -65,6 +71,7 @@ def test_instructions_name_only_served_tools(
                 named = named_tools(said)
                 assert named, said  # it does tell the agent what to call
                 assert named <= served, named - served
+                assert ("recall_memories" in named) == ("recall_memories" in served)
 
     anyio.run(check)
 
