@@ -55,7 +55,16 @@ def label(field: str, value: object, limit: int) -> str:
     counts the label as stored: NFC shortens a decomposed name and lengthens a few characters."""
     if isinstance(value, str):
         value = _normal_label(value)
-    return text(field, value, limit)
+    checked = text(field, value, limit)
+    # A label is matched and shown: a control character in it prints as nothing ("a\x01b" shows
+    # as "ab" yet matches no "ab"), and one of only invisible characters (a zero-width space)
+    # is a key no one can see or type.
+    for i, char in enumerate(checked):
+        if unicodedata.category(char) == "Cc":
+            raise InvalidInput(field, f"holds a control character U+{ord(char):04X} at {i}")
+    if not any(unicodedata.category(c)[0] in "LNPS" for c in checked):
+        raise InvalidInput(field, "has no visible character (letter, digit, punctuation, symbol)")
+    return checked
 
 
 def _normal_label(value: str) -> str:

@@ -64,6 +64,20 @@ CASES: list[Case] = [
     ),
     # No keys at all is valid: they are extracted from the content (tests/test_extract.py).
     ("key blank", lambda s: s["store"].remember("fact", ["  "]), InvalidInput, "keys[0]", None),
+    (
+        "key of a zero-width space",
+        lambda s: s["store"].remember("fact", ["\u200b"]),
+        InvalidInput,
+        "keys[0]",
+        None,
+    ),
+    (
+        "key with a control character",
+        lambda s: s["store"].remember("fact", ["ok", "a\x01b"]),
+        InvalidInput,
+        "keys[1]",
+        None,
+    ),
     ("keys a string", lambda s: s["store"].remember("fact", "apple"), InvalidInput, "keys", None),
     (
         "too many keys",
