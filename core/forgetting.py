@@ -172,6 +172,19 @@ def purge(
     return [_relative(home, p) for p in touched]
 
 
+def check_redactable(log: EventLog, memories: Iterable[tuple[str, int]]) -> None:
+    """Raise CorruptLog if a line that created one of `memories` (memory id, created seq) is
+    damaged, so its redaction could not be planned. A forget checks this before it writes:
+    written first, its purge could never finish, and a purge left pending stops every open."""
+    by_segment: dict[str, set[str]] = {}
+    for memory_id, created_seq in memories:
+        name = _segment_of(log, created_seq)
+        if name is not None:
+            by_segment.setdefault(name, set()).add(memory_id)
+    for name, ids in sorted(by_segment.items()):
+        plan_redaction(log.dir / name, ids)
+
+
 def content_in_log(log: EventLog, memory_id: str, created_seq: int) -> str | None:
     """The content the log line that created a memory still holds (None once redacted).
 

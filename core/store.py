@@ -1002,6 +1002,8 @@ class Store(Queries, HybridQueries):
                 for n, text in found
                 if text is not None
             ]
+            # A damaged line could not be redacted once the forget is written: refuse first.
+            forgetting.check_redactable(self.log, [(e.memory_id, e.created_seq) for e in entries])
             # Recorded before the events, so a crash anywhere after is finished on next open.
             forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])
             events = [

@@ -163,6 +163,7 @@ def test_forget_of_a_memory_on_a_damaged_line_names_the_segment_and_line(
     data = bytearray(segment.read_bytes())
     data[data.index(b"bank PIN") + 1] = ord("x")
     segment.write_bytes(bytes(data))
+    before = segment.read_bytes()
     store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
     try:
         with pytest.raises(KeytrailError) as caught:
@@ -172,3 +173,9 @@ def test_forget_of_a_memory_on_a_damaged_line_names_the_segment_and_line(
     assert caught.value.message == (
         f"corrupt event log: {segment.name} line 3: checksum mismatch"
     ), caught.value.message
+    # Refused before anything was written: no forget event whose purge could never finish
+    # (it was left pending, and every later open failed on it), and the store still opens.
+    assert segment.read_bytes() == before
+    assert not forgetting.pending_path(home).exists()
+    with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as reopened:
+        assert reopened.read_memory(victim.memory_id).content != ""
