@@ -58,6 +58,12 @@ if TYPE_CHECKING:
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
+#: Runs of scripts written without spaces between words (Thai, kana, CJK ideographs, Hangul)
+_UNSPACED = re.compile(
+    r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+"
+)
+#: The longest name looked for inside such a run, in characters
+_UNSPACED_GRAM = 8
 #: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
 _EDGE_TRIM = 3
 _LEADING_PUNCT = re.compile(r"^[^\w\s]+")
@@ -123,13 +129,24 @@ def literal_candidates(text: str) -> list[str]:
     # is a run of whitespace-separated tokens, less what punctuation the sentence put around
     # it ("Jean-Luc?", "(AT&T)"): without these it matched only a query that was nothing else.
     tokens = folded.split()
+    seen = set(grams)
     if any(_WORD.fullmatch(t) is None for t in tokens):
-        seen = set(grams)
         for gram in _ngrams(tokens):
             for form in _trimmed(gram):
                 if form not in seen:
                     seen.add(form)
                     grams.append(form)
+    # Chinese, Japanese, Korean (its particles attach to the noun) and Thai put no space
+    # between words, so "東京に住んでいる" is one \w+ word and the name 東京 never matched in
+    # a sentence. There a name is found anywhere in a run of such characters (up to
+    # _UNSPACED_GRAM long), at the cost word breaks would spare: 京都 also matches in 東京都.
+    for run in _UNSPACED.findall(folded):
+        for start in range(len(run)):
+            for end in range(start + 1, min(start + _UNSPACED_GRAM, len(run)) + 1):
+                gram = run[start:end]
+                if gram not in seen:
+                    seen.add(gram)
+                    grams.append(gram)
     return grams
 
 

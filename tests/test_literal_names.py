@@ -59,3 +59,34 @@ def test_a_name_with_punctuation_is_found_inside_a_sentence(
 def test_whole_words_only(store: Store, label: str, query: str) -> None:
     expected = label == "Luc"
     assert (label.casefold() in literal_candidates(query)) is expected
+
+
+@pytest.mark.parametrize(
+    ("label", "query"),
+    [
+        ("東京", "東京に住んでいる"),  # Japanese: the particle follows the name unspaced
+        ("张伟", "我昨天见到了张伟。"),  # Chinese
+        ("トヨタ", "トヨタの車を買った"),  # katakana
+        ("서울", "서울에서 살아요"),  # Korean: spaced, but the particle is attached
+        ("กรุงเทพ", "ฉันไปกรุงเทพเมื่อวาน"),  # Thai
+    ],
+)
+def test_a_name_in_a_script_without_spaces_is_found_inside_a_sentence(
+    store: Store, label: str, query: str
+) -> None:
+    """"東京に住んでいる" is one \\w+ word: the name 東京 was found only by a query that was
+    nothing else."""
+    key_id = (
+        store.remember(f"a fact about {label}", keys=[label], key_types={label: "name"})
+        .keys[0]
+        .key_id
+    )
+    found = {k.key_id: k.match for k in store.recall(query).keys}
+    assert found.get(key_id) == "literal"
+
+
+def test_a_name_in_such_a_script_is_not_found_where_it_is_not() -> None:
+    candidates = literal_candidates("東京に住んでいる")
+    assert "大阪" not in candidates and "東京" in candidates
+    # Bounded: a long run gives at most _UNSPACED_GRAM candidates per character.
+    assert len(literal_candidates("東" * 2000)) < 2000 * 8 + 10
