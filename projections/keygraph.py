@@ -307,11 +307,12 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
             )
             keys[key_id] = key
             state.labels.setdefault(link.label.casefold(), key_id)
-        elif link.resolution == "alias":
-            key.aliases.append(link.label)
-            state.labels.setdefault(link.label.casefold(), key_id)
-        elif link.resolution == "promoted":
-            key.type = link.type
+        elif link.resolution != "existing":  # one comparison on the common path
+            if link.resolution == "alias":
+                key.aliases.append(link.label)
+                state.labels.setdefault(link.label.casefold(), key_id)
+            elif link.resolution == "promoted":
+                key.type = link.type
         key.links[memory_id] = link.weight
         key_ids.append(key_id)
     if new.related_to:
