@@ -27,6 +27,8 @@ DEFAULT_PAGE = 50
 KEY_PAGE = 20
 #: The same for `get_conversation`: the latest turns, each of which may be long
 CONVERSATION_PAGE = 20
+#: Results `recall` and `recall_memories` return when given no `top_k` (`Limits.default_top_k`)
+DEFAULT_TOP_K = 10
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,11 @@ class Limits:
         """The page a paginated call answers when no `limit` is given: `preferred`, or the
         page limit if that is lower (a default the store would refuse is no default)."""
         return min(preferred, self.page)
+
+    def default_top_k(self) -> int:
+        """The `top_k` of a recall given none: DEFAULT_TOP_K, or the top_k limit if that is
+        lower (as for pages: a default the store would refuse is no default)."""
+        return min(DEFAULT_TOP_K, self.top_k)
 
 
 #: How recall_memories fuses its signals: "score" (scaled scores, the default) or "rrf"

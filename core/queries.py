@@ -345,11 +345,17 @@ class Queries:
     # -- recall ----------------------------------------------------------------------------
 
     def recall(
-        self, query: str, top_k: int = 10, namespace: str | None = None, context: str | None = None
+        self,
+        query: str,
+        top_k: int | None = None,
+        namespace: str | None = None,
+        context: str | None = None,
     ) -> Recall:
         """Keys for a query, never content. Names match literally, concepts by similarity."""
         limits = self.settings.limits
         query = check.text("query", query, limits.query_chars)
+        if top_k is None:
+            top_k = limits.default_top_k()
         top_k = check.count("top_k", top_k, 1, limits.top_k)
         namespace = check.optional_namespace(namespace)
         if context is not None:

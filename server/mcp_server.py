@@ -379,7 +379,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ctx: Context,
         top_k: Annotated[
             int, Field(ge=1, le=LIMITS.top_k, description="Most keys to return.")
-        ] = 10,
+        ] = LIMITS.default_top_k(),
         namespace: NamespaceFilter = None,
         context: Annotated[
             str | None,

@@ -15,7 +15,10 @@ from keytrail.core.config import parse_toolsets
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
 PAGE_HELP = "how many to show " + PAGE_RANGE
 OFFSET_HELP = "how many to skip first (default 0)"
-TOP_K_HELP = "how many to return (default 10; 1 to KEYTRAIL_MAX_TOP_K, 100)"
+TOP_K_HELP = (
+    "how many to return (default 10, or KEYTRAIL_MAX_TOP_K if lower; "
+    "at most KEYTRAIL_MAX_TOP_K, 100)"
+)
 
 #: The exit status of a verb stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
 EXIT_INTERRUPTED = 130
