@@ -186,6 +186,8 @@ class Settings:
                 values[name] = env[var]
                 if name in _NAMESPACES:
                     _check_namespace(var, env[var])
+                if name == "embedder":
+                    _check_embedder(var, env[var])
         for name, (kind, _help) in _SCALARS.items():
             var = f"KEYTRAIL_{name.upper()}"
             if env.get(var):
@@ -412,6 +414,15 @@ def _check_namespace(field: str, value: str) -> None:
     from .validation import NAMESPACE_CHARS, name  # validation imports this module
 
     name(field, value, NAMESPACE_CHARS)
+
+
+def _check_embedder(var: str, value: str) -> None:
+    """An embedder keytrail has, refused here by its variable rather than once the store's
+    directories are made ("unknown embedder")."""
+    from .embedders import EMBEDDERS  # it needs numpy, which settings alone do not
+
+    if value not in EMBEDDERS:
+        raise InvalidInput(var, f"unknown embedder {value!r}", limit=", ".join(EMBEDDERS))
 
 
 def _check_clamp(rules: FoldRules, env: Mapping[str, str]) -> None:

@@ -38,6 +38,10 @@ from keytrail.core import InvalidInput, Settings
         # a share of the score: above 1 makes older memories' scores negative
         ("KEYTRAIL_HYBRID_TIME_WEIGHT", "5"),
         ("KEYTRAIL_HYBRID_HEAD_DIVERSITY", "1.5"),
+        # no such embedder: refused only once the store's directories were made, without
+        # naming the variable ("unknown embedder 'bogus'")
+        ("KEYTRAIL_EMBEDDER", "bogus"),
+        ("KEYTRAIL_EMBEDDER", "HASH"),
     ],
 )
 def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) -> None:
@@ -70,6 +74,7 @@ def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
         # neither on nor off: it used to be read as on
         ("KEYTRAIL_DIRECT_RECALL", "maybe"),
         ("KEYTRAIL_TIME_ZONE", "Mars/Olympus_Mons"),
+        ("KEYTRAIL_EMBEDDER", "bogus"),
     ],
 )
 def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(
