@@ -42,7 +42,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         model=args.model,
         model_path=args.model_path,
         default_namespace=args.namespace,
-        toolsets=parse_toolsets(args.toolsets) if getattr(args, "toolsets", None) else None,
+        # An empty --toolsets is refused like an empty --namespace, not taken as no flag.
+        toolsets=(
+            parse_toolsets(args.toolsets, "--toolsets")
+            if getattr(args, "toolsets", None) is not None
+            else None
+        ),
         kg_namespace=getattr(args, "kg_namespace", None),
     )
 
