@@ -344,8 +344,9 @@ MAX_HOPS = 5
 _NAMESPACES = ("default_namespace", "kg_namespace")
 
 #: Numeric settings with a ceiling too (inclusive): depth and the factors and shares that
-#: multiply it or a score are 0..1 (past 1 a score goes negative or depth past its range), and
-#: the two durations must keep a date computed from them inside year 9999.
+#: multiply it or a score are 0..1 (past 1 a score goes negative or depth past its range),
+#: the two durations must keep a date computed from them inside year 9999, and a vector's
+#: width must fit in memory.
 _AT_MOST: dict[str, float] = {
     "KEYTRAIL_HYBRID_HOPS": MAX_HOPS,
     "KEYTRAIL_MAX_TTL_SECONDS": 1000 * 365 * 24 * 3600,
@@ -357,6 +358,8 @@ _AT_MOST: dict[str, float] = {
     "KEYTRAIL_WEAKEN_SHALLOW": 1,
     "KEYTRAIL_HYBRID_TIME_WEIGHT": 1,
     "KEYTRAIL_HYBRID_HEAD_DIVERSITY": 1,
+    #: every embedding allocates rows this wide (the largest models are a few thousand)
+    "KEYTRAIL_EMBED_DIM": 65_536,
 }
 
 #: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).

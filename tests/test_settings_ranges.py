@@ -42,6 +42,9 @@ from keytrail.core import InvalidInput, Settings
         # naming the variable ("unknown embedder 'bogus'")
         ("KEYTRAIL_EMBEDDER", "bogus"),
         ("KEYTRAIL_EMBEDDER", "HASH"),
+        # every embedding allocated rows of this width: a MemoryError traceback on the first
+        # remember ("Unable to allocate 7.28 TiB"), after the store was made
+        ("KEYTRAIL_EMBED_DIM", str(10**12)),
     ],
 )
 def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) -> None:
@@ -61,6 +64,7 @@ def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) 
         ("KEYTRAIL_DEPTH_MAX", "1"),
         ("KEYTRAIL_WEIGHT_MIN", "3"),
         ("KEYTRAIL_HYBRID_TIME_WEIGHT", "1"),
+        ("KEYTRAIL_EMBED_DIM", "65536"),
     ],
 )
 def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
