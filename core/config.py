@@ -344,7 +344,8 @@ MAX_HOPS = 5
 _NAMESPACES = ("default_namespace", "kg_namespace")
 
 #: Numeric settings with a ceiling too (inclusive): depth and the factors and shares that
-#: multiply it or a score are 0..1 (past 1 a score goes negative or depth past its range),
+#: multiply it or a score are 0..1 (past 1 a score goes negative, depth past its range, or a
+#: memory reached by a hop outscores the one it was reached from, overflowing to inf),
 #: the two durations must keep a date computed from them inside year 9999, and a vector's
 #: width must fit in memory.
 _AT_MOST: dict[str, float] = {
@@ -358,6 +359,7 @@ _AT_MOST: dict[str, float] = {
     "KEYTRAIL_WEAKEN_SHALLOW": 1,
     "KEYTRAIL_HYBRID_TIME_WEIGHT": 1,
     "KEYTRAIL_HYBRID_HEAD_DIVERSITY": 1,
+    "KEYTRAIL_HYBRID_HOP_DECAY": 1,
     #: every embedding allocates rows this wide (the largest models are a few thousand)
     "KEYTRAIL_EMBED_DIM": 65_536,
 }
