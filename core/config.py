@@ -27,6 +27,8 @@ DEFAULT_PAGE = 50
 KEY_PAGE = 20
 #: The same for `get_conversation`: the latest turns, each of which may be long
 CONVERSATION_PAGE = 20
+#: The same for `related`: the memories nearest one, best first
+RELATED_PAGE = 10
 #: Results `recall` and `recall_memories` return when given no `top_k` (`Limits.default_top_k`)
 DEFAULT_TOP_K = 10
 

@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
 from . import keyrank
 from . import validation as check
-from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE
+from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE, RELATED_PAGE
 from .results import (
     Conversation,
     KeyBrowse,
@@ -609,9 +609,12 @@ class Queries:
 
     # -- related ---------------------------------------------------------------------------
 
-    def related(self, memory_id: str, limit: int = 10) -> Related:
-        """Memories sharing keys (rare keys count more than hubs) or related_to edges."""
-        limit = check.count("limit", limit, 1, self.settings.limits.page)
+    def related(self, memory_id: str, limit: int | None = None) -> Related:
+        """Memories sharing keys (rare keys count more than hubs) or related_to edges; without
+        a `limit`, RELATED_PAGE (or the page limit if lower)."""
+        limits = self.settings.limits
+        limit = limits.default_page(RELATED_PAGE) if limit is None else limit
+        limit = check.count("limit", limit, 1, limits.page)
         with self._mutex:
             self.refresh()
             node = self.state.memories.get(memory_id)
