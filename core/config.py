@@ -27,6 +27,10 @@ DEFAULT_PAGE = 50
 KEY_PAGE = 20
 #: The same for `get_conversation`: the latest turns, each of which may be long
 CONVERSATION_PAGE = 20
+#: The same for `related`: the memories nearest one, best first
+RELATED_PAGE = 10
+#: Results `recall` and `recall_memories` return when given no `top_k` (`Limits.default_top_k`)
+DEFAULT_TOP_K = 10
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,11 @@ class Limits:
         """The page a paginated call answers when no `limit` is given: `preferred`, or the
         page limit if that is lower (a default the store would refuse is no default)."""
         return min(preferred, self.page)
+
+    def default_top_k(self) -> int:
+        """The `top_k` of a recall given none: DEFAULT_TOP_K, or the top_k limit if that is
+        lower (as for pages: a default the store would refuse is no default)."""
+        return min(DEFAULT_TOP_K, self.top_k)
 
 
 #: How recall_memories fuses its signals: "score" (scaled scores, the default) or "rrf"
@@ -179,6 +188,8 @@ class Settings:
                 values[name] = env[var]
                 if name in _NAMESPACES:
                     _check_namespace(var, env[var])
+                if name == "embedder":
+                    _check_embedder(var, env[var])
         for name, (kind, _help) in _SCALARS.items():
             var = f"KEYTRAIL_{name.upper()}"
             if env.get(var):
@@ -335,8 +346,10 @@ MAX_HOPS = 5
 _NAMESPACES = ("default_namespace", "kg_namespace")
 
 #: Numeric settings with a ceiling too (inclusive): depth and the factors and shares that
-#: multiply it or a score are 0..1 (past 1 a score goes negative or depth past its range), and
-#: the two durations must keep a date computed from them inside year 9999.
+#: multiply it or a score are 0..1 (past 1 a score goes negative, depth past its range, or a
+#: memory reached by a hop outscores the one it was reached from, overflowing to inf),
+#: the two durations must keep a date computed from them inside year 9999, and a vector's
+#: width must fit in memory.
 _AT_MOST: dict[str, float] = {
     "KEYTRAIL_HYBRID_HOPS": MAX_HOPS,
     "KEYTRAIL_MAX_TTL_SECONDS": 1000 * 365 * 24 * 3600,
@@ -348,6 +361,9 @@ _AT_MOST: dict[str, float] = {
     "KEYTRAIL_WEAKEN_SHALLOW": 1,
     "KEYTRAIL_HYBRID_TIME_WEIGHT": 1,
     "KEYTRAIL_HYBRID_HEAD_DIVERSITY": 1,
+    "KEYTRAIL_HYBRID_HOP_DECAY": 1,
+    #: every embedding allocates rows this wide (the largest models are a few thousand)
+    "KEYTRAIL_EMBED_DIM": 65_536,
 }
 
 #: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).
@@ -405,6 +421,15 @@ def _check_namespace(field: str, value: str) -> None:
     from .validation import NAMESPACE_CHARS, name  # validation imports this module
 
     name(field, value, NAMESPACE_CHARS)
+
+
+def _check_embedder(var: str, value: str) -> None:
+    """An embedder keytrail has, refused here by its variable rather than once the store's
+    directories are made ("unknown embedder")."""
+    from .embedders import EMBEDDERS  # it needs numpy, which settings alone do not
+
+    if value not in EMBEDDERS:
+        raise InvalidInput(var, f"unknown embedder {value!r}", limit=", ".join(EMBEDDERS))
 
 
 def _check_clamp(rules: FoldRules, env: Mapping[str, str]) -> None:

@@ -698,7 +698,7 @@ class HybridQueries:
     def recall_memories(
         self,
         query: str,
-        top_k: int = 10,
+        top_k: int | None = None,
         namespace: str | None = None,
         hops: int | None = None,
         explain: bool = False,
@@ -719,6 +719,8 @@ class HybridQueries:
         limits = self.settings.limits
         params = self.settings.hybrid
         query = check.text("query", query, limits.query_chars)
+        if top_k is None:
+            top_k = limits.default_top_k()
         top_k = check.count("top_k", top_k, 1, limits.top_k)
         namespace = check.optional_namespace(namespace)
         hops = check.count("hops", params.hops if hops is None else hops, 0, MAX_HOPS)

@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 
 from . import keyrank
 from . import validation as check
-from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE
+from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE, RELATED_PAGE
 from .results import (
     Conversation,
     KeyBrowse,
@@ -362,11 +362,17 @@ class Queries:
     # -- recall ----------------------------------------------------------------------------
 
     def recall(
-        self, query: str, top_k: int = 10, namespace: str | None = None, context: str | None = None
+        self,
+        query: str,
+        top_k: int | None = None,
+        namespace: str | None = None,
+        context: str | None = None,
     ) -> Recall:
         """Keys for a query, never content. Names match literally, concepts by similarity."""
         limits = self.settings.limits
         query = check.text("query", query, limits.query_chars)
+        if top_k is None:
+            top_k = limits.default_top_k()
         top_k = check.count("top_k", top_k, 1, limits.top_k)
         namespace = check.optional_namespace(namespace)
         if context is not None:
@@ -620,9 +626,12 @@ class Queries:
 
     # -- related ---------------------------------------------------------------------------
 
-    def related(self, memory_id: str, limit: int = 10) -> Related:
-        """Memories sharing keys (rare keys count more than hubs) or related_to edges."""
-        limit = check.count("limit", limit, 1, self.settings.limits.page)
+    def related(self, memory_id: str, limit: int | None = None) -> Related:
+        """Memories sharing keys (rare keys count more than hubs) or related_to edges; without
+        a `limit`, RELATED_PAGE (or the page limit if lower)."""
+        limits = self.settings.limits
+        limit = limits.default_page(RELATED_PAGE) if limit is None else limit
+        limit = check.count("limit", limit, 1, limits.page)
         with self._mutex:
             self.refresh()
             node = self.state.memories.get(memory_id)

@@ -435,6 +435,9 @@ class TextIndex:
             (tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters
         ]
         searcher = index.searcher()
+        # Tantivy reserves room for `limit` hits before it searches: a limit past the documents
+        # held (KEYTRAIL_HYBRID_CANDIDATES has no ceiling) aborted the process out of memory.
+        limit = min(limit, max(1, searcher.num_docs))
         hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
         ids = [searcher.doc(address).get_first("memory_id") for _, address in hits]
         return [TextHit(str(mid), float(score)) for (score, _), mid in zip(hits, ids, strict=True)]

@@ -148,7 +148,7 @@ def add_browse_verbs(verb: Verb) -> None:
         cmd_related,
     )
     p.add_argument("memory_id")
-    p.add_argument("--limit", type=int, default=10, help=PAGE_HELP.format(default=10))
+    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=10))
     add_time_options(p)
 
     p = verb("keys", "keys with their memory counts, most memories first", cmd_keys)

@@ -518,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("recall", "keys a query leads to (never content)", cmd_recall)
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, default=10, help=TOP_K_HELP)
+    p.add_argument("--top-k", dest="top_k", type=int, help=TOP_K_HELP)
     p.add_argument(
         "--context",
         metavar="TEXT",

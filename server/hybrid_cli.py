@@ -80,7 +80,7 @@ def add_hybrid_verbs(
         cmd_recall_memories,
     )
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, default=10, help=TOP_K_HELP)
+    p.add_argument("--top-k", dest="top_k", type=int, help=TOP_K_HELP)
     p.add_argument(
         "--hops",
         type=int,

@@ -60,7 +60,7 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         ctx: Context,
         top_k: Annotated[
             int, Field(ge=1, le=LIMITS.top_k, description="Most memories to return.")
-        ] = 10,
+        ] = LIMITS.default_top_k(),
         namespace: NamespaceFilter = None,
         hops: Annotated[
             int | None,

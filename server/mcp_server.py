@@ -42,6 +42,7 @@ from keytrail.core import (
 )
 from keytrail.core.config import CONVERSATION_PAGE as CONVERSATION_PAGE_PREFERRED
 from keytrail.core.config import KEY_PAGE as KEY_PAGE_PREFERRED
+from keytrail.core.config import RELATED_PAGE as RELATED_PAGE_PREFERRED
 from keytrail.core.results import (
     Conversation,
     Corrected,
@@ -249,6 +250,7 @@ Limit = Annotated[int, Field(ge=1, le=LIMITS.page, description="Page size.")]
 PAGE = LIMITS.default_page()
 KEY_PAGE = LIMITS.default_page(KEY_PAGE_PREFERRED)
 CONVERSATION_PAGE = LIMITS.default_page(CONVERSATION_PAGE_PREFERRED)
+RELATED_PAGE = LIMITS.default_page(RELATED_PAGE_PREFERRED)
 Offset = Annotated[int, Field(ge=0, le=10**9, description="Items to skip.")]
 
 
@@ -379,7 +381,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ctx: Context,
         top_k: Annotated[
             int, Field(ge=1, le=LIMITS.top_k, description="Most keys to return.")
-        ] = 10,
+        ] = LIMITS.default_top_k(),
         namespace: NamespaceFilter = None,
         context: Annotated[
             str | None,
@@ -605,7 +607,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         memory_id: MemoryId,
         limit: Annotated[
             int, Field(ge=1, le=LIMITS.page, description="Most memories to return.")
-        ] = 10,
+        ] = RELATED_PAGE,
         as_of: AsOf = None,
         valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, Related]:

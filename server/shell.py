@@ -15,7 +15,10 @@ from keytrail.core.config import parse_toolsets
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
 PAGE_HELP = "how many to show " + PAGE_RANGE
 OFFSET_HELP = "how many to skip first (default 0)"
-TOP_K_HELP = "how many to return (default 10; 1 to KEYTRAIL_MAX_TOP_K, 100)"
+TOP_K_HELP = (
+    "how many to return (default 10, or KEYTRAIL_MAX_TOP_K if lower; "
+    "at most KEYTRAIL_MAX_TOP_K, 100)"
+)
 
 #: The exit status of a verb stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
 EXIT_INTERRUPTED = 130
@@ -39,7 +42,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         model=args.model,
         model_path=args.model_path,
         default_namespace=args.namespace,
-        toolsets=parse_toolsets(args.toolsets) if getattr(args, "toolsets", None) else None,
+        # An empty --toolsets is refused like an empty --namespace, not taken as no flag.
+        toolsets=(
+            parse_toolsets(args.toolsets, "--toolsets")
+            if getattr(args, "toolsets", None) is not None
+            else None
+        ),
         kg_namespace=getattr(args, "kg_namespace", None),
     )
 

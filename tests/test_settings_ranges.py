@@ -38,6 +38,18 @@ from keytrail.core import InvalidInput, Settings
         # a share of the score: above 1 makes older memories' scores negative
         ("KEYTRAIL_HYBRID_TIME_WEIGHT", "5"),
         ("KEYTRAIL_HYBRID_HEAD_DIVERSITY", "1.5"),
+        # no such embedder: refused only once the store's directories were made, without
+        # naming the variable ("unknown embedder 'bogus'")
+        ("KEYTRAIL_EMBEDDER", "bogus"),
+        ("KEYTRAIL_EMBEDDER", "HASH"),
+        # every embedding allocated rows of this width: a MemoryError traceback on the first
+        # remember ("Unable to allocate 7.28 TiB"), after the store was made
+        ("KEYTRAIL_EMBED_DIM", str(10**12)),
+        # a decay that grows: a memory two hops away outscored the direct hit (7.2 against
+        # 1.0), and at 1e308 the score was inf, served as null, which the MCP client refuses
+        # ("Invalid structured content returned by tool recall_memories")
+        ("KEYTRAIL_HYBRID_HOP_DECAY", "2"),
+        ("KEYTRAIL_HYBRID_HOP_DECAY", "1e308"),
     ],
 )
 def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) -> None:
@@ -57,6 +69,8 @@ def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) 
         ("KEYTRAIL_DEPTH_MAX", "1"),
         ("KEYTRAIL_WEIGHT_MIN", "3"),
         ("KEYTRAIL_HYBRID_TIME_WEIGHT", "1"),
+        ("KEYTRAIL_EMBED_DIM", "65536"),
+        ("KEYTRAIL_HYBRID_HOP_DECAY", "1"),
     ],
 )
 def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
@@ -70,6 +84,7 @@ def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
         # neither on nor off: it used to be read as on
         ("KEYTRAIL_DIRECT_RECALL", "maybe"),
         ("KEYTRAIL_TIME_ZONE", "Mars/Olympus_Mons"),
+        ("KEYTRAIL_EMBEDDER", "bogus"),
     ],
 )
 def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(
