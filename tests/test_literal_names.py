@@ -74,7 +74,7 @@ def test_whole_words_only(store: Store, label: str, query: str) -> None:
 def test_a_name_in_a_script_without_spaces_is_found_inside_a_sentence(
     store: Store, label: str, query: str
 ) -> None:
-    """"東京に住んでいる" is one \\w+ word: the name 東京 was found only by a query that was
+    """ "東京に住んでいる" is one \\w+ word: the name 東京 was found only by a query that was
     nothing else."""
     key_id = (
         store.remember(f"a fact about {label}", keys=[label], key_types={label: "name"})
