@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from keytrail.core import Settings, Store, StoreError, require_log, to_dict
+from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
@@ -36,7 +36,7 @@ def is_loopback(host: str) -> bool:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """KEYTRAIL_* variables, overridden by the flags that were given."""
-    return Settings.from_env(
+    settings = Settings.from_env(
         home=args.home,
         embedder=args.embedder,
         model=args.model,
@@ -50,6 +50,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
         ),
         kg_namespace=getattr(args, "kg_namespace", None),
     )
+    path = settings.model_path
+    if settings.embedder == "fastembed" and path and not Path(path).expanduser().is_dir():
+        # Else the store was made and serve started, to fail every call at the model's load.
+        raise InvalidInput(
+            "--model-path" if args.model_path else "KEYTRAIL_EMBED_MODEL_PATH",
+            f"{path!r} is no directory (the local copy of the embedding model)",
+        )
+    return settings
 
 
 #: The verbs that make a store when their home holds none: each can do its job on an empty

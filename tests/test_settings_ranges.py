@@ -104,3 +104,30 @@ def test_serve_refuses_to_start_on_such_a_value_and_creates_nothing(
     assert proc.returncode != 0
     assert var in proc.stderr and proc.stderr.count("\n") == 1  # one line, no traceback
     assert not home.exists()
+
+
+@pytest.mark.parametrize("given", ["variable", "flag"])
+def test_a_model_path_that_is_no_directory_is_refused_before_a_store_is_made(
+    tmp_path: Path, given: str
+) -> None:
+    """It made the store and started serving, then failed every call at the model's load."""
+    home = tmp_path / "store"
+    env = env_for(home) | {"KEYTRAIL_EMBEDDER": "fastembed"}
+    env.pop("KEYTRAIL_EMBED_MODEL_PATH", None)
+    args = ["remember", "Dana lives in Lyon"]
+    if given == "variable":
+        env["KEYTRAIL_EMBED_MODEL_PATH"] = str(tmp_path / "no-model")
+    else:
+        args += ["--model-path", str(tmp_path / "no-model")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", *args],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    name = "KEYTRAIL_EMBED_MODEL_PATH" if given == "variable" else "--model-path"
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"keytrail: error: {name}: ") and proc.stderr.count("\n") == 1
+    assert not home.exists()
