@@ -364,6 +364,21 @@ _AT_MOST: dict[str, float] = {
     "KEYTRAIL_HYBRID_HOP_DECAY": 1,
     #: every embedding allocates rows this wide (the largest models are a few thousand)
     "KEYTRAIL_EMBED_DIM": 65_536,
+    #: weights and boosts that add to a score (defaults 0.1 to 1): only their ratios matter,
+    #: and at 1e308 a score overflowed to inf, which no JSON answer can carry
+    **dict.fromkeys(
+        (
+            "KEYTRAIL_HYBRID_WEIGHT_BM25",
+            "KEYTRAIL_HYBRID_WEIGHT_DENSE",
+            "KEYTRAIL_HYBRID_WEIGHT_KEYS",
+            "KEYTRAIL_HYBRID_DATE_BOOST",
+            "KEYTRAIL_HYBRID_DIRECT_SHARE",
+            "KEYTRAIL_HYBRID_CONTEXT_NEIGHBOUR",
+            "KEYTRAIL_HYBRID_CONTEXT_SESSION",
+            "KEYTRAIL_HYBRID_HEAD_SUPPORT",
+        ),
+        1000,
+    ),
 }
 
 #: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).

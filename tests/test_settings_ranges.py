@@ -50,6 +50,11 @@ from keytrail.core import InvalidInput, Settings
         # ("Invalid structured content returned by tool recall_memories")
         ("KEYTRAIL_HYBRID_HOP_DECAY", "2"),
         ("KEYTRAIL_HYBRID_HOP_DECAY", "1e308"),
+        # an additive weight or boost that large made a score inf ("score": Infinity)
+        ("KEYTRAIL_HYBRID_CONTEXT_NEIGHBOUR", "1e308"),
+        ("KEYTRAIL_HYBRID_CONTEXT_SESSION", "1e308"),
+        ("KEYTRAIL_HYBRID_WEIGHT_BM25", "1e308"),
+        ("KEYTRAIL_HYBRID_WEIGHT_DENSE", "1001"),
     ],
 )
 def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) -> None:
@@ -71,6 +76,8 @@ def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) 
         ("KEYTRAIL_HYBRID_TIME_WEIGHT", "1"),
         ("KEYTRAIL_EMBED_DIM", "65536"),
         ("KEYTRAIL_HYBRID_HOP_DECAY", "1"),
+        ("KEYTRAIL_HYBRID_WEIGHT_BM25", "1000"),
+        ("KEYTRAIL_HYBRID_DIRECT_SHARE", "2"),
     ],
 )
 def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
