@@ -66,6 +66,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .hybrid_tools import direct_recall_enabled
     from .mcp_server import check_listen, run_http, run_stdio
 
+    if not args.http:
+        # `serve --port 9000` served stdio, the address dropped without a word.
+        for flag, value in (("--host", args.host), ("--port", args.port), ("--token", args.token)):
+            if value is not None:
+                raise InvalidInput(
+                    flag, "is for serving over HTTP: add --http (stdio has no address)"
+                )
+    args.host = "127.0.0.1" if args.host is None else args.host
+    args.port = DEFAULT_PORT if args.port is None else args.port
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
@@ -411,10 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
         json_flag=False,
     )
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
-    p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})"
-    )
+    # No defaults here: given without --http they are refused, not dropped (see cmd_serve).
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help=f"HTTP port (default {DEFAULT_PORT})")
     p.add_argument(
         "--token",
         help="bearer token clients must send; required for a non-loopback host. Prefer "

@@ -208,3 +208,23 @@ def test_a_port_in_use_or_an_unknown_host_is_one_line_and_status_2(
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "serving" not in proc.stderr
     assert not home.exists()
+
+
+@pytest.mark.parametrize("flag", [["--port", "9000"], ["--host", "0.0.0.0"], ["--token", "t"]])
+def test_an_http_option_without_http_is_refused(tmp_path: Path, flag: list[str]) -> None:
+    """`serve --port 9000` served over stdio, the address dropped without a word."""
+    home = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", *flag],
+        env=server_env(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"keytrail: error: {flag[0]}: is for serving over HTTP: add --http (stdio has no address)\n"
+    )
+    assert not home.exists()
