@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import keytrail
-from keytrail.core import InvalidInput, KeytrailError, NoStore
+from keytrail.core import InvalidInput, KeytrailError, NoStore, Settings
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import MemoryView
@@ -62,7 +62,15 @@ def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    apply_setting_flags(args)
+    given = apply_setting_flags(args)
+    try:
+        Settings.from_env()
+    except InvalidInput as exc:
+        if exc.field not in given:
+            raise
+        # Said of the flag typed, not of the variable it sets for this process.
+        flag = next(v.flag for v in tunable_variables() if v.env == exc.field)
+        raise InvalidInput(flag, exc.problem, limit=exc.fields.get("limit")) from None
     from .hybrid_tools import direct_recall_enabled
     from .mcp_server import check_listen, run_http, run_stdio
 

@@ -138,3 +138,30 @@ def test_a_model_path_that_is_no_directory_is_refused_before_a_store_is_made(
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"keytrail: error: {name}: ") and proc.stderr.count("\n") == 1
     assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [
+        ("--hybrid-weight-bm25", "1e308", "--hybrid-weight-bm25"),
+        ("--max-page", "0", "--max-page"),
+    ],
+)
+def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(
+    tmp_path: Path, flag: str, value: str, named: str
+) -> None:
+    """It was refused naming the variable the flag sets (KEYTRAIL_MAX_PAGE), which the person
+    who typed --max-page never wrote; a variable given as one is still named as itself."""
+    home = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", flag, value],
+        env=env_for(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"keytrail: error: {named}: ") and proc.stderr.count("\n") == 1
+    assert not home.exists()
