@@ -60,7 +60,7 @@ def test_serve_with_a_bad_setting_flag_is_a_one_line_error(tmp_path: Path) -> No
     proc = kt(tmp_path / "store", "serve", "--max-content-chars", "-5", ok=False)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("keytrail: error: KEYTRAIL_MAX_CONTENT_CHARS:")
+    assert proc.stderr.startswith("keytrail: error: --max-content-chars:")  # the flag typed
 
 
 # -- remember_batch: an item's key_types error names that item ----------------------------------
