@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keytrail.events import InvalidInput, KeyLink, NewMemory, NotFound, Similar
+from keytrail.events import KeyLink, NewMemory, NotFound, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.vectors import Matrix
@@ -154,13 +154,7 @@ class Batch:
             found = node.namespace
         else:
             raise NotFound(field, "memory", memory_id)
-        if found != namespace:
-            raise InvalidInput(
-                field,
-                f"memory {memory_id!r} is in namespace {found!r}, not {namespace!r} "
-                "(related_to links memories of one namespace)",
-                value=memory_id,
-            )
+        check.related_namespace(field, memory_id, found, namespace)
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
         """Find the closest concept key of the graph for every concept label that may become

@@ -504,14 +504,10 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
                 raise InvalidInput(
                     f"{m.path}.links[{j}]", f"names no memory of the file: {target!r}"
                 )
-            if memories[target].namespace != m.namespace:
-                # As remember and correct refuse it: `related` walks one namespace, so such a
-                # link would be listed by read_memory and followed by nothing.
-                raise InvalidInput(
-                    f"{m.path}.links[{j}]",
-                    f"memory {target!r} is in namespace {memories[target].namespace!r}, "
-                    f"not {m.namespace!r} (related_to links memories of one namespace)",
-                )
+            # As remember and correct refuse it.
+            check.related_namespace(
+                f"{m.path}.links[{j}]", target, memories[target].namespace, m.namespace
+            )
         if m.supersedes is not None:
             if m.supersedes not in memories or m.supersedes == m.id:
                 raise InvalidInput(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
-from typing import TypeVar
 
 import msgspec
 
@@ -23,9 +22,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode
 from keytrail.projections import Relation as RelationNode
 from keytrail.projections.keygraph import caseless_form
 
-from .queries import visible
-
-T = TypeVar("T")
+from .queries import newest, visible
 
 #: The most observations, and the most relations, that read_graph, search_nodes and open_nodes
 #: list for one entity (the store's page limit, if smaller, caps it). An entity an agent writes
@@ -126,19 +123,6 @@ def observation_nodes(
         for mid in key.links
         if (node := memories[mid]).namespace == namespace and visible(node, now) and node.content
     ]
-
-
-def newest(items: Sequence[T], limit: int, offset: int = 0) -> list[T]:
-    """The `limit` items just before the newest `offset`, of `items` listed oldest first; in
-    that same order.
-
-    Why the newest are the ones kept when an entity is cut: an entity grows past the cut when an
-    agent keeps writing to it (its user), and its latest facts are the ones most likely still
-    true and most often wanted. The older ones stay one read_entity call away, and search_nodes
-    still matches every one. Every read tool cuts with this, so they all show the same ones.
-    """
-    end = max(0, len(items) - offset)
-    return list(items[max(0, end - limit) : end])
 
 
 def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> Entity:

@@ -518,8 +518,11 @@ class KnowledgeGraph:
             missing: dict[tuple[str, str, str], str] = {}
             for src, dst, kind in checked:
                 a, b = entity_key(state, src), entity_key(state, dst)
-                rid = relation_id(a.id, b.id, kind) if a is not None and b is not None else None
-                if a is not None and b is not None and rid in state.relations:
+                if (
+                    a is not None
+                    and b is not None
+                    and (rid := relation_id(a.id, b.id, kind)) in state.relations
+                ):
                     specs[rid] = RelationSpec(from_key=a.id, to_key=b.id, relation_type=kind)
                     names[rid] = f"{a.label} {kind} {b.label}"
                 else:

@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import numpy as np
 
@@ -73,6 +73,24 @@ PREVIEW_CHARS = 120
 DELETED = "it was deleted from the knowledge graph"
 #: ... and one forgotten (its content erased).
 FORGOTTEN = "it was forgotten"
+
+
+T = TypeVar("T")
+
+
+def newest(items: Sequence[T], limit: int, offset: int = 0) -> list[T]:
+    """The `limit` items just before the newest `offset`, of `items` listed oldest first; in
+    that same order: how a list that grows at its end (a conversation, an entity's
+    observations) answers a page, latest first, with older pages behind `offset`.
+
+    Why the newest are the ones kept when an entity is cut: an entity grows past the cut when an
+    agent keeps writing to it (its user), and its latest facts are the ones most likely still
+    true and most often wanted. The older ones stay one read_entity call away, and search_nodes
+    still matches every one. Every knowledge-graph read cuts with this, so they all show the
+    same ones.
+    """
+    end = max(0, len(items) - offset)
+    return list(items[max(0, end - limit) : end])
 
 
 def visible(node: MemoryNode, now: datetime) -> bool:
@@ -845,8 +863,7 @@ class Queries:
                 turn = check.count("turn", turn, 1, len(turns))
                 chosen, offset, more = [t for t in turns if t.turn == turn], 0, False
             else:
-                end = max(0, len(turns) - offset)
-                chosen, more = turns[max(0, end - limit) : end], end > limit
+                chosen, more = newest(turns, limit, offset), offset + limit < len(turns)
             return Conversation(
                 session_id=session_id,
                 total=len(turns),

@@ -49,6 +49,18 @@ def unicode(field: str, value: str) -> str:
     return value
 
 
+def related_namespace(field: str, memory_id: str, found: str, namespace: str) -> None:
+    """Refuse a `related_to` target in another namespace than the memory naming it: `related`
+    walks one namespace, so an edge across two would be kept and never followed."""
+    if found != namespace:
+        raise InvalidInput(
+            field,
+            f"memory {memory_id!r} is in namespace {found!r}, not {namespace!r} "
+            "(related_to links memories of one namespace)",
+            value=memory_id,
+        )
+
+
 def label(field: str, value: object, limit: int) -> str:
     """A key label (or knowledge-graph entity name): whitespace collapsed and NFC-normalised, so
     "Zoë" typed composed or as e + U+0308 (as some keyboards send it) is one label. The limit

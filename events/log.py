@@ -290,9 +290,9 @@ class EventLog:
         and starts a segment only after its line in the one before is whole), so a partial
         line here is damage: reading on would skip its event and the appender would write its
         seq again, over the damaged segment."""
-        with open(self.dir / name, "rb") as f:
+        with self._open_segment(name) as f:  # as it is read: a pinned log, through its pin
             f.seek(self._offset)
-            rest = f.read()
+            rest = f.read(self.segment_size(name) - self._offset)
         if rest and b"\n" not in rest:
             raise CorruptLog(
                 name,

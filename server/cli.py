@@ -21,7 +21,7 @@ from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import MemoryView
 from keytrail.core.timetravel import read_memory_at, view
 
-from .browse_cli import add_browse_verbs
+from .browse_cli import add_browse_verbs, say_more
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
@@ -284,9 +284,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
             f"keys: {others or '-'}"
         )
-    shown = page.offset + len(page.memories)
-    if shown < page.total:
-        print(f"more: --offset {shown}")
+    say_more(page.total, page.offset + len(page.memories))
     return 0
 
 

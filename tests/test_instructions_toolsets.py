@@ -14,31 +14,13 @@ from collections.abc import Callable
 import anyio
 import pytest
 from mcp import Client
+from test_server import TOOLS
 
 from keytrail.core import Store
 from keytrail.server.kg_tools import KG_TOOLS
 from keytrail.server.mcp_server import build_server
 
-KEYGRAPH_TOOLS = (
-    "recall",
-    "read_key",
-    "read_memory",
-    "browse_keys",
-    "remember",
-    "remember_batch",
-    "correct",
-    "related",
-    "forget",
-    "list_memories",
-    "memory_stats",
-    "cleanup_expired",
-    "record_turn",
-    "get_conversation",
-    "list_sessions",
-    "history",
-    "changes",
-    "recall_memories",
-)
+KEYGRAPH_TOOLS = (*TOOLS, "recall_memories")
 
 
 def named_tools(text: str) -> set[str]:

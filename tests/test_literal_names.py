@@ -88,5 +88,8 @@ def test_a_name_in_a_script_without_spaces_is_found_inside_a_sentence(
 def test_a_name_in_such_a_script_is_not_found_where_it_is_not() -> None:
     candidates = literal_candidates("東京に住んでいる")
     assert "大阪" not in candidates and "東京" in candidates
-    # Bounded: a long run gives at most _UNSPACED_GRAM candidates per character.
-    assert len(literal_candidates("東" * 2000)) < 2000 * 8 + 10
+    # Bounded: a long run gives at most _UNSPACED_GRAM candidates per character. Distinct
+    # characters, so every substring is new (one repeated character dedups to a handful, and
+    # the bound could not fail); unbounded, these would be about two million.
+    run = "".join(chr(0x4E00 + i) for i in range(2000))
+    assert len(literal_candidates(run)) < 2000 * 8 + 10
