@@ -43,6 +43,7 @@ from keytrail.events import (
     StoreCreated,
     StoreError,
     TurnRecorded,
+    refuse_nested_store,
     require_log,
     utc_now,
 )
@@ -147,6 +148,7 @@ class Store(Queries, HybridQueries):
         self.settings = settings or Settings.from_env()
         self.home = Path(home if home is not None else self.settings.home)
         if create:
+            refuse_nested_store(self.home)  # before mkdir: a refused home stays absent
             self.home.mkdir(parents=True, exist_ok=True)
         else:
             require_log(self.home)

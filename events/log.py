@@ -78,6 +78,32 @@ def require_log(root: Path | str) -> Path:
     raise NoStore(str(root), reason)
 
 
+def enclosing_store(root: Path | str) -> Path | None:
+    """The store whose directory holds `root` (at any depth), if one does."""
+    for parent in Path(root).absolute().parents:
+        try:
+            return require_log(parent)
+        except (NoStore, OSError):  # OSError: a parent we may not read is no store of ours
+            continue
+    return None
+
+
+def refuse_nested_store(root: Path | str) -> None:
+    """Raise StoreError, before anything is made, if a new store at `root` would sit inside
+    another store's directory: `--home ~/.keytrail/cache` is a typo, not a place for a store,
+    and a rebuild or purge of the outer store would delete it."""
+    if (Path(root) / "log").is_dir():
+        return  # a store already, or someone's log/: made before this check existed
+    outer = enclosing_store(root)
+    if outer is not None:
+        raise StoreError(
+            f"will not make a store at {root}: it is inside the keytrail store at {outer}; "
+            "choose a home outside it",
+            path=str(root),
+            store=str(outer),
+        )
+
+
 def _holds_a_line(path: Path) -> bool:
     """Whether the file holds a newline: reads only up to the first one."""
     with open(path, "rb") as f:
@@ -128,6 +154,7 @@ class EventLog:
     ) -> None:
         self.root = Path(root)
         self.dir = self.root / "log"
+        refuse_nested_store(self.root)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.lock_path = self.root / "lock"
         self.segment_bytes = segment_bytes

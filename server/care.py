@@ -32,6 +32,7 @@ from keytrail.events import (
     decode_line,
     encode_event,
     event_tag,
+    refuse_nested_store,
     utc_now,
 )
 from keytrail.events.redact import created_memories
@@ -457,6 +458,7 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     home = Settings.from_env(home=args.home).home
+    refuse_nested_store(home)  # before reading and checking a file that may be large
     label = args.input if args.input not in (None, "-") else "<stdin>"
     try:
         if args.input in (None, "-"):

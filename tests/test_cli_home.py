@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_cli import kt
 
-from keytrail.core import NoStore, Settings, Store
+from keytrail.core import NoStore, Settings, Store, StoreError
 from keytrail.events import segment_name
 from keytrail.server.cli import build_parser, main
 from keytrail.server.shell import CREATING_VERBS
@@ -308,3 +308,40 @@ def test_an_empty_home_never_means_the_current_directory(
     assert exited.value.code == 2
     assert "--home: empty" in capsys.readouterr().err
     assert list(cwd.iterdir()) == []  # no store made in the current directory
+
+
+@pytest.mark.parametrize("inner", ["cache", "log/x", "notes/deeper/store"])
+def test_no_store_is_made_inside_another_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], inner: str
+) -> None:
+    """`--home ~/.keytrail/cache` is a typo: a store made there would sit among the outer
+    store's files (and go with its cache on a rebuild). Refused, naming both, creating nothing."""
+    outer = tmp_path / "outer"
+    assert run(outer, "remember", ["Alice likes tea", "-k", "tea"], capsys)[0] == 0
+    dump = tmp_path / "dump.jsonl"
+    assert run(outer, "export", ["-o", str(dump)], capsys)[0] == 0
+    before = files_under(outer)
+    home = outer / inner
+    for verb, args in (("remember", ["Bob likes coffee", "-k", "coffee"]), ("import", [str(dump)])):
+        code, out, err = run(home, verb, args, capsys)
+        assert code == 2 and out == ""
+        assert err == (
+            f"keytrail: error: will not make a store at {home}: it is inside the keytrail store "
+            f"at {outer}; choose a home outside it\n"
+        )
+    with pytest.raises(StoreError) as caught:
+        Store(Settings(home=home, embedder="hash"))
+    assert caught.value.fields == {"path": str(home), "store": str(outer)}
+    assert files_under(outer) == before
+
+
+def test_a_store_beside_or_above_another_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only an enclosing store refuses: siblings, and a store whose directory holds another
+    store's directory (a folder of stores that is itself made a store), are fine."""
+    assert run(tmp_path / "a", "remember", ["Alice likes tea", "-k", "tea"], capsys)[0] == 0
+    assert run(tmp_path / "b", "remember", ["Bob likes coffee", "-k", "tea"], capsys)[0] == 0
+    assert run(tmp_path, "remember", ["Carol likes cocoa", "-k", "tea"], capsys)[0] == 0
+    code, out, _ = run(tmp_path / "b", "stats", ["--json"], capsys)
+    assert code == 0 and json.loads(out)["memories"] == 1
