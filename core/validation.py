@@ -141,10 +141,14 @@ def keys(
     types = dict(types or {})
     specs: list[KeySpec] = []
     seen: set[str] = set()
-    folded_types = {_normal_label(str(k)).casefold(): v for k, v in types.items()}
+    folded_types = {_normal_label(str(k)).casefold(): (str(k), v) for k, v in types.items()}
     for i, raw in enumerate(labels):
         given = label(f"{field}[{i}]", raw, limits.key_chars)
-        kind = folded_types.pop(given.casefold(), "concept")
+        spelling, kind = folded_types.pop(given.casefold(), (given, "concept"))
+        if kind in ("name", "proper_noun") and spelling != given:
+            # keys=["paris"] with key_types={"Paris": "name"} (the CLI's `-k paris -n Paris`):
+            # a name is spelled as it was given as a name.
+            given = label(f"{types_field}[{spelling!r}]", spelling, limits.key_chars)
         if kind not in KEY_TYPES:
             raise InvalidInput(
                 types_field, f"{given!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)

@@ -104,3 +104,19 @@ def test_the_command_line_says_promoted(
     assert main(["remember", "--home", home, "Dana flies to Paris", "-n", "Paris"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].endswith("  paris [name] promoted"), out
+
+
+def test_a_label_given_both_ways_is_spelled_as_the_name(
+    make_store: Callable[..., Store], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """keys=["paris"] with key_types={"Paris": "name"} is one key, a name, spelled "Paris": the
+    caller told how the name is written. A concept given twice keeps its first spelling."""
+    store = make_store()
+    told = store.remember("I went to Paris in May", ["paris"], key_types={"Paris": "name"})
+    assert [(k.label, k.type) for k in told.keys] == [("Paris", "name")]
+    plain = store.remember("Rome was hot", ["ROME", "rome"])
+    assert [(k.label, k.type) for k in plain.keys] == [("ROME", "concept")]
+    store.close()
+    home = str(tmp_path / "cli")
+    assert main(["remember", "--home", home, "Off to Berlin", "-k", "berlin", "-n", "Berlin"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("  Berlin [name] new")
