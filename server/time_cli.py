@@ -117,10 +117,16 @@ def cmd_changes(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     scope = f" in {result.namespace}" if result.namespace else ""
-    print(
-        f"changes{scope} after seq {result.since_seq} up to seq {result.until_seq} "
-        f"({short_time(result.since_at)} .. {short_time(result.until_at)})"
-    )
+    if result.since_seq == 0:  # before the first event: its since_at (1970) tells nothing
+        print(
+            f"changes{scope} since the store began, up to seq {result.until_seq} "
+            f"({short_time(result.until_at)})"
+        )
+    else:
+        print(
+            f"changes{scope} after seq {result.since_seq} up to seq {result.until_seq} "
+            f"({short_time(result.since_at)} .. {short_time(result.until_at)})"
+        )
 
     def count(total: int, listed: list[Any], ids: bool = False) -> str:
         """The total, which of them this page shows when it does not show them all, and with

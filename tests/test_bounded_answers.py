@@ -366,9 +366,14 @@ def test_the_command_line_pages_history_changes_and_cleanup(tmp_path: Path) -> N
         kt(home, "remember", f"another fact number {i}", "-k", "tea")
     page = json.loads(kt(home, "changes", "--limit", "1", "--offset", "1", "--json").stdout)
     assert len(page["added"]) == 1 and page["added_total"] == 4 and page["next_offset"] == 2
-    assert (
-        "added      4 (showing 2-2)" in kt(home, "changes", "--limit", "1", "--offset", "1").stdout
-    )
+    text = kt(home, "changes", "--limit", "1", "--offset", "1").stdout
+    assert "added      4 (showing 2-2)" in text
+    # From the start (no --since): said so, not as "after seq 0 (1970-01-01 ...)".
+    last = json.loads(kt(home, "stats", "--json").stdout)["seq"]
+    assert text.startswith(f"changes since the store began, up to seq {last} (")
+    since = json.loads(kt(home, "changes", "--since", "2", "--json").stdout)["since_at"]
+    head = kt(home, "changes", "--since", "2").stdout.splitlines()[0]
+    assert head.startswith(f"changes after seq 2 up to seq {last} ({since[:10]} {since[11:19]} ..")
     done = json.loads(kt(home, "cleanup-expired", "--limit", "1", "--json").stdout)
     assert done == {"memory_ids": [], "seq": None, "count": 0}
     for verb in (["history", memory], ["changes"], ["cleanup-expired"]):
