@@ -1,7 +1,8 @@
 """`keytrail reembed`, and building the embedding projection when a verb opens a store.
 
-Opening a store with an embedder whose projection is behind the log (a new model, a deleted
-cache, writes by other processes) builds it before the verb runs, with a progress bar on stderr
+Opening a store for a verb that reads vectors (`shell.VECTOR_VERBS`) with an embedder whose
+projection is behind the log (a new model, a deleted cache, writes by other processes) builds it
+before the verb runs, with a progress bar on stderr
 when there is more than a handful of texts to embed. An interrupted build resumes where it
 stopped. `serve` is the exception: it answers at once and builds in the background
 (`build_while_serving`), the tools that read vectors waiting for what they need.

@@ -75,9 +75,24 @@ def existing_home(args: argparse.Namespace) -> Path:
     return require_log(Settings.from_env(home=args.home).home)
 
 
-def open_store(args: argparse.Namespace, *, build_projection: bool = True, **kwargs: Any) -> Store:
-    """Open the store (made first only for CREATING_VERBS); unless told not to, bring its
-    embedding projection up to the log."""
+#: The verbs that read vectors: opening the store for one first brings the embedding
+#: projection up to the log, with a bar (the others never load the model, so `keytrail stats`
+#: after a switch of model neither waits for a build nor needs the model at hand).
+VECTOR_VERBS = ("remember", "correct", "recall", "recall-memories", "import", "rebuild")
+
+
+def reads_vectors(args: argparse.Namespace) -> bool:
+    command = getattr(args, "command", None)
+    return command in VECTOR_VERBS or (command == "read-key" and bool(args.query))
+
+
+def open_store(
+    args: argparse.Namespace, *, build_projection: bool | None = None, **kwargs: Any
+) -> Store:
+    """Open the store (made first only for CREATING_VERBS) and, for a verb that reads vectors
+    (or when told to), bring its embedding projection up to the log."""
+    if build_projection is None:
+        build_projection = reads_vectors(args)
     settings = settings_from(args)
     try:
         store = Store(settings, create=creates_store(args), **kwargs)

@@ -178,7 +178,7 @@ def test_opening_with_a_new_model_builds_its_projection_with_progress(
         "PATH": "/bin",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "keytrail.server.cli", "stats", "--json"],
+        [sys.executable, "-m", "keytrail.server.cli", "recall", "plot 7", "--json"],
         env=env,
         cwd=str(REPO),
         capture_output=True,
@@ -189,7 +189,8 @@ def test_opening_with_a_new_model_builds_its_projection_with_progress(
     fingerprint = f"openai:{MODEL}:{DIM}"
     # 40 contents and 40 labels, embedded before the verb ran, with a progress bar on stderr
     assert f"embedding 80 texts with {fingerprint}: 100%" in proc.stderr
-    assert sum(len(r["input"]) for r in server.requests) == 80
-    assert json.loads(proc.stdout)["embedder"] == fingerprint
+    assert [len(r["input"]) for r in server.requests][-1] == 1  # the query, after the build
+    assert sum(len(r["input"]) for r in server.requests[:-1]) == 80
+    assert json.loads(proc.stdout)["keys"][0]["label"] == "plot 7"
     with Store(Settings(home=home), embedder=OpenAIEmbedder(MODEL, base_url=server.url)) as again:
         assert projection.status(again).current
