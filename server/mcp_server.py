@@ -102,6 +102,9 @@ Keep it true
   than remembering a second, contradicting one. The old version is kept as history.
 - When `remember` reports `possible_contradictions`, read them and correct the stale one.
 - `forget` only when the user asks you to forget something.
+- For what you knew earlier ("where did the user live, as I knew it last March?"), the reads
+  take `as_of` (a time or a seq) and answer as the memory was then; `history(memory_id)` lists
+  every version of a memory.
 """
 
 #: The instructions of a server that serves the knowledge-graph tools without the keygraph
