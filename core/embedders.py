@@ -214,6 +214,11 @@ class OpenAIEmbedder:
         return self._dim
 
     @property
+    def dim_known(self) -> bool:
+        """Whether `dim` answers without asking the endpoint."""
+        return self._dim is not None
+
+    @property
     def fingerprint(self) -> str:
         return f"openai:{self.model_id}:{self.dim}"
 
@@ -264,6 +269,15 @@ class OpenAIEmbedder:
                 )
             result[rows] = vectors
         return result
+
+
+def name_of(embedder: Embedder) -> str:
+    """The embedder's fingerprint, or `backend:model` while its dimension is still to be asked
+    of its endpoint: for what must answer without it (stats, messages about a failed build),
+    since that endpoint may be the thing that is down."""
+    if getattr(embedder, "dim_known", True):
+        return embedder.fingerprint
+    return f"{embedder.backend}:{embedder.model_id}"
 
 
 def make_embedder(

@@ -24,6 +24,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from . import keyrank
 from . import validation as check
 from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE, RELATED_PAGE
+from .embedders import name_of
 from .results import (
     Conversation,
     KeyBrowse,
@@ -796,7 +797,7 @@ class Queries:
                 hubs=hubs,
                 namespaces=dict(sorted(namespaces.items())),
                 sessions=len(state.conversations),
-                embedder=self.embedder.fingerprint,
+                embedder=name_of(self.embedder),
                 log_bytes=log_bytes,
                 last_event_at=state.at if state.seq else None,
                 projection=self.projection_state(),

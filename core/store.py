@@ -161,11 +161,13 @@ class Store(Queries, HybridQueries):
         self.thresholds: Thresholds = profile_for(
             self.embedder.model_id, self.settings.threshold_overrides
         )
-        self._vector_cache: VectorCache | None = None  # loaded on first use: see `vectors`
-        self._key_vectors = VectorSet(self.embedder.dim)
+        # Loaded on first use (see `vectors`), as are the matrices: none may ask the embedder
+        # its dimension at open, which an endpoint that is down cannot answer (see name_of).
+        self._vector_cache: VectorCache | None = None
+        self._key_vectors: VectorSet | None = None
         self._labels_embedded = 0
         self._labels_dropped = 0
-        self._memory_vectors = VectorSet(self.embedder.dim)
+        self._memory_vectors: VectorSet | None = None
         self._memories_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
@@ -559,6 +561,10 @@ class Store(Queries, HybridQueries):
         processes forgot (rows embedded from the log before its redaction). Unsaved rows of
         those are dropped first, not written and then erased: a kill in between would keep
         them, with no pending purge left to finish the job."""
+        if self._vector_cache is None:
+            # Nothing embedded, so nothing to save; forgets noted meanwhile are dropped from
+            # the cache when it is read (see `vectors`) and erased at the next write after.
+            return
         if self._forgotten_digests:
             self.vectors.discard_unsaved(self._forgotten_digests)
         self.vectors.flush()
@@ -656,7 +662,7 @@ class Store(Queries, HybridQueries):
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""
         labels = self.state.labels
-        if self._labels_dropped != self.state.labels_dropped:
+        if self._key_vectors is None or self._labels_dropped != self.state.labels_dropped:
             # A learned alias was dropped: rebuild from the cache (no model call) without it.
             self._key_vectors = VectorSet(self.embedder.dim)
             self._labels_embedded = 0
@@ -678,6 +684,8 @@ class Store(Queries, HybridQueries):
         dict's tail; their contents are embedded once through the cache.
         """
         memories = self.state.memories
+        if self._memory_vectors is None:
+            self._memory_vectors = VectorSet(self.embedder.dim)
         if self._memories_embedded < len(memories):
             tail = itertools.islice(
                 reversed(memories.values()), len(memories) - self._memories_embedded
@@ -1012,7 +1020,8 @@ class Store(Queries, HybridQueries):
                 )
                 for n in nodes
             ]
-            self.vectors.flush()
+            if self._vector_cache is not None:
+                self._vector_cache.flush()
             purged = self._finish_forgetting()
             return Forgotten(
                 memory_id=node.id,
@@ -1057,7 +1066,7 @@ class Store(Queries, HybridQueries):
             and text_hash(m.content) == digest
         }
         purged = forgetting.purge(
-            self.home, self.log, done, self.vectors, fresh_snapshot=fresh, keep_vectors=held
+            self.home, self.log, done, self._vector_cache, fresh_snapshot=fresh, keep_vectors=held
         )
         self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])

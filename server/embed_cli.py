@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from keytrail.core import Store
 from keytrail.core import reembed as projection
+from keytrail.core.embedders import name_of
 
 from .progress import ProgressBar
 from .shell import emit_json, open_store
@@ -28,8 +29,14 @@ class BuildBar:
     least QUIET_BELOW texts."""
 
     def __init__(self, store: Store) -> None:
-        self.fingerprint = store.embedder.fingerprint
+        self.store = store
         self.bar: ProgressBar | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Asked when told: at the start of a server, the endpoint that would say an OpenAI
+        model's dimension may be down."""
+        return name_of(self.store.embedder)
 
     def __call__(self, done: int, total: int) -> None:
         if total < QUIET_BELOW:
