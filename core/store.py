@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import threading
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -957,6 +958,9 @@ class Store(Queries, HybridQueries):
         """
         if query is not None:
             query = check.text("query", query, self.settings.limits.query_chars)
+            # As labels are (validation.label): an accent typed as a combining mark is the
+            # same query, counts towards the same alias and names the same key.
+            query = unicodedata.normalize("NFC", query)
         namespace = check.optional_namespace(namespace)
 
         def decide(app: Appender) -> MemoryView:
