@@ -147,18 +147,20 @@ class Store(Queries, HybridQueries):
         """
         self.settings = settings or Settings.from_env()
         self.home = Path(home if home is not None else self.settings.home)
-        if create:
-            self.home.mkdir(parents=True, exist_ok=True)
-        else:
+        if not create:
             require_log(self.home)
-        self.clock = clock
-        self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
+        # Before the home is made: an embedder refused (a dimension its model does not make)
+        # leaves nothing behind.
         self.embedder = embedder or make_embedder(
             self.settings.embedder,
             self.settings.model,
             self.settings.model_path,
             self.settings.embed_dim,
         )
+        if create:
+            self.home.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
         self.thresholds: Thresholds = profile_for(
             self.embedder.model_id, self.settings.threshold_overrides
         )

@@ -275,3 +275,21 @@ def test_hash_vectors_stay_bit_identical_to_hash_v1(dim: int) -> None:
         expected = _hash_vector_reference(text, dim).tobytes()
         assert batch[i].tobytes() == expected
         assert embedder.embed([text])[0].tobytes() == expected
+
+
+def test_an_embed_dim_a_local_model_does_not_make_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """KEYTRAIL_EMBED_DIM is for OpenAI-compatible models keytrail does not know; left set
+    from one (or mistyped) with the local model, it made the first remember fail with a numpy
+    broadcast error after the store had been created."""
+    from keytrail.core import Settings, StoreError
+
+    with pytest.raises(StoreError, match=r"KEYTRAIL_EMBED_DIM.*512.*384") as err:
+        FastEmbedder(dim=512)
+    assert err.value.fields["field"] == "embed_dim"
+    assert FastEmbedder(dim=384).dim == 384  # the model's own dimension is fine
+    home = tmp_path / "store"
+    with pytest.raises(StoreError, match="KEYTRAIL_EMBED_DIM"):
+        Store(Settings(home=home, embedder="fastembed", embed_dim=512))
+    assert not home.exists()
