@@ -87,18 +87,21 @@ def build_while_serving(store: Store, memory_vectors: bool = False) -> projectio
 def cmd_reembed(args: argparse.Namespace) -> int:
     if args.list:
         with open_store(args, build_projection=False) as store:
-            current = store.embedder.fingerprint
+            # A cache with no readable manifest is listed by its folder's name: ours too.
+            folder = store.vectors.dir
+            assert folder is not None  # a store's cache always lives under its home
+            current = {store.embedder.fingerprint, folder.name}
             found = projection.list_projections(store.home)
         if args.json:
             emit_json(
                 [
-                    {"fingerprint": fp, "rows": rows, "seq": seq, "current": fp == current}
+                    {"fingerprint": fp, "rows": rows, "seq": seq, "current": fp in current}
                     for fp, rows, seq in found
                 ]
             )
         else:
             for fp, rows, seq in found:
-                mark = "*" if fp == current else " "
+                mark = "*" if fp in current else " "
                 covered = "not recorded" if seq is None else f"up to seq {seq}"
                 print(f"{mark} {fp}: {rows} vectors, {covered}")
         return 0

@@ -223,6 +223,13 @@ def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
         {"fingerprint": HashEmbedder().fingerprint, "rows": 3, "seq": 2, "current": True}
     ]
     assert "from the cache" in kt("reembed")
+    # A cache whose manifest was lost (never recorded, or damaged) is listed by its folder
+    # name: still the one in use.
+    (cache,) = (home / "cache" / "vectors").iterdir()
+    (cache / "manifest.json").unlink()
+    (unrecorded,) = json.loads(kt("reembed", "--list", "--json"))
+    assert unrecorded["seq"] is None and unrecorded["current"] is True
+    assert kt("reembed", "--list").startswith("* ")
 
 
 def test_profiles_for_known_models_and_closest_for_unknown() -> None:
