@@ -38,3 +38,14 @@ def test_recall_memories_key_signal_sees_the_concept_too(store: Store) -> None:
     found = store.recall_memories(QUERY, top_k=5, learn=False).memories
     hit = next(m for m in found if m.memory_id == memory_id)
     assert "keys" in hit.found_by
+
+
+def test_a_new_concept_merges_into_its_variant_behind_nearer_names(store: Store) -> None:
+    """Merging a new concept key as an alias compares it with the nearest concept key; name
+    rows nearer to it than that concept must not hide it (the merge then depended on how
+    many unrelated names the store held)."""
+    key_id = store.remember("The user grows apples", ["apple orchard"]).keys[0].key_id
+    names = [f"Apple Orchards {i}" for i in range(20)]
+    store.remember_batch([RememberItem(f"fact {n}", [n], {n: "name"}) for n in names])
+    (outcome,) = store.remember("Another apple fact", ["apple orchards"]).keys
+    assert outcome.key_id == key_id and outcome.resolution == "alias"
