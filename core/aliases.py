@@ -46,7 +46,7 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | Non
     if (
         reads >= settings.alias_after_reads
         and 0 < len(alias) <= settings.limits.key_chars
-        and alias.casefold() not in state.labels
+        and state.key_for_label(alias) is None
         and kept < settings.learned_aliases_per_key
     ):
         events.append(

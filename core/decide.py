@@ -11,7 +11,7 @@ import itertools
 import re
 import secrets
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -289,6 +289,7 @@ class Batch:
         scores = rows.matrix @ self.store.embed(labels).T
         keys = self.state.keys
         found: dict[str, tuple[str, float]] = {}
+        concept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
         for j, label in enumerate(labels):
             column = scores[:, j]
             for _ in range(16):  # the best row whose key is (still) a concept
@@ -297,6 +298,16 @@ class Batch:
                     found[label.casefold()] = (rows.ids[row], float(column[row]))
                     break
                 column[row] = -2.0
+            else:
+                # Names nearer than any concept (entities, extracted names): look past them
+                # all, or the merge would depend on how many unrelated names the store holds.
+                if concept is None:
+                    concept = np.fromiter(
+                        (keys[key_id].type == "concept" for key_id in rows.ids), bool, len(rows)
+                    )
+                if concept.any():
+                    row = int(np.argmax(np.where(concept, column, -2.0)))
+                    found[label.casefold()] = (rows.ids[row], float(column[row]))
         return found
 
     def _closest_concept(self, label: str, vector: Matrix) -> tuple[str | None, float]:

@@ -126,16 +126,29 @@ class FastEmbedder:
         self.model_path = model_path
         self.batch_size = batch_size
         self._model: Any = None
-        self.dim = dim if dim is not None else self._known_dim(model_id)
+        known = self._known_dim(model_id)
+        if dim is None:
+            if known is None:
+                raise StoreError(f"fastembed does not know model {model_id!r}", model=model_id)
+            dim = known
+        elif known is not None and dim != known:
+            # Every vector would be of the wrong width: refused before a store is touched.
+            raise StoreError(
+                f"KEYTRAIL_EMBED_DIM (--embed-dim) is {dim}, but {model_id} makes "
+                f"{known}-dimensional vectors; leave it unset for a model fastembed knows",
+                field="embed_dim",
+                model=model_id,
+            )
+        self.dim = dim
 
     @staticmethod
-    def _known_dim(model_id: str) -> int:
+    def _known_dim(model_id: str) -> int | None:
         from fastembed import TextEmbedding
 
         for desc in TextEmbedding.list_supported_models():
             if desc.get("model") == model_id:
                 return int(desc["dim"])
-        raise StoreError(f"fastembed does not know model {model_id!r}", model=model_id)
+        return None
 
     @property
     def fingerprint(self) -> str:
@@ -214,6 +227,11 @@ class OpenAIEmbedder:
         return self._dim
 
     @property
+    def dim_known(self) -> bool:
+        """Whether `dim` answers without asking the endpoint."""
+        return self._dim is not None
+
+    @property
     def fingerprint(self) -> str:
         return f"openai:{self.model_id}:{self.dim}"
 
@@ -264,6 +282,15 @@ class OpenAIEmbedder:
                 )
             result[rows] = vectors
         return result
+
+
+def name_of(embedder: Embedder) -> str:
+    """The embedder's fingerprint, or `backend:model` while its dimension is still to be asked
+    of its endpoint: for what must answer without it (stats, messages about a failed build),
+    since that endpoint may be the thing that is down."""
+    if getattr(embedder, "dim_known", True):
+        return embedder.fingerprint
+    return f"{embedder.backend}:{embedder.model_id}"
 
 
 def make_embedder(

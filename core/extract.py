@@ -31,8 +31,11 @@ _MARKS = (
     "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed"
     "\u0900-\u0963\u0966-\u0dff\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 )
+#: what ends a sentence, and so a name: its punctuation, and a line break (transcripts and
+#: notes break lines without any)
+_ENDS = ".!?;:\u0964\u0965\n"
 #: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
-_TOKEN = re.compile(rf"[^\W\d_][\w'’{_MARKS}-]*[\w{_MARKS}]|[^\W\d_]|[.!?;:\u0964\u0965]")
+_TOKEN = re.compile(rf"[^\W\d_][\w'’{_MARKS}-]*[\w{_MARKS}]|[^\W\d_]|[{_ENDS}]")
 #: Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han): a run of
 #: them is a clause, not a word, so it is never a concept.
 _UNSPACED = re.compile(
@@ -126,7 +129,7 @@ def extract_keys(
             run.clear()
 
     for token in tokens:
-        if token in ".!?;:\u0964\u0965":
+        if token in _ENDS:
             close_run()
             sentence_start = True
             continue

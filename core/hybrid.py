@@ -65,7 +65,7 @@ from keytrail.projections.text import IndexAhead, IndexProgress
 
 from . import validation as check
 from .config import MAX_HOPS, zone_info
-from .queries import HUB_LINKS, literal_candidates, newest_links, visible
+from .queries import HUB_LINKS, SIMILAR_KEYS, literal_candidates, newest_links, visible
 from .results import KeyRef
 from .sessions import SessionOrder
 from .when import named_periods
@@ -466,10 +466,16 @@ def _keys(
     if len(vectors):
         scores = vectors.matrix @ query_vector
         above = np.flatnonzero(scores >= threshold)
-        for row in above[np.argsort(-scores[above])][:200]:
+        similar = 0
+        # The best SIMILAR_KEYS concepts, not the concepts among as many best rows: name
+        # rows, which never match by similarity, must not crowd them out.
+        for row in above[np.argsort(-scores[above])]:
             key_id = vectors.ids[row]
             if state.keys[key_id].type == "concept" and key_id not in matched:
                 matched[key_id] = float(scores[row])
+                similar += 1
+                if similar == SIMILAR_KEYS:
+                    break
     totals: dict[str, float] = {}
     edges: list[tuple[str, str]] = []
     for key_id, similarity in matched.items():

@@ -24,6 +24,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from . import keyrank
 from . import validation as check
 from .config import CONVERSATION_PAGE, DEFAULT_PAGE, KEY_PAGE, RELATED_PAGE
+from .embedders import name_of
 from .results import (
     Conversation,
     KeyBrowse,
@@ -191,6 +192,8 @@ def _ngrams(words: list[str]) -> list[str]:
     ]
 
 
+#: Concept keys a query is compared with by similarity, the best first (recall and hybrid).
+SIMILAR_KEYS = 200
 _NEVER = datetime.max.replace(tzinfo=UTC)
 #: A key with more links than this is a walk no read should take whole: `related` and hybrid
 #: recall's key signal and hops look only at its newest this many links (their scores through
@@ -448,12 +451,23 @@ class Queries:
             scores = 0.75 * scores + 0.25 * rows.scores(vectors[1])
         best: dict[str, float] = {}
         keys = self.state.keys
-        top = min(200, len(scores))
-        candidates = np.argpartition(-scores, top - 1)[:top]
-        for row in candidates[np.argsort(-scores[candidates])]:
-            key_id = rows.ids[row]
-            if keys[key_id].type == "concept" and key_id not in best:
-                best[key_id] = float(scores[row])
+        top = min(SIMILAR_KEYS, len(scores))
+        while True:
+            candidates = np.argpartition(-scores, top - 1)[:top]
+            for row in candidates[np.argsort(-scores[candidates])]:
+                key_id = rows.ids[row]
+                if keys[key_id].type == "concept" and key_id not in best:
+                    best[key_id] = float(scores[row])
+            # Names never match by similarity: where their rows (entities, extracted names)
+            # fill the window, look further, until it holds every row above the threshold or
+            # the best SIMILAR_KEYS concepts.
+            if (
+                top == len(scores)
+                or len(best) >= SIMILAR_KEYS
+                or float(scores[candidates].min()) < self.thresholds.key_recall
+            ):
+                break
+            top = min(4 * top, len(scores))
         return sorted(best.items(), key=lambda kv: -kv[1])
 
     # -- read_key --------------------------------------------------------------------------
@@ -796,7 +810,7 @@ class Queries:
                 hubs=hubs,
                 namespaces=dict(sorted(namespaces.items())),
                 sessions=len(state.conversations),
-                embedder=self.embedder.fingerprint,
+                embedder=name_of(self.embedder),
                 log_bytes=log_bytes,
                 last_event_at=state.at if state.seq else None,
                 projection=self.projection_state(),

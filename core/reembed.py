@@ -24,6 +24,7 @@ from keytrail.events import KeytrailError, StoreError
 from keytrail.projections import text_hash
 from keytrail.projections.vectors import VECTORS_DIR, cached_fingerprints
 
+from .embedders import name_of
 from .results import ProjectionState
 from .store import Store
 
@@ -339,7 +340,7 @@ class BackgroundBuild:
                             self._start()
                             continue
                         raise ProjectionUnavailable(
-                            self.store.embedder.fingerprint, _cause(self._error)
+                            name_of(self.store.embedder), _cause(self._error)
                         ) from self._error
                     now = (self._done, self._total)
                     if progress is not None and self._total and now != heard:

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import threading
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -149,25 +150,30 @@ class Store(Queries, HybridQueries):
         self.home = Path(home if home is not None else self.settings.home)
         if create:
             refuse_nested_store(self.home)  # before mkdir: a refused home stays absent
-            self.home.mkdir(parents=True, exist_ok=True)
         else:
             require_log(self.home)
-        self.clock = clock
-        self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
+        # Before the home is made: an embedder refused (a dimension its model does not make)
+        # leaves nothing behind.
         self.embedder = embedder or make_embedder(
             self.settings.embedder,
             self.settings.model,
             self.settings.model_path,
             self.settings.embed_dim,
         )
+        if create:
+            self.home.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self.log = EventLog(self.home, segment_bytes=self.settings.segment_bytes, clock=clock)
         self.thresholds: Thresholds = profile_for(
             self.embedder.model_id, self.settings.threshold_overrides
         )
-        self._vector_cache: VectorCache | None = None  # loaded on first use: see `vectors`
-        self._key_vectors = VectorSet(self.embedder.dim)
+        # Loaded on first use (see `vectors`), as are the matrices: none may ask the embedder
+        # its dimension at open, which an endpoint that is down cannot answer (see name_of).
+        self._vector_cache: VectorCache | None = None
+        self._key_vectors: VectorSet | None = None
         self._labels_embedded = 0
         self._labels_dropped = 0
-        self._memory_vectors = VectorSet(self.embedder.dim)
+        self._memory_vectors: VectorSet | None = None
         self._memories_embedded = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
@@ -561,6 +567,10 @@ class Store(Queries, HybridQueries):
         processes forgot (rows embedded from the log before its redaction). Unsaved rows of
         those are dropped first, not written and then erased: a kill in between would keep
         them, with no pending purge left to finish the job."""
+        if self._vector_cache is None:
+            # Nothing embedded, so nothing to save; forgets noted meanwhile are dropped from
+            # the cache when it is read (see `vectors`) and erased at the next write after.
+            return
         if self._forgotten_digests:
             self.vectors.discard_unsaved(self._forgotten_digests)
         self.vectors.flush()
@@ -658,7 +668,7 @@ class Store(Queries, HybridQueries):
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""
         labels = self.state.labels
-        if self._labels_dropped != self.state.labels_dropped:
+        if self._key_vectors is None or self._labels_dropped != self.state.labels_dropped:
             # A learned alias was dropped: rebuild from the cache (no model call) without it.
             self._key_vectors = VectorSet(self.embedder.dim)
             self._labels_embedded = 0
@@ -680,6 +690,8 @@ class Store(Queries, HybridQueries):
         dict's tail; their contents are embedded once through the cache.
         """
         memories = self.state.memories
+        if self._memory_vectors is None:
+            self._memory_vectors = VectorSet(self.embedder.dim)
         if self._memories_embedded < len(memories):
             tail = itertools.islice(
                 reversed(memories.values()), len(memories) - self._memories_embedded
@@ -951,6 +963,9 @@ class Store(Queries, HybridQueries):
         """
         if query is not None:
             query = check.text("query", query, self.settings.limits.query_chars)
+            # As labels are (validation.label): an accent typed as a combining mark is the
+            # same query, counts towards the same alias and names the same key.
+            query = unicodedata.normalize("NFC", query)
         namespace = check.optional_namespace(namespace)
 
         def decide(app: Appender) -> MemoryView:
@@ -1014,7 +1029,8 @@ class Store(Queries, HybridQueries):
                 )
                 for n in nodes
             ]
-            self.vectors.flush()
+            if self._vector_cache is not None:
+                self._vector_cache.flush()
             purged = self._finish_forgetting()
             return Forgotten(
                 memory_id=node.id,
@@ -1059,7 +1075,7 @@ class Store(Queries, HybridQueries):
             and text_hash(m.content) == digest
         }
         purged = forgetting.purge(
-            self.home, self.log, done, self.vectors, fresh_snapshot=fresh, keep_vectors=held
+            self.home, self.log, done, self._vector_cache, fresh_snapshot=fresh, keep_vectors=held
         )
         self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])

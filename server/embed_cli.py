@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from keytrail.core import Store
 from keytrail.core import reembed as projection
+from keytrail.core.embedders import name_of
 
 from .progress import ProgressBar
 from .shell import emit_json, open_store
@@ -29,8 +30,14 @@ class BuildBar:
     least QUIET_BELOW texts."""
 
     def __init__(self, store: Store) -> None:
-        self.fingerprint = store.embedder.fingerprint
+        self.store = store
         self.bar: ProgressBar | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Asked when told: at the start of a server, the endpoint that would say an OpenAI
+        model's dimension may be down."""
+        return name_of(self.store.embedder)
 
     def __call__(self, done: int, total: int) -> None:
         if total < QUIET_BELOW:
@@ -81,18 +88,21 @@ def build_while_serving(store: Store, memory_vectors: bool = False) -> projectio
 def cmd_reembed(args: argparse.Namespace) -> int:
     if args.list:
         with open_store(args, build_projection=False) as store:
-            current = store.embedder.fingerprint
+            # A cache with no readable manifest is listed by its folder's name: ours too.
+            folder = store.vectors.dir
+            assert folder is not None  # a store's cache always lives under its home
+            current = {store.embedder.fingerprint, folder.name}
             found = projection.list_projections(store.home)
         if args.json:
             emit_json(
                 [
-                    {"fingerprint": fp, "rows": rows, "seq": seq, "current": fp == current}
+                    {"fingerprint": fp, "rows": rows, "seq": seq, "current": fp in current}
                     for fp, rows, seq in found
                 ]
             )
         else:
             for fp, rows, seq in found:
-                mark = "*" if fp == current else " "
+                mark = "*" if fp in current else " "
                 covered = "not recorded" if seq is None else f"up to seq {seq}"
                 print(f"{mark} {fp}: {rows} vectors, {covered}")
         return 0

@@ -223,6 +223,13 @@ def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
         {"fingerprint": HashEmbedder().fingerprint, "rows": 3, "seq": 2, "current": True}
     ]
     assert "from the cache" in kt("reembed")
+    # A cache whose manifest was lost (never recorded, or damaged) is listed by its folder
+    # name: still the one in use.
+    (cache,) = (home / "cache" / "vectors").iterdir()
+    (cache / "manifest.json").unlink()
+    (unrecorded,) = json.loads(kt("reembed", "--list", "--json"))
+    assert unrecorded["seq"] is None and unrecorded["current"] is True
+    assert kt("reembed", "--list").startswith("* ")
 
 
 def test_profiles_for_known_models_and_closest_for_unknown() -> None:
@@ -275,3 +282,21 @@ def test_hash_vectors_stay_bit_identical_to_hash_v1(dim: int) -> None:
         expected = _hash_vector_reference(text, dim).tobytes()
         assert batch[i].tobytes() == expected
         assert embedder.embed([text])[0].tobytes() == expected
+
+
+def test_an_embed_dim_a_local_model_does_not_make_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """KEYTRAIL_EMBED_DIM is for OpenAI-compatible models keytrail does not know; left set
+    from one (or mistyped) with the local model, it made the first remember fail with a numpy
+    broadcast error after the store had been created."""
+    from keytrail.core import Settings, StoreError
+
+    with pytest.raises(StoreError, match=r"KEYTRAIL_EMBED_DIM.*512.*384") as err:
+        FastEmbedder(dim=512)
+    assert err.value.fields["field"] == "embed_dim"
+    assert FastEmbedder(dim=384).dim == 384  # the model's own dimension is fine
+    home = tmp_path / "store"
+    with pytest.raises(StoreError, match="KEYTRAIL_EMBED_DIM"):
+        Store(Settings(home=home, embedder="fastembed", embed_dim=512))
+    assert not home.exists()

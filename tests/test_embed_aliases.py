@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,3 +151,24 @@ def test_a_name_keys_learned_alias_finds_it_for_a_question_or_a_long_query(
         found = store.recall_memories(query, learn=False).memories
         assert [m.memory_id for m in found] == [memory_id], query
         assert "keys" in found[0].found_by, query
+
+
+def test_a_query_typed_decomposed_is_the_same_query_and_never_learns_a_name(
+    make_store: Callable[..., Store],
+) -> None:
+    """macOS and some pastes type accents as combining marks. Labels are NFC, so "Zoë" typed
+    decomposed names the key Zoë: it must not become another key's alias (which would make a
+    recall of the name, typed that way, find that other key too), and the two forms of one
+    query are one habit."""
+    store = make_store(alias_after_reads=3)
+    memory_id, key_id = shop(store)
+    zoe = store.remember("Zoë is an old friend of the user", ["Zoë"]).keys[0].key_id
+    decomposed = unicodedata.normalize("NFD", "Zoë")
+    for _ in range(3):
+        store.read_memory(memory_id, via_key_id=key_id, query=decomposed)
+    assert events_of(store, KeyAliased) == []
+    assert [k.key_id for k in store.recall(decomposed).keys] == [zoe]
+    for form in ("NFC", "NFD", "NFC"):
+        store.read_memory(memory_id, via_key_id=key_id, query=unicodedata.normalize(form, "café"))
+    (learned,) = events_of(store, KeyAliased)
+    assert learned.key_id == key_id and learned.alias == unicodedata.normalize("NFC", "café")

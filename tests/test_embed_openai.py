@@ -194,3 +194,33 @@ def test_opening_with_a_new_model_builds_its_projection_with_progress(
     assert json.loads(proc.stdout)["keys"][0]["label"] == "plot 7"
     with Store(Settings(home=home), embedder=OpenAIEmbedder(MODEL, base_url=server.url)) as again:
         assert projection.status(again).current
+
+
+@pytest.mark.filterwarnings("ignore:no similarity profile")
+def test_a_model_of_unknown_dimension_with_its_endpoint_down_still_serves(
+    server: EmbeddingsServer, tmp_path: Path
+) -> None:
+    """A server on a local endpoint that is not up yet (an Ollama started after the client)
+    must start and answer what needs no vectors, as it does for a model of known dimension:
+    asking the dimension belongs to the build, which fails, says why, and is tried again."""
+    from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
+    from keytrail.server.embed_cli import build_while_serving
+
+    home = tmp_path / "store"
+    with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as store:
+        store.remember("Ada keeps bees on the roof", ["bees"])
+    server.failures = [503] * 4
+    embedder = OpenAIEmbedder("local-embedder", base_url=server.url, max_retries=0)
+    with Store(Settings(home=home, embedder="openai"), embedder=embedder) as store:
+        build = build_while_serving(store)
+        assert store.list_memories().total == 1
+        assert store.memory_stats().embedder.startswith("openai:local-embedder")
+        KnowledgeGraph(store).create_entities([EntityInput("Ada", "person", ["Likes honey"])])
+        assert build.thread is not None
+        build.thread.join(10)
+        with pytest.raises(projection.ProjectionUnavailable, match="HTTP 503") as err:
+            store.recall("bees")
+        assert "openai:local-embedder" in str(err.value)
+        server.failures = []  # the endpoint is up: the next call builds, no restart
+        assert [k.label for k in store.recall("bees").keys] == ["bees"]
+        assert store.embedder.fingerprint == f"openai:local-embedder:{DIM}"

@@ -37,6 +37,18 @@ def test_names_and_salient_terms() -> None:
     assert len([t for t in got.values() if t == "concept"]) <= 4
 
 
+def test_a_line_break_ends_a_name_and_opens_a_sentence() -> None:
+    """Transcripts and notes break lines without punctuation: a name never runs on into the
+    next line ("Guests Alice Bob"), and a common word opening a line ("Yesterday", "The") is
+    no more a name than one opening a sentence."""
+    assert labels("Guests\nAlice\nBob") == {"Guests": "name", "Alice": "name", "Bob": "name"}
+    got = labels("Notes from the trip\r\nYesterday we went hiking\n\nThe lake was cold")
+    assert "Yesterday" not in got and "The" not in got and "Notes" in got
+    assert not any(" " in label for label in got)
+    got = labels("Caroline flew to New York\nMelanie stayed home")
+    assert got["New York"] == "name" and got["Melanie"] == "name"
+
+
 def test_nothing_to_extract_gives_no_keys() -> None:
     assert extract_keys("ok, thanks!") == []
 
