@@ -43,6 +43,31 @@ _UNSPACED = re.compile(
     "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
 )
 _POSSESSIVE = re.compile(r"['’]s$")
+#: Titles written with a full stop ("Dr. Smith"): the stop ends no sentence, and the title is
+#: no part of the name a query would spell ("Smith"), nor a concept.
+_TITLES = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "rev",
+        "fr",
+        "capt",
+        "gen",
+        "col",
+        "lt",
+        "sgt",
+        "sen",
+        "rep",
+        "gov",
+        "jr",
+        "sr",
+    ]
+)
+#: Abbreviations that open a place's name ("St. Louis", "Mt. Everest"): kept, with their stop.
+_PLACE_PREFIXES = frozenset(("st", "mt", "ft"))
 
 #: Common English words: never a concept, and never a name when they open a sentence.
 _COMMON_WORDS = """
@@ -104,6 +129,17 @@ def _is_word(word: str) -> bool:
     return word.isascii() or _UNSPACED.search(word) is None
 
 
+def _abbreviated(tokens: list[str], i: int) -> bool:
+    """Whether tokens[i] is a capitalised title or place prefix written with its full stop."""
+    token = tokens[i]
+    return (
+        token[:1].isupper()
+        and i + 1 < len(tokens)
+        and tokens[i + 1] == "."
+        and (token.casefold() in _TITLES or token.casefold() in _PLACE_PREFIXES)
+    )
+
+
 def extract_keys(
     content: str, max_keys: int | None = None, max_chars: int | None = None
 ) -> list[KeySpec]:
@@ -128,10 +164,19 @@ def extract_keys(
             in_name.update(w.casefold() for w in run)
             run.clear()
 
-    for token in tokens:
+    for i, token in enumerate(tokens):
         if token in _ENDS:
+            if token == "." and i and _abbreviated(tokens, i - 1):
+                continue  # "Dr." or "St.": the stop ends nothing
             close_run()
             sentence_start = True
+            continue
+        if _abbreviated(tokens, i):
+            if token.casefold() in _TITLES:
+                close_run()  # "Dr. Smith": the name is "Smith"
+            else:
+                run.append(token + ".")  # "St. Louis"
+            sentence_start = False
             continue
         bare = _POSSESSIVE.sub("", token)
         capitalised = bare[:1].isupper() and bare.casefold() not in ("i", "i'm", "i’m")
@@ -160,6 +205,7 @@ def extract_keys(
             and _is_word(word)
             and folded not in COMMON
             and folded not in in_name
+            and folded not in _TITLES
         ):
             counts[folded] = counts.get(folded, 0) + 1
             spelt.setdefault(folded, word)

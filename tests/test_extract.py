@@ -251,3 +251,19 @@ def test_the_unnormalised_label_index_follows_the_labels_it_was_built_from() -> 
     del state.labels[mixed.casefold()]  # as key.unaliased drops one
     state.labels_dropped += 1
     assert state.key_for_label(nfc) is None
+
+
+def test_titles_and_place_abbreviations_keep_names_whole() -> None:
+    """The stop of "Dr." or "St." ends no sentence. A title is no part of the name a query
+    would spell ("Smith"), nor a name or concept of its own; "St." belongs to the place."""
+    got = labels("Dr. Smith met Mrs. Jones in St. Louis, and Prof. Ada Lovelace took notes.")
+    assert {k: v for k, v in got.items() if v == "name"} == {
+        "Smith": "name",
+        "Jones": "name",
+        "St. Louis": "name",
+        "Ada Lovelace": "name",
+    }
+    assert not {"Dr", "Mrs", "Prof", "prof", "St", "Louis"} & set(got)
+    assert labels("Martin Luther King Jr. spoke.")["Martin Luther King"] == "name"
+    # A real sentence end after a lowercase word is still one: "Anna" opens a sentence.
+    assert "Anna" in labels("we saw the doctor. Anna came later")
