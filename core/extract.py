@@ -45,27 +45,8 @@ _UNSPACED = re.compile(
 _POSSESSIVE = re.compile(r"['’]s$")
 #: Titles written with a full stop ("Dr. Smith"): the stop ends no sentence, and the title is
 #: no part of the name a query would spell ("Smith"), nor a concept.
-_TITLES = frozenset(
-    [
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "prof",
-        "rev",
-        "fr",
-        "capt",
-        "gen",
-        "col",
-        "lt",
-        "sgt",
-        "sen",
-        "rep",
-        "gov",
-        "jr",
-        "sr",
-    ]
-)
+_TITLE_WORDS = "mr mrs ms dr prof rev fr capt gen col lt sgt sen rep gov jr sr"
+_TITLES = frozenset(_TITLE_WORDS.split())
 #: Abbreviations that open a place's name ("St. Louis", "Mt. Everest"): kept, with their stop.
 _PLACE_PREFIXES = frozenset(("st", "mt", "ft"))
 
