@@ -28,6 +28,9 @@ OPENAI_DIMS = {
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
+#: OpenAI models that return shorter vectors on request (the API's `dimensions`): smaller
+#: matrices and cache for a little less accuracy.
+OPENAI_SHORTENED = ("text-embedding-3-small", "text-embedding-3-large")
 
 
 class Embedder(Protocol):
@@ -218,7 +221,23 @@ class OpenAIEmbedder:
         except openai.OpenAIError as exc:
             raise StoreError(f"cannot set up the OpenAI client: {exc}") from exc
         self.url = str(self._client.base_url)
-        self._dim = dim if dim is not None else OPENAI_DIMS.get(model_id)
+        native = OPENAI_DIMS.get(model_id)
+        #: sent as the request's `dimensions`: a shorter vector than the model's own, asked for
+        self._dimensions: int | None = None
+        if dim is not None and native is not None and dim != native:
+            if model_id not in OPENAI_SHORTENED or dim > native:
+                makes = (
+                    f"vectors of at most {native} dimensions"
+                    if model_id in OPENAI_SHORTENED
+                    else f"{native}-dimensional vectors only"
+                )
+                raise StoreError(
+                    f"KEYTRAIL_EMBED_DIM (--embed-dim) is {dim}, but {model_id} makes {makes}",
+                    field="embed_dim",
+                    model=model_id,
+                )
+            self._dimensions = dim
+        self._dim = dim if dim is not None else native
 
     @property
     def dim(self) -> int:
@@ -239,9 +258,17 @@ class OpenAIEmbedder:
         import openai
 
         try:
-            response = self._client.embeddings.create(
-                model=self.model_id, input=texts, encoding_format="float"
-            )
+            if self._dimensions is not None:
+                response = self._client.embeddings.create(
+                    model=self.model_id,
+                    input=texts,
+                    encoding_format="float",
+                    dimensions=self._dimensions,
+                )
+            else:
+                response = self._client.embeddings.create(
+                    model=self.model_id, input=texts, encoding_format="float"
+                )
         except openai.APIStatusError as exc:
             raise StoreError(
                 f"embeddings request to {self.url} failed with HTTP {exc.status_code}: "

@@ -56,7 +56,9 @@ class Handler(BaseHTTPRequestHandler):
                 status, {"error": {"message": "slow down", "type": "rate_limit"}}, retry_ms="5"
             )
         texts = body["input"]
-        vectors = server.hashing.embed(texts)
+        # `dimensions` shortens text-embedding-3 vectors, as the API does
+        dim = body.get("dimensions", DIM)
+        vectors = (server.hashing if dim == DIM else HashEmbedder(dim=dim)).embed(texts)
         data = [
             {"object": "embedding", "index": i, "embedding": vectors[i].tolist()}
             for i in range(len(texts))
@@ -224,3 +226,43 @@ def test_a_model_of_unknown_dimension_with_its_endpoint_down_still_serves(
         server.failures = []  # the endpoint is up: the next call builds, no restart
         assert [k.label for k in store.recall("bees").keys] == ["bees"]
         assert store.embedder.fingerprint == f"openai:local-embedder:{DIM}"
+
+
+def test_a_shorter_dimension_is_asked_of_the_model(
+    server: EmbeddingsServer, tmp_path: Path
+) -> None:
+    """KEYTRAIL_EMBED_DIM below a text-embedding-3 model's own is sent as the API's
+    `dimensions`: the vectors come back that short, and the projection is that model at that
+    dimension. Unset, the model's own vectors are asked for, without `dimensions`."""
+    short = OpenAIEmbedder(MODEL, base_url=server.url, dim=256)
+    assert short.fingerprint == f"openai:{MODEL}:256"
+    with Store(Settings(home=tmp_path / "short"), embedder=short) as store:
+        made = store.remember("Ada keeps bees on the roof", ["bees", "roof"])
+        assert store.recall("bees").keys[0].key_id == made.keys[0].key_id
+        assert store.key_vectors().matrix.shape == (2, 256)
+    assert server.requests and {r.get("dimensions") for r in server.requests} == {256}
+    server.requests.clear()
+    whole = OpenAIEmbedder(MODEL, base_url=server.url)
+    assert whole.embed(["bees"]).shape == (1, DIM)
+    assert ["dimensions" in r for r in server.requests] == [False]
+
+
+@pytest.mark.parametrize(
+    ("model", "dim", "says"),
+    [
+        (MODEL, 4096, f"{MODEL} makes vectors of at most {DIM} dimensions"),
+        (
+            "text-embedding-ada-002",
+            512,
+            "text-embedding-ada-002 makes 1536-dimensional vectors only",
+        ),
+    ],
+)
+def test_a_dimension_the_model_cannot_make_is_refused_before_any_request(
+    server: EmbeddingsServer, model: str, dim: int, says: str
+) -> None:
+    with pytest.raises(StoreError) as refused:
+        OpenAIEmbedder(model, base_url=server.url, dim=dim)
+    assert refused.value.message == f"KEYTRAIL_EMBED_DIM (--embed-dim) is {dim}, but {says}"
+    assert refused.value.fields["field"] == "embed_dim"
+    assert server.requests == []
