@@ -693,6 +693,12 @@ def changes(
                 )
         if progress is not None:
             progress(total, total)
+        if (isinstance(low, int) and isinstance(high, datetime) and since_at > high) or (
+            isinstance(low, datetime) and isinstance(high, int) and since_seq > high
+        ):
+            # One a seq and the other a time: only the scan placed them (since_at is the time
+            # of seq `since`, since_seq the last event at or before time `since`).
+            raise InvalidInput("since", f"{since} is after until ({until})")
         cuts = (added, corrected, expired, forgotten, deleted, merged)
         return Changes(
             since_seq=since_seq,

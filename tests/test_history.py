@@ -160,6 +160,29 @@ def test_changes_between_two_points(make_store: Callable[..., Store]) -> None:
     assert err.value.field == "until"
 
 
+def test_changes_refuses_since_after_until_given_as_a_seq_and_a_time(
+    make_store: Callable[..., Store],
+) -> None:
+    """since=seq, until=time (or the other way round) with since after until was answered as
+    an empty span ("after seq 4 up to seq 4") where two seqs or two times are refused."""
+    from keytrail.events import EventLog
+
+    store = make_store()
+    first = store.remember("The user drinks coffee", ["drinks"])
+    second = store.remember("The user plays chess", ["games"])
+    third = store.remember("The user reads novels", ["books"])
+    at = {e.seq: e.at.isoformat() for e in EventLog(store.home).iter_new()}
+    for since, until in ((third.seq, at[first.seq]), (at[third.seq], first.seq)):
+        with pytest.raises(InvalidInput, match="is after until") as err:
+            changes(store, since=since, until=until)
+        assert err.value.field == "since"
+    # Spans that hold nothing or one event are no error.
+    assert changes(store, since=second.seq, until=at[second.seq]).added == []
+    assert changes(store, since=at[second.seq], until=second.seq).added == []
+    assert changes(store, since=at[first.seq], until=second.seq).added == [second.memory_id]
+    assert changes(store, since=first.seq, until=at[second.seq]).added == [second.memory_id]
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 
