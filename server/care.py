@@ -28,6 +28,7 @@ from keytrail.events import (
     CorruptLog,
     DecodeError,
     EventLog,
+    MemoryForgotten,
     StoreCreated,
     decode_line,
     encode_event,
@@ -396,6 +397,8 @@ def read_export(
     `progress(done, lines)` hears how many of its `lines` lines are checked."""
     events: list[AnyEvent] = []
     state = GraphState()
+    #: memory id -> the line creating it with empty content, until a forget of it is read
+    emptied: dict[str, int] = {}
     for number, raw in enumerate(source, 1):
         if progress is not None and number % 1000 == 0:
             progress(number, lines)
@@ -420,13 +423,17 @@ def read_export(
         # An export carries no line checksums; each memory's content_hash is what says its text
         # is the text that was told (a forget's audit record repeats it), so check it.
         for memory in created_memories(event):
-            if memory.content and content_hash(memory.content) != memory.content_hash:
+            if not memory.content:  # a forget's redaction mark: the export must forget it
+                emptied[memory.memory_id] = number
+            elif content_hash(memory.content) != memory.content_hash:
                 raise CorruptLog(
                     label,
                     number,
                     f"the content of {memory.memory_id} does not match its content_hash "
                     "(the line was edited or damaged)",
                 )
+        if isinstance(event, MemoryForgotten):
+            emptied.pop(event.memory_id, None)
         try:
             apply(state, event)
         except (KeyError, IndexError, TypeError) as exc:
@@ -434,6 +441,15 @@ def read_export(
         events.append(event)
     if not events:
         raise InvalidInput("input", "the export holds no events")
+    if emptied:
+        # Remember refuses empty content: only a forget empties it, and it is in the export.
+        memory_id, number = next(iter(emptied.items()))  # the first such line
+        raise CorruptLog(
+            label,
+            number,
+            f"the content of {memory_id} is empty but the export never forgets it, so it "
+            "was never forgotten (the line was edited or damaged)",
+        )
     return events
 
 
