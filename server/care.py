@@ -35,7 +35,7 @@ from keytrail.events import (
     event_tag,
     utc_now,
 )
-from keytrail.events.redact import created_memories
+from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
@@ -399,6 +399,8 @@ def read_export(
     state = GraphState()
     #: memory id -> the line creating it with empty content, until a forget of it is read
     emptied: dict[str, int] = {}
+    #: memory id -> the index in `events` of the event creating it with its content
+    told: dict[str, int] = {}
     for number, raw in enumerate(source, 1):
         if progress is not None and number % 1000 == 0:
             progress(number, lines)
@@ -432,8 +434,15 @@ def read_export(
                     f"the content of {memory.memory_id} does not match its content_hash "
                     "(the line was edited or damaged)",
                 )
+            else:
+                told[memory.memory_id] = len(events)
         if isinstance(event, MemoryForgotten):
             emptied.pop(event.memory_id, None)
+            at = told.pop(event.memory_id, None)
+            if at is not None:
+                # Its text is still in the export (a log segment put back from a backup): the
+                # line is written as the forget left it, never with the text.
+                events[at] = without_content(events[at], [event.memory_id])
         try:
             apply(state, event)
         except (KeyError, IndexError, TypeError) as exc:

@@ -263,3 +263,30 @@ def test_import_of_an_export_with_a_content_emptied_but_never_forgotten_is_refus
     copy = tmp_path / "copy"
     kt(copy, "import", str(export))
     assert "redacted (forgotten, content removed): 1" in kt(copy, "verify").stdout
+
+
+def test_import_of_an_export_holding_a_forgotten_content_writes_it_redacted(
+    tmp_path: Path,
+) -> None:
+    """An export whose creating line still holds the content of a memory it forgets (taken
+    from a store with a log segment put back from a backup, or edited) wrote that content
+    into the new store's log, which verify then reported. The forget is in the history being
+    imported: the line is written as the forget left it, and no file holds the text."""
+    home = tmp_path / "store"
+    kt(home, "remember", "Dana lives in Oslo", "-n", "Dana")
+    secret = kt_json(home, "remember", "Bob's PIN is 7391", "-n", "Bob")
+    kt(home, "forget", secret["memory_id"], "--reason", "asked")
+    export = tmp_path / "backup.jsonl"
+    kt(home, "export", "-o", str(export))
+    restored = tmp_path / "restored.jsonl"
+    restored.write_text(
+        export.read_text().replace('"content":""', '"content":"Bob\'s PIN is 7391"')
+    )
+    assert "7391" in restored.read_text()
+
+    copy = tmp_path / "copy"
+    kt(copy, "import", str(restored))
+    report = kt(copy, "verify").stdout
+    assert f"redacted (forgotten, content removed): 1: {secret['memory_id']}" in report
+    assert not [p for p in copy.rglob("*") if p.is_file() and b"7391" in p.read_bytes()]
+    assert kt(copy, "export").stdout == export.read_text()  # the same history as the source
