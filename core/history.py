@@ -15,8 +15,9 @@ the events between its two points, so its cost grows with that span, not with th
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -229,22 +230,61 @@ def _chain(state: GraphState, memory_id: str) -> list[str]:
     return chain
 
 
-def _matching_lines(log: EventLog, needles: list[bytes]) -> Iterator[bytes]:
-    """Lines of the log containing any needle, in log order (each line once)."""
+#: Up to this many versions, `history` searches each segment once per version id (a fast byte
+#: search, one read of the segment each). Past it, it reads each segment once per distinct
+#: opening of the ids ('"m_') and looks each quoted string that starts so up in a set: a fact
+#: corrected hundreds of times would otherwise cost a read of the whole log per version.
+_SEARCH_EACH = 8
+
+
+def _matching_lines(log: EventLog, ids: list[str], tags: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines of the log holding any of `ids` as a JSON string, or any of `tags`, in log order
+    (each line once)."""
+    quoted = [f'"{i}"'.encode() for i in ids]
     for name in log.segments(fresh=True):
         data = (log.dir / name).read_bytes()
         starts: set[int] = set()
-        for needle in needles:
-            at = data.find(needle)
-            while at >= 0:
-                start = data.rfind(b"\n", 0, at) + 1
-                end = data.find(b"\n", at)
-                if end < 0:
-                    break  # a torn last line is not an event
-                starts.add(start)
-                at = data.find(needle, end)
+        if len(ids) <= _SEARCH_EACH:
+            hits = itertools.chain.from_iterable(_found(data, n) for n in [*quoted, *tags])
+        else:
+            hits = itertools.chain(
+                itertools.chain.from_iterable(_found(data, n) for n in tags), _quoted(data, ids)
+            )
+        for at in hits:
+            if data.find(b"\n", at) < 0:
+                continue  # a torn last line is not an event
+            starts.add(data.rfind(b"\n", 0, at) + 1)
         for start in sorted(starts):
             yield data[start : data.index(b"\n", start)]
+
+
+def _found(data: bytes, needle: bytes) -> Iterator[int]:
+    """Where `needle` is in `data`, at most once per line."""
+    at = data.find(needle)
+    while at >= 0:
+        yield at
+        end = data.find(b"\n", at)
+        if end < 0:
+            return
+        at = data.find(needle, end)
+
+
+def _quoted(data: bytes, ids: list[str]) -> Iterator[int]:
+    """Where one of `ids` is in `data` as a whole JSON string ('"<id>"'), in one pass per
+    distinct opening of the ids."""
+    wanted: dict[bytes, set[bytes]] = {}
+    for ident in ids:
+        raw = ident.encode()
+        wanted.setdefault(b'"' + raw[:2], set()).add(raw)
+    for opening, names in wanted.items():
+        at = data.find(opening)
+        while at >= 0:
+            close = data.find(b'"', at + 1)
+            if close < 0:
+                break
+            if data[at + 1 : close] in names:
+                yield at
+            at = data.find(opening, close + 1)
 
 
 def _only(event: AnyEvent, chain: set[str]) -> AnyEvent | None:
@@ -466,8 +506,7 @@ def history(store: Store, memory_id: str, limit: int | None = None, offset: int 
         # it goes on the page holding that event (one page, where an event's touches straddle two).
         trajectory: list[tuple[int, Trajectory]] = []
         private = GraphState()
-        needles = [f'"{m}"'.encode() for m in chain] + list(_RULE_TAGS)
-        for line in _matching_lines(store.log, needles):
+        for line in _matching_lines(store.log, chain, _RULE_TAGS):
             event = decode_line(line, upcasters=store.log.upcasters)
             if event.seq > state.seq:
                 break
@@ -654,6 +693,12 @@ def changes(
                 )
         if progress is not None:
             progress(total, total)
+        if (isinstance(low, int) and isinstance(high, datetime) and since_at > high) or (
+            isinstance(low, datetime) and isinstance(high, int) and since_seq > high
+        ):
+            # One a seq and the other a time: only the scan placed them (since_at is the time
+            # of seq `since`, since_seq the last event at or before time `since`).
+            raise InvalidInput("since", f"{since} is after until ({until})")
         cuts = (added, corrected, expired, forgotten, deleted, merged)
         return Changes(
             since_seq=since_seq,

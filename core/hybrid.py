@@ -761,7 +761,10 @@ class HybridQueries:
             )
             if source is not self:
                 learn = False  # a read of the past reinforces nothing
-            results = [self._recalled(c, explain, params) for c in outcome.results]
+            # Keys, types and link weights as the answering state holds them: a past answer's
+            # are those of then (a link cut since is not in today's key at all).
+            keys = source.state.keys
+            results = [self._recalled(c, explain, params, keys) for c in outcome.results]
         seq = None
         if learn and outcome.adjustments:
             seq = self._record_adjustments(outcome.adjustments, query)
@@ -782,9 +785,10 @@ class HybridQueries:
         result: int = self._write(decide)
         return result
 
-    def _recalled(self, cand: _Candidate, explain: bool, params: HybridParams) -> RecalledMemory:
+    def _recalled(
+        self, cand: _Candidate, explain: bool, params: HybridParams, keys: dict[str, KeyNode]
+    ) -> RecalledMemory:
         node = cand.node
-        keys = self.state.keys
         return RecalledMemory(
             memory_id=node.id,
             namespace=node.namespace,

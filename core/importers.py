@@ -56,6 +56,7 @@ from keytrail.projections import relation_id
 
 from . import validation as check
 from .config import Settings
+from .kg_reads import observation_nodes
 from .knowledge_graph import KnowledgeGraph, new_key_id, new_memory_id
 from .store import Store, content_hash
 
@@ -257,11 +258,9 @@ def _write_memory_jsonl(
             types[key_id] = key_type
             have = set()
             if key is not None:
-                have = {
-                    state.memories[m].content
-                    for m in key.links
-                    if state.memories[m].namespace == namespace and state.memories[m].current()
-                }
+                # What the entity shows now, as add_observations compares: a text whose
+                # observation has expired (or was deleted) is new again.
+                have = {n.content for n in observation_nodes(state, key, namespace, app.at)}
             link = KeyLink(
                 key_id=key_id,
                 label=label_,

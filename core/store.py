@@ -1002,16 +1002,15 @@ class Store(Queries, HybridQueries):
 
         def decide(app: Appender) -> Forgotten:
             node = self.state.memories.get(memory_id)
-            if node is None or content(node) is None:
-                raise NotFound(
-                    "memory_id",
-                    "memory",
-                    memory_id,
-                    "already forgotten" if node is not None else "",
-                )
+            if node is None:
+                raise NotFound("memory_id", "memory", memory_id)
             chain = forgetting.version_chain(self.state, node.id) if all_versions else [node.id]
             found = [(n, content(n)) for n in (self.state.memories[m] for m in chain)]
             nodes = [n for n, text in found if text is not None]
+            if not nodes:
+                # With all_versions the id may name a version forgotten already: the others
+                # still holding their text are what is asked for.
+                raise NotFound("memory_id", "memory", memory_id, "already forgotten")
             entries = [
                 forgetting.PendingPurge(
                     memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(text)

@@ -28,6 +28,7 @@ from keytrail.events import (
     CorruptLog,
     DecodeError,
     EventLog,
+    MemoryForgotten,
     StoreCreated,
     decode_line,
     encode_event,
@@ -35,7 +36,7 @@ from keytrail.events import (
     refuse_nested_store,
     utc_now,
 )
-from keytrail.events.redact import created_memories
+from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
@@ -397,6 +398,10 @@ def read_export(
     `progress(done, lines)` hears how many of its `lines` lines are checked."""
     events: list[AnyEvent] = []
     state = GraphState()
+    #: memory id -> the line creating it with empty content, until a forget of it is read
+    emptied: dict[str, int] = {}
+    #: memory id -> the index in `events` of the event creating it with its content
+    told: dict[str, int] = {}
     for number, raw in enumerate(source, 1):
         if progress is not None and number % 1000 == 0:
             progress(number, lines)
@@ -421,13 +426,24 @@ def read_export(
         # An export carries no line checksums; each memory's content_hash is what says its text
         # is the text that was told (a forget's audit record repeats it), so check it.
         for memory in created_memories(event):
-            if memory.content and content_hash(memory.content) != memory.content_hash:
+            if not memory.content:  # a forget's redaction mark: the export must forget it
+                emptied[memory.memory_id] = number
+            elif content_hash(memory.content) != memory.content_hash:
                 raise CorruptLog(
                     label,
                     number,
                     f"the content of {memory.memory_id} does not match its content_hash "
                     "(the line was edited or damaged)",
                 )
+            else:
+                told[memory.memory_id] = len(events)
+        if isinstance(event, MemoryForgotten):
+            emptied.pop(event.memory_id, None)
+            at = told.pop(event.memory_id, None)
+            if at is not None:
+                # Its text is still in the export (a log segment put back from a backup): the
+                # line is written as the forget left it, never with the text.
+                events[at] = without_content(events[at], [event.memory_id])
         try:
             apply(state, event)
         except (KeyError, IndexError, TypeError) as exc:
@@ -435,6 +451,15 @@ def read_export(
         events.append(event)
     if not events:
         raise InvalidInput("input", "the export holds no events")
+    if emptied:
+        # Remember refuses empty content: only a forget empties it, and it is in the export.
+        memory_id, number = next(iter(emptied.items()))  # the first such line
+        raise CorruptLog(
+            label,
+            number,
+            f"the content of {memory_id} is empty but the export never forgets it, so it "
+            "was never forgotten (the line was edited or damaged)",
+        )
     return events
 
 

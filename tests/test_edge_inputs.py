@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_cli import kt
+from test_cli import kt, kt_json
 from test_server import call, refused, run, stdio_session
 
 from keytrail.core import InvalidInput, RememberItem, Settings, Store
@@ -233,3 +233,60 @@ def test_import_of_an_export_with_edited_content_is_refused(tmp_path: Path) -> N
     ), proc.stderr
     assert "does not match its content_hash" in proc.stderr
     assert not fresh.exists()
+
+
+def test_import_of_an_export_with_a_content_emptied_but_never_forgotten_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Empty content is the redaction mark of a forget: a memory whose content is empty in an
+    export that never forgets it was edited or damaged (remember refuses empty content). It
+    imported, and the new store's `verify` failed at once ('content redacted but the memory
+    was never forgotten'). An export of a store that forgot one still imports."""
+    home = tmp_path / "store"
+    kt(home, "remember", "Dana lives in Oslo", "-n", "Dana")
+    secret = kt_json(home, "remember", "Bob's PIN is 7391", "-n", "Bob")
+    export = tmp_path / "backup.jsonl"
+    kt(home, "export", "-o", str(export))
+    emptied = tmp_path / "emptied.jsonl"
+    emptied.write_text(export.read_text().replace('"content":"Dana lives in Oslo"', '"content":""'))
+    fresh = tmp_path / "fresh"
+    proc = kt(fresh, "import", str(emptied), ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(
+        f"keytrail: error: corrupt event log: {emptied} line 2: the content of m_"
+    ), proc.stderr
+    assert "never forgotten" in proc.stderr
+    assert not fresh.exists()
+
+    kt(home, "forget", secret["memory_id"])
+    kt(home, "export", "-o", str(export))
+    copy = tmp_path / "copy"
+    kt(copy, "import", str(export))
+    assert "redacted (forgotten, content removed): 1" in kt(copy, "verify").stdout
+
+
+def test_import_of_an_export_holding_a_forgotten_content_writes_it_redacted(
+    tmp_path: Path,
+) -> None:
+    """An export whose creating line still holds the content of a memory it forgets (taken
+    from a store with a log segment put back from a backup, or edited) wrote that content
+    into the new store's log, which verify then reported. The forget is in the history being
+    imported: the line is written as the forget left it, and no file holds the text."""
+    home = tmp_path / "store"
+    kt(home, "remember", "Dana lives in Oslo", "-n", "Dana")
+    secret = kt_json(home, "remember", "Bob's PIN is 7391", "-n", "Bob")
+    kt(home, "forget", secret["memory_id"], "--reason", "asked")
+    export = tmp_path / "backup.jsonl"
+    kt(home, "export", "-o", str(export))
+    restored = tmp_path / "restored.jsonl"
+    restored.write_text(
+        export.read_text().replace('"content":""', '"content":"Bob\'s PIN is 7391"')
+    )
+    assert "7391" in restored.read_text()
+
+    copy = tmp_path / "copy"
+    kt(copy, "import", str(restored))
+    report = kt(copy, "verify").stdout
+    assert f"redacted (forgotten, content removed): 1: {secret['memory_id']}" in report
+    assert not [p for p in copy.rglob("*") if p.is_file() and b"7391" in p.read_bytes()]
+    assert kt(copy, "export").stdout == export.read_text()  # the same history as the source

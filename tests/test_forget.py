@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from keytrail.core import HashEmbedder, RememberItem, Settings, Store, forgetting
+from keytrail.core import HashEmbedder, NotFound, RememberItem, Settings, Store, forgetting
 from keytrail.core.maintenance import verify
 from keytrail.events import (
     DecodeError,
@@ -355,6 +355,29 @@ def test_forgetting_one_version_keeps_the_others(home: Path) -> None:
     assert gone.other_versions == []
     assert files_holding(home, "Busan") == [] and files_holding(home, "Seoul")
     assert store.state.memories[seoul].content == "user lives in Seoul"
+
+
+def test_all_versions_through_a_version_forgotten_already_takes_the_rest(home: Path) -> None:
+    """Forgetting one version, then the whole fact by the id one holds (the one forgotten):
+    all_versions takes every version still holding its text, not a refusal that the id given
+    was forgotten already. With nothing left anywhere in the chain it is refused, writing
+    nothing."""
+    store = open_store(home)
+    seoul = store.remember("user lives in Seoul", ["home"]).memory_id
+    busan = store.correct(seoul, "user moved to Busan", ["home"]).memory_id
+    store.forget(seoul)
+    gone = store.forget(seoul, reason="all of it", all_versions=True)
+    assert gone.memory_id == seoul and gone.other_versions == [busan]
+    assert files_holding(home, "Busan") == []
+    assert store.state.memories[busan].status == "forgotten"
+    assert verify(home).ok
+
+    written = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    with pytest.raises(NotFound, match="already forgotten"):
+        store.forget(busan, all_versions=True)
+    with pytest.raises(NotFound, match="already forgotten"):
+        store.forget(seoul)
+    assert b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl"))) == written
 
 
 def test_another_process_never_saves_a_vector_of_forgotten_content(home: Path) -> None:

@@ -18,6 +18,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from keytrail.core import InvalidInput, NotFound, Store
+from keytrail.core import history as timeline
 from keytrail.core.history import changes, history
 from keytrail.core.queries import Queries
 from keytrail.core.timetravel import read_memory_at, view
@@ -157,6 +158,29 @@ def test_changes_between_two_points(make_store: Callable[..., Store]) -> None:
     with pytest.raises(InvalidInput, match="before the store existed") as err:
         changes(store, until="2000-01-01T00:00:00Z")
     assert err.value.field == "until"
+
+
+def test_changes_refuses_since_after_until_given_as_a_seq_and_a_time(
+    make_store: Callable[..., Store],
+) -> None:
+    """since=seq, until=time (or the other way round) with since after until was answered as
+    an empty span ("after seq 4 up to seq 4") where two seqs or two times are refused."""
+    from keytrail.events import EventLog
+
+    store = make_store()
+    first = store.remember("The user drinks coffee", ["drinks"])
+    second = store.remember("The user plays chess", ["games"])
+    third = store.remember("The user reads novels", ["books"])
+    at = {e.seq: e.at.isoformat() for e in EventLog(store.home).iter_new()}
+    for since, until in ((third.seq, at[first.seq]), (at[third.seq], first.seq)):
+        with pytest.raises(InvalidInput, match="is after until") as err:
+            changes(store, since=since, until=until)
+        assert err.value.field == "since"
+    # Spans that hold nothing or one event are no error.
+    assert changes(store, since=second.seq, until=at[second.seq]).added == []
+    assert changes(store, since=at[second.seq], until=second.seq).added == []
+    assert changes(store, since=at[first.seq], until=second.seq).added == [second.memory_id]
+    assert changes(store, since=first.seq, until=at[second.seq]).added == [second.memory_id]
 
 
 # -- the command line ----------------------------------------------------------------------------
@@ -299,3 +323,49 @@ def test_history_of_knowledge_graph_observations(make_store: Callable[..., Store
     assert story("naps") == [("graph.imported", "imported from memory-jsonl cats.jsonl")]
     whats = {t.what for mid in deleted for t in history(store, mid).events}
     assert {"deleted as an observation", "deleted with its entity"} <= whats
+
+
+class _CountingBytes(bytes):
+    """A segment's bytes that count how many bytes `find` looked through."""
+
+    scanned = 0
+
+    def find(self, sub: Any, start: Any = None, end: Any = None) -> int:  # type: ignore[override]
+        at = super().find(sub, start, end)
+        begin = 0 if start is None else start
+        _CountingBytes.scanned += (len(self) if at < 0 else at + len(sub)) - begin
+        return at
+
+
+def test_history_of_a_long_chain_reads_the_log_a_few_times_not_once_per_version(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fact corrected many times (a running score) has a long chain: history must still be
+    about one read of the log, as documented, not one search of every segment per version
+    (600 versions searched a 1 MB log 600 times; a 326 MB log took minutes)."""
+    store = make_store()
+    for i in range(50):  # other memories around the chain
+        store.remember(f"unrelated fact number {i}", ["other"])
+    first = store.remember("the score is 0", ["score"])
+    current = first.memory_id
+    for i in range(1, 600):
+        current = store.correct(current, f"the score is {i}").memory_id
+        if i % 100 == 0:
+            store.read_memory(current)
+    size = sum(p.stat().st_size for p in (store.home / "log").glob("*.jsonl"))
+
+    read_bytes = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: _CountingBytes(read_bytes(self)))
+    _CountingBytes.scanned = 0
+    h = history(store, first.memory_id, limit=200, offset=1100)
+    assert _CountingBytes.scanned <= 8 * size, "each version searched the whole log again"
+
+    assert len(h.versions) == 600 and h.versions[-1].memory_id == current
+    # created once, then each correction touches two versions, plus the five reads
+    assert h.events_total == 1 + 2 * 599 + 5
+    assert [e.seq for e in h.events] == sorted(e.seq for e in h.events)
+    assert {e.memory_id for e in h.events[-2:]} == {h.versions[-2].memory_id, current}
+    assert h.next_offset is None
+    # The same answer as a search per version gives.
+    monkeypatch.setattr(timeline, "_SEARCH_EACH", 10_000)
+    assert history(store, first.memory_id, limit=200, offset=1100) == h

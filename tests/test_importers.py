@@ -399,3 +399,34 @@ def test_a_file_with_a_byte_order_mark_imports(tmp_path: Path, cli_env: None) ->
         assert main(["import", "--home", str(plain), str(FIXTURES / "memory.jsonl")]) == 0
         with Store(Settings(home=plain, embedder="hash")) as other:
             assert whole_graph(store) == whole_graph(other)
+
+
+def test_memory_jsonl_adds_again_an_observation_that_has_expired(tmp_path: Path) -> None:
+    """An observation whose ttl has passed is hidden from every read; the same text in an
+    imported memory.jsonl is then new, as add_observations takes it, not a duplicate skipped
+    without a word (the graph would never show it again)."""
+    from datetime import timedelta
+
+    from keytrail.core import HashEmbedder
+
+    now = [datetime(2026, 3, 1, 9, 0, tzinfo=UTC)]
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"),
+        embedder=HashEmbedder(),
+        clock=lambda: now[0],
+    )
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Dana", "person")])
+    store.remember("Dana is in a meeting", ["Dana"], {"Dana": "name"}, ttl_seconds=3600)
+    line = (
+        '{"type":"entity","name":"Dana","entityType":"person",'
+        '"observations":["Dana is in a meeting"]}\n'
+    )
+    assert import_text(store, line, "graph.jsonl").memories == 0  # shown: a duplicate
+
+    now[0] += timedelta(hours=2)
+    assert kg.open_nodes(["Dana"]).entities[0].observations == []
+    report = import_text(store, line, "graph.jsonl")
+    assert report.memories == 1
+    assert kg.open_nodes(["Dana"]).entities[0].observations == ["Dana is in a meeting"]
+    store.close()
