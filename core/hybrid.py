@@ -740,6 +740,7 @@ class HybridQueries:
         with self._mutex:
             self.refresh()
             source = past if isinstance(past, TimeView) else self
+            source.refresh()  # a past pinned to the latest seq stays there (TimeView.refresh)
             outcome = hybrid_recall(
                 source.state,
                 query=query,

@@ -241,6 +241,7 @@ class TimeView(Queries):
         self._store = store
         self._present = present
         self.state = state
+        self._seq = state.seq  # the point answered from (see refresh)
         self.settings = store.settings
         self.log = store.log
         self.embedder = store.embedder
@@ -282,6 +283,10 @@ class TimeView(Queries):
     def refresh(self) -> GraphState:
         if self._present:
             self.state = self._store.refresh()
+        elif self.state.seq != self._seq:
+            # The state asked for was the store's own, latest then, which folds in place: a
+            # write since (this process's or another's) must not leak into the past answer.
+            self.state = self._store.past.state(self._seq)
         return self.state
 
     def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from keytrail.core import Store
+import pytest
+
+from keytrail.core import Store, timetravel
+from keytrail.core.timetravel import view
 
 
 def log_bytes(home: Path) -> bytes:
@@ -64,3 +67,28 @@ def test_recall_memories_as_of_shows_each_keys_link_as_it_was_then(
     }
     assert {k.label: k.weight for k in memory.keys} == {"bikes": 1.0, "Dana": 1.0, "Eve": 1.0}
     assert log_bytes(store.home) == written
+
+
+def test_as_of_the_latest_point_is_not_moved_by_a_write_landing_meanwhile(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As of the latest seq, the past is the store's own state, which folds in place: a write
+    that lands between choosing that state and reading it (another process's, another
+    thread's) must not show in the answer."""
+    store = make_store()
+    other = make_store()  # a second process on the same store
+    tea = store.remember("Alice drinks green tea every morning", ["tea", "Alice"])
+    latest = store.state.seq
+    made = view(store, latest)
+    coffee = store.remember("Alice drinks black coffee at night", ["coffee", "Alice"])
+    assert [m.memory_id for m in made.list_memories().memories] == [tea.memory_id]
+
+    def landing(store_: Store, as_of: object) -> object:
+        chosen = view(store_, as_of)
+        other.remember("Alice drinks mint tea after lunch", ["tea", "Alice"])
+        return chosen
+
+    monkeypatch.setattr(timetravel, "view", landing)  # recall_memories imports it per call
+    found = store.recall_memories("what does Alice drink", as_of=latest + 1, learn=False)
+    assert coffee.memory_id in [m.memory_id for m in found.memories]
+    assert len(found.memories) == 2  # tea and coffee, not the mint tea written meanwhile
