@@ -221,12 +221,14 @@ def _chain(state: GraphState, memory_id: str) -> list[str]:
         first = memories[first.supersedes]
         seen.add(first.id)
     chain = [first.id]
+    walked = {first.id}  # a set beside the list: a chain may be thousands of versions long
     node = first
     while node.superseded_by is not None and node.superseded_by in memories:
         node = memories[node.superseded_by]
-        if node.id in chain:
+        if node.id in walked:
             break
         chain.append(node.id)
+        walked.add(node.id)
     return chain
 
 
