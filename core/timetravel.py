@@ -359,16 +359,23 @@ def check_point(
     first event up to now. None stays None (the present). Builds no state.
 
     With `from_start` (the start of a span, `changes(since=...)`), a time before the store
-    existed is its beginning, None: "since January" of a store made in March is all of it.
+    existed is its beginning, None: "since January" of a store made in March is all of it; so
+    is seq 0, the point before the first event (what `changes` answers as its `since_seq`).
     """
     parsed = parse_as_of(value, field)
     if parsed is None:
         return None
     head = store.refresh()
     if isinstance(parsed, int):
+        if parsed == 0 and from_start:
+            return None
         if parsed < 1 or parsed > head.seq:
+            low = 0 if from_start else 1
             raise InvalidInput(
-                field, f"seq {parsed} is outside the log", limit=f"1 to {head.seq}", value=parsed
+                field,
+                f"seq {parsed} is outside the log",
+                limit=f"{low} to {head.seq}",
+                value=parsed,
             )
         return parsed
     now = store.clock()

@@ -183,6 +183,27 @@ def test_changes_refuses_since_after_until_given_as_a_seq_and_a_time(
     assert changes(store, since=first.seq, until=at[second.seq]).added == [second.memory_id]
 
 
+def test_changes_since_seq_0_is_the_whole_log(make_store: Callable[..., Store]) -> None:
+    """Seq 0 is where an answer without `since` starts (its since_seq): given back as since,
+    it is the same span, not "outside the log". As until, or as_of, it is still refused."""
+    store = make_store()
+    made = [store.remember(f"The user likes sport number {i}", ["sport"]) for i in range(3)]
+    whole = changes(store)
+    assert whole.since_seq == 0
+    again = changes(store, since=0)
+    assert again.added == whole.added == [m.memory_id for m in made]
+    assert (again.since_seq, again.until_seq) == (0, whole.until_seq)
+    for field, call in (
+        ("until", lambda: changes(store, until=0)),
+        ("since", lambda: changes(store, since=whole.until_seq + 1)),
+    ):
+        with pytest.raises(InvalidInput, match="outside the log") as err:
+            call()
+        assert err.value.field == field
+    with pytest.raises(InvalidInput, match=r"limit: 0 to "):
+        changes(store, since=whole.until_seq + 1)
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 
