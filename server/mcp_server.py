@@ -456,7 +456,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         as_of: AsOf = None,
         valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, MemoryView]:
-        """Read one memory in full (content, keys, versions). Recorded: it deepens the memory.
+        """Read one memory in full (content, keys, versions). Recorded: it deepens the memory
+        (not with as_of or valid_at, which read without recording).
 
         Pass via_key_id when you reached it from read_key. A `status` of "superseded" means a
         newer version exists (`superseded_by`): read that one. Example:

@@ -23,7 +23,8 @@ ValidAt = Annotated[
     str | None,
     Field(
         description="Show what was true in the world at this ISO-8601 time (valid time): "
-        "the version of each fact that held then. Omit for what is current."
+        "the version of each fact that held then. Omit for what is current. Records nothing, "
+        "reinforces nothing."
     ),
 ]
 ValidFrom = Annotated[
