@@ -41,8 +41,11 @@ def parse_time(field: str, value: object) -> datetime:
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str):
+        text = value.strip()
+        if text[-1:] in ("Z", "z"):  # RFC 3339 allows either case for UTC
+            text = text[:-1] + "+00:00"
         try:
-            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            moment = datetime.fromisoformat(text)
         except ValueError:
             raise InvalidInput(
                 field, f"{value!r} is not an ISO-8601 time", limit="e.g. 2026-03-01T09:00:00Z"

@@ -41,3 +41,11 @@ def test_a_seq_is_ascii_digits_only(value: str) -> None:
         parse_as_of(value)
     assert caught.value.field == "as_of"
     assert parse_as_of(" 3 ") == 3
+
+
+@pytest.mark.parametrize(
+    "value", ["2026-03-01T09:00:00z", "2026-03-01t09:00:00Z", " 2026-03-01T10:00:00+01:00 "]
+)
+def test_utc_in_either_case_is_one_instant(value: str) -> None:
+    """RFC 3339 allows 'z' and 't' in lower case; '...09:00:00z' was refused as not ISO-8601."""
+    assert parse_time("as_of", value) == parse_time("as_of", "2026-03-01T09:00:00Z")
