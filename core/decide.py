@@ -207,15 +207,21 @@ class Batch:
                 )
                 outcome = KeyOutcome(existing.id, existing.label, kind, resolution)
             elif folded in self.new_keys:
+                # A key an earlier item of this command made: promoted as if it were stored.
                 first = self.new_keys[folded]
+                kind = self.promoted.get(first.key_id, first.type)
+                resolution = "existing"
+                if promote and kind == "concept" and spec.type != "concept":
+                    kind = self.promoted[first.key_id] = spec.type
+                    resolution = "promoted"
                 link = KeyLink(
                     key_id=first.key_id,
                     label=spec.label,
-                    type=first.type,
-                    resolution="existing",
+                    type=kind,  # type: ignore[arg-type]
+                    resolution=resolution,
                     weight=initial,
                 )
-                outcome = KeyOutcome(first.key_id, first.label, first.type, "existing")
+                outcome = KeyOutcome(first.key_id, first.label, kind, resolution)
             else:
                 link, outcome = self._new_or_alias(spec, initial)
             if link.key_id in seen:

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from keytrail.core import RememberItem, Store
+from keytrail.core.results import Remembered
 from keytrail.core.timetravel import view
 from keytrail.events import EventLog
 from keytrail.projections import fold
@@ -85,6 +86,37 @@ def test_a_batch_promotes_once_and_its_later_items_link_to_the_name(
     kinds = [[(k.type, k.resolution) for k in item.keys] for item in done]
     assert kinds == [[("name", "promoted")], [("name", "existing")]]
     assert key_type(store, "Lyon") == "name"
+
+
+def test_a_key_new_in_a_batch_is_promoted_by_a_later_item_as_if_told_one_by_one(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """A batch decides as if its items came one after another: "paris" made a concept by one
+    item and named a name by the next is promoted, as two remembers promote it. The key new in
+    the batch kept its first item's type, the later item's name dropped without a word."""
+    items = [
+        RememberItem("We visited paris", ["paris"]),
+        RememberItem("Paris is the capital", ["Paris"], key_types={"Paris": "name"}),
+        RememberItem("A paris trip", ["paris"]),
+    ]
+    one_by_one = make_store(home=tmp_path / "one-by-one")
+    told = [one_by_one.remember(i.content, i.keys, i.key_types) for i in items]
+    store = make_store()
+    done = store.remember_batch(items)
+
+    def kinds(outcomes: list[Remembered]) -> list[list[tuple[str, str]]]:
+        return [[(k.type, k.resolution) for k in item.keys] for item in outcomes]
+
+    assert kinds(done) == kinds(told) == [
+        [("concept", "new")],
+        [("name", "promoted")],
+        [("name", "existing")],
+    ]
+    assert key_type(store, "paris") == key_type(one_by_one, "paris") == "name"
+    # The fold of the log agrees with the state the batch left.
+    assert msgspec.msgpack.encode(fold(EventLog(store.home).read_new())) == msgspec.msgpack.encode(
+        materialize(store.state)
+    )
 
 
 def test_correct_promotes_the_keys_it_is_given(make_store: Callable[..., Store]) -> None:
