@@ -416,6 +416,12 @@ class Batch:
         ordered = sorted(reversed(found), key=walked)
         return {memory_id: found[memory_id] for memory_id in ordered}
 
+    def related_of(self, memory_id: str) -> list[str]:
+        """The `related_to` of a stored memory or of one made earlier in this command."""
+        if memory_id in self.new_memories:
+            return list(self.new_memories[memory_id][0].related_to)
+        return list(self.state.memories[memory_id].related_to)
+
     def inherited_links(self, memory_id: str, present: list[KeyLink]) -> list[KeyLink]:
         """The links of `memory_id` not already in `present`, with their current weights."""
         have = {lk.key_id for lk in present}
