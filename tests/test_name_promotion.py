@@ -107,11 +107,15 @@ def test_a_key_new_in_a_batch_is_promoted_by_a_later_item_as_if_told_one_by_one(
     def kinds(outcomes: list[Remembered]) -> list[list[tuple[str, str]]]:
         return [[(k.type, k.resolution) for k in item.keys] for item in outcomes]
 
-    assert kinds(done) == kinds(told) == [
-        [("concept", "new")],
-        [("name", "promoted")],
-        [("name", "existing")],
-    ]
+    assert (
+        kinds(done)
+        == kinds(told)
+        == [
+            [("concept", "new")],
+            [("name", "promoted")],
+            [("name", "existing")],
+        ]
+    )
     assert key_type(store, "paris") == key_type(one_by_one, "paris") == "name"
     # The fold of the log agrees with the state the batch left.
     assert msgspec.msgpack.encode(fold(EventLog(store.home).read_new())) == msgspec.msgpack.encode(
