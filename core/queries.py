@@ -160,6 +160,8 @@ def related_edges(
     told again. Those `node` names, and those naming any version of `node`'s fact (a version
     keeps its predecessor's related_to, unless a correction names others: that ends the edge).
     """
+    if not (node.related_to or node.related_from or node.supersedes or node.superseded_by):
+        return []  # most memories: no edge, one version
     mine = versions(memories, node.id) or [node.id]
 
     def shown_version(memory_id: str) -> str | None:
