@@ -145,12 +145,17 @@ class Batch:
         """Refuse a `related_to` target a memory of `namespace` may not name: one a read by id
         does not find (never made, forgotten, deleted; any version of a chain is found), or one
         of another namespace. Namespaces are isolated: `related` walks edges within one, so an
-        edge across them would be kept and never shown."""
+        edge across them would be kept and never shown. An expired one is hidden from every read
+        too (its edge would never be shown): refused, saying so."""
         new = self.new_memories.get(memory_id)
         node = self.state.memories.get(memory_id)
         if new is not None:
             found = new[0].namespace
         elif node is not None and node.status not in ("forgotten", "deleted"):
+            if node.status == "expired" or (
+                node.expires_at is not None and node.expires_at <= self.store.clock()
+            ):
+                raise NotFound(field, "memory", memory_id, "it has expired")
             found = node.namespace
         else:
             raise NotFound(field, "memory", memory_id)

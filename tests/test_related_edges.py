@@ -8,7 +8,18 @@ said "pick Dana up" relates to "her flight lands at 9", told the first fact once
 
 from __future__ import annotations
 
-from keytrail.core import RememberItem, Store
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.events import NotFound
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
 
 
 def edges(store: Store, memory_id: str) -> set[str]:
@@ -61,3 +72,45 @@ def test_an_edge_follows_either_end_to_its_current_version(store: Store) -> None
 
     past = view(store, store.state.memories[rewritten].created_seq - 1, None)
     assert {r.memory_id for r in past.related(moved).related if r.related_edge} == {again}
+
+
+def test_related_to_a_memory_that_has_expired_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """An expired memory is hidden from every read, read_memory by id too, and so from
+    `related`: an edge to it would be acknowledged and never shown. Like one to a forgotten
+    memory, it is refused naming the field (the batch item's too), and nothing is written."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"),
+        embedder=HashEmbedder(),
+        clock=lambda: now[0],
+    )
+    with store:
+        trip = store.remember("Dana is in Rome this week", ["Rome"], ttl_seconds=3600)
+        home = store.remember("Dana lives in Lyon", ["Lyon"]).memory_id
+        now[0] += timedelta(hours=2)
+        before = log_bytes(store.home)
+        calls: dict[str, Callable[[], object]] = {
+            "related_to[0]": lambda: store.remember(
+                "Dana flew back", ["flight"], related_to=[trip.memory_id]
+            ),
+            "items[1].related_to[0]": lambda: store.remember_batch(
+                [
+                    RememberItem("Dana flew back", ["flight"]),
+                    RememberItem("Dana is home", ["home"], related_to=[trip.memory_id]),
+                ]
+            ),
+            "related_to[1]": lambda: store.correct(
+                home, "Dana lives in Lyon again", related_to=[home, trip.memory_id]
+            ),
+        }
+        for field, call in calls.items():
+            with pytest.raises(NotFound) as info:
+                call()
+            assert info.value.field == field
+            assert "it has expired" in str(info.value)
+            assert log_bytes(store.home) == before
+        store.cleanup_expired()  # recorded as expired: the same
+        with pytest.raises(NotFound, match="it has expired"):
+            store.remember("Dana flew back", ["flight"], related_to=[trip.memory_id])
