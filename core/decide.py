@@ -427,6 +427,12 @@ class Batch:
             return list(self.new_memories[memory_id][0].related_to)
         return list(self.state.memories[memory_id].related_to)
 
+    def source_of(self, memory_id: str) -> str | None:
+        """The `source` of a stored memory or of one made earlier in this command."""
+        if memory_id in self.new_memories:
+            return self.new_memories[memory_id][0].source
+        return self.state.memories[memory_id].source
+
     def inherited_links(self, memory_id: str, present: list[KeyLink]) -> list[KeyLink]:
         """The links of `memory_id` not already in `present`, with their current weights."""
         have = {lk.key_id for lk in present}
