@@ -226,7 +226,8 @@ class Batch:
                     resolution=resolution,
                     weight=initial,
                 )
-                outcome = KeyOutcome(first.key_id, first.label, kind, resolution)
+                # Said with the key's label, as for a stored key: `first` may be an alias.
+                outcome = KeyOutcome(first.key_id, self._label_of(first.key_id), kind, resolution)
             else:
                 link, outcome = self._new_or_alias(spec, initial)
             if link.key_id in seen:

@@ -123,6 +123,29 @@ def test_a_key_new_in_a_batch_is_promoted_by_a_later_item_as_if_told_one_by_one(
     )
 
 
+def test_a_batch_reports_a_label_it_aliased_as_its_key_as_one_by_one(tmp_path: Path) -> None:
+    """An item naming a label an earlier item of the batch merged as an alias links to that
+    key, and says so with the key's label, as a remember after the merge does ("gardens
+    existing"), not the alias as typed, which is no key's label."""
+    from keytrail.core import HashEmbedder, Settings
+
+    def fresh(name: str) -> Store:
+        settings = Settings(
+            home=tmp_path / name, embedder="hash", threshold_overrides={"merge": 0.6}
+        )
+        store = Store(settings, embedder=HashEmbedder())
+        store.remember("We have a garden", ["gardens"])
+        return store
+
+    items = [RememberItem("The garden is big", ["garden"]), RememberItem("It is green", ["garden"])]
+    with fresh("one-by-one") as one_by_one, fresh("batch") as batch:
+        told = [one_by_one.remember(i.content, i.keys) for i in items]
+        done = batch.remember_batch(items)
+        for outcomes in (told, done):
+            assert [(k.label, k.resolution) for k in outcomes[0].keys] == [("garden", "alias")]
+            assert [(k.label, k.resolution) for k in outcomes[1].keys] == [("gardens", "existing")]
+
+
 def test_correct_promotes_the_keys_it_is_given(make_store: Callable[..., Store]) -> None:
     store = make_store()
     old = store.remember("Mia likes Berlin", ["berlin"])
