@@ -546,9 +546,7 @@ def _expand(
                 for memory_id in nearest:
                     explored.add((key_id, memory_id))
                     steps.append((memory_id, key_id, specificity * min(1.0, links[memory_id])))
-            for memory_id in related_edges(
-                state.memories, node, lambda m: eligible(m) is not None
-            ):
+            for memory_id in related_edges(state.memories, node, lambda m: eligible(m) is not None):
                 steps.append((memory_id, None, 1.0))
             for memory_id, via, strength in steps:
                 value = base * strength
