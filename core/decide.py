@@ -145,12 +145,17 @@ class Batch:
         """Refuse a `related_to` target a memory of `namespace` may not name: one a read by id
         does not find (never made, forgotten, deleted; any version of a chain is found), or one
         of another namespace. Namespaces are isolated: `related` walks edges within one, so an
-        edge across them would be kept and never shown."""
+        edge across them would be kept and never shown. An expired one is hidden from every read
+        too (its edge would never be shown): refused, saying so."""
         new = self.new_memories.get(memory_id)
         node = self.state.memories.get(memory_id)
         if new is not None:
             found = new[0].namespace
         elif node is not None and node.status not in ("forgotten", "deleted"):
+            if node.status == "expired" or (
+                node.expires_at is not None and node.expires_at <= self.store.clock()
+            ):
+                raise NotFound(field, "memory", memory_id, "it has expired")
             found = node.namespace
         else:
             raise NotFound(field, "memory", memory_id)
@@ -207,15 +212,22 @@ class Batch:
                 )
                 outcome = KeyOutcome(existing.id, existing.label, kind, resolution)
             elif folded in self.new_keys:
+                # A key an earlier item of this command made: promoted as if it were stored.
                 first = self.new_keys[folded]
+                kind = self.promoted.get(first.key_id, first.type)
+                resolution = "existing"
+                if promote and kind == "concept" and spec.type != "concept":
+                    kind = self.promoted[first.key_id] = spec.type
+                    resolution = "promoted"
                 link = KeyLink(
                     key_id=first.key_id,
                     label=spec.label,
-                    type=first.type,
-                    resolution="existing",
+                    type=kind,  # type: ignore[arg-type]
+                    resolution=resolution,
                     weight=initial,
                 )
-                outcome = KeyOutcome(first.key_id, first.label, first.type, "existing")
+                # Said with the key's label, as for a stored key: `first` may be an alias.
+                outcome = KeyOutcome(first.key_id, self._label_of(first.key_id), kind, resolution)
             else:
                 link, outcome = self._new_or_alias(spec, initial)
             if link.key_id in seen:
@@ -409,6 +421,18 @@ class Batch:
         # Reversed first: links of one seq (a batch) were scanned newest first.
         ordered = sorted(reversed(found), key=walked)
         return {memory_id: found[memory_id] for memory_id in ordered}
+
+    def related_of(self, memory_id: str) -> list[str]:
+        """The `related_to` of a stored memory or of one made earlier in this command."""
+        if memory_id in self.new_memories:
+            return list(self.new_memories[memory_id][0].related_to)
+        return list(self.state.memories[memory_id].related_to)
+
+    def source_of(self, memory_id: str) -> str | None:
+        """The `source` of a stored memory or of one made earlier in this command."""
+        if memory_id in self.new_memories:
+            return self.new_memories[memory_id][0].source
+        return self.state.memories[memory_id].source
 
     def inherited_links(self, memory_id: str, present: list[KeyLink]) -> list[KeyLink]:
         """The links of `memory_id` not already in `present`, with their current weights."""

@@ -65,7 +65,14 @@ from keytrail.projections.text import IndexAhead, IndexProgress
 
 from . import validation as check
 from .config import MAX_HOPS, zone_info
-from .queries import HUB_LINKS, SIMILAR_KEYS, literal_candidates, newest_links, visible
+from .queries import (
+    HUB_LINKS,
+    SIMILAR_KEYS,
+    literal_candidates,
+    newest_links,
+    related_edges,
+    visible,
+)
 from .results import KeyRef
 from .sessions import SessionOrder
 from .when import named_periods
@@ -539,9 +546,8 @@ def _expand(
                 for memory_id in nearest:
                     explored.add((key_id, memory_id))
                     steps.append((memory_id, key_id, specificity * min(1.0, links[memory_id])))
-            for memory_id in (*node.related_to, *node.related_from):
-                if eligible(memory_id) is not None:
-                    steps.append((memory_id, None, 1.0))
+            for memory_id in related_edges(state.memories, node, lambda m: eligible(m) is not None):
+                steps.append((memory_id, None, 1.0))
             for memory_id, via, strength in steps:
                 value = base * strength
                 cand = found.get(memory_id) or reached.get(memory_id)

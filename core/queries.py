@@ -126,6 +126,65 @@ def valid_at_time(
     return True
 
 
+#: Most versions of one fact followed to find the one a related_to edge ends at
+MAX_VERSIONS = 256
+
+
+def versions(memories: dict[str, MemoryNode], memory_id: str) -> list[str]:
+    """The versions of the fact `memory_id` is one version of, oldest first: the chain of
+    corrections and retellings through it (each version replaces at most one, and is replaced
+    by at most one)."""
+    node = memories.get(memory_id)
+    if node is None:
+        return []
+    seen = {node.id}
+    while node.supersedes is not None and node.supersedes in memories and len(seen) < MAX_VERSIONS:
+        if node.supersedes in seen:
+            break
+        node = memories[node.supersedes]
+        seen.add(node.id)
+    chain = [node.id]
+    while node.superseded_by is not None and node.superseded_by in memories:
+        if node.superseded_by in chain or len(chain) >= MAX_VERSIONS:
+            break
+        node = memories[node.superseded_by]
+        chain.append(node.id)
+    return chain
+
+
+def related_edges(
+    memories: dict[str, MemoryNode], node: MemoryNode, shown: Callable[[str], bool]
+) -> list[str]:
+    """The memories `node` is joined to by related_to, either way, each as the version of its
+    fact that is `shown`: an edge joins two facts, so it holds while either is corrected or
+    told again. Those `node` names, and those naming any version of `node`'s fact (a version
+    keeps its predecessor's related_to, unless a correction names others: that ends the edge).
+    """
+    if not (node.related_to or node.related_from or node.supersedes or node.superseded_by):
+        return []  # most memories: no edge, one version
+    mine = versions(memories, node.id) or [node.id]
+
+    def shown_version(memory_id: str) -> str | None:
+        return next((v for v in versions(memories, memory_id) if shown(v)), None)
+
+    out: dict[str, None] = {}
+    for target in node.related_to:
+        found = shown_version(target)
+        if found is not None and found not in mine:
+            out[found] = None
+    for version in mine:
+        for source in memories[version].related_from:
+            found = shown_version(source)
+            if (
+                found is not None
+                and found not in mine
+                and found not in out
+                and any(t in mine for t in memories[found].related_to)
+            ):
+                out[found] = None
+    return list(out)
+
+
 def literal_candidates(text: str) -> list[str]:
     """Whole-word n-grams of `text`, case-folded: what a name key may literally match.
 
@@ -705,9 +764,7 @@ class Queries:
                 shared[mid] = via
             # An edge to another namespace (a log from before remember refused them) stays
             # unseen like the rest of that namespace.
-            edges = {
-                m for m in (*node.related_to, *node.related_from) if m in memories and shared_by(m)
-            }
+            edges = related_edges(memories, node, shared_by)
             for mid in edges:
                 scores[mid] = scores.get(mid, 0.0) + 1.0
             ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]

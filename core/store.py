@@ -824,7 +824,15 @@ class Store(Queries, HybridQueries):
             duplicate, contradictions = batch.compare(
                 item.namespace, item.content, vector, [link.key_id for link in links]
             )
+            related_to, source = item.related_to, item.source
             if duplicate is not None:
+                # ... and what it was said to relate to: the edges of both tellings hold; and
+                # where it came from, unless the retelling says (as a correction keeps it).
+                related_to = related_to + [
+                    m for m in batch.related_of(duplicate.memory_id) if m not in related_to
+                ]
+                if source is None:
+                    source = batch.source_of(duplicate.memory_id)
                 # The same fact told again keeps what reading built up (the fold keeps depth
                 # and reads): every link of the old version at its weight, named again or not.
                 earned = {lk.key_id: lk for lk in batch.inherited_links(duplicate.memory_id, [])}
@@ -841,10 +849,10 @@ class Store(Queries, HybridQueries):
                 content=item.content,
                 content_hash=content_hash(item.content),
                 keys=links,
-                related_to=item.related_to,
+                related_to=related_to,
                 expires_at=None if item.ttl is None else app.at + timedelta(seconds=item.ttl),
                 session_id=item.session_id,
-                source=item.source,
+                source=source,
                 supersedes=duplicate.memory_id if duplicate else None,
                 supersede_reason="duplicate" if duplicate else None,
                 duplicate_of=duplicate,

@@ -85,6 +85,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     args.port = DEFAULT_PORT if args.port is None else args.port
     if args.http and not 1 <= args.port <= 65535:
         raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
+    if args.token == "":
+        # `--token "$TOKEN"` with TOKEN unset: a token was asked for, so serving without one
+        # would let every client in (an empty KEYTRAIL_HTTP_TOKEN counts as unset, as every
+        # KEYTRAIL_* variable does; a flag given empty is a mistake, like --home "").
+        raise InvalidInput("--token", "is empty: give the bearer token clients must send")
     token = args.token or os.environ.get("KEYTRAIL_HTTP_TOKEN") or None
     if (
         args.http

@@ -91,6 +91,28 @@ def test_a_token_no_client_could_send_is_refused_at_start(tmp_path: Path, token:
         assert token.strip() not in proc.stderr  # the secret is not echoed
 
 
+def test_an_empty_token_flag_is_refused_not_served_without_a_token(tmp_path: Path) -> None:
+    """`--token "$TOKEN"` with TOKEN unset or misspelled passes an empty token: the caller asked
+    for one, so serving without any (every client let in, the banner silent about it) fails
+    open. It is refused before serving, naming --token, like an empty --home."""
+    env = server_env(tmp_path / "store")
+    serve = ["serve", "--http", "--port", str(free_port()), "--token", ""]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "keytrail.server.cli", *serve],
+            env=env,
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError("served without a token though --token was given") from None
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("keytrail: error: --token"), proc.stderr
+    assert not (tmp_path / "store").exists()  # refused before a store was made
+
+
 # -- several clients at once -----------------------------------------------------------------
 
 

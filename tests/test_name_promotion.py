@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from keytrail.core import RememberItem, Store
+from keytrail.core.results import Remembered
 from keytrail.core.timetravel import view
 from keytrail.events import EventLog
 from keytrail.projections import fold
@@ -85,6 +86,64 @@ def test_a_batch_promotes_once_and_its_later_items_link_to_the_name(
     kinds = [[(k.type, k.resolution) for k in item.keys] for item in done]
     assert kinds == [[("name", "promoted")], [("name", "existing")]]
     assert key_type(store, "Lyon") == "name"
+
+
+def test_a_key_new_in_a_batch_is_promoted_by_a_later_item_as_if_told_one_by_one(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """A batch decides as if its items came one after another: "paris" made a concept by one
+    item and named a name by the next is promoted, as two remembers promote it. The key new in
+    the batch kept its first item's type, the later item's name dropped without a word."""
+    items = [
+        RememberItem("We visited paris", ["paris"]),
+        RememberItem("Paris is the capital", ["Paris"], key_types={"Paris": "name"}),
+        RememberItem("A paris trip", ["paris"]),
+    ]
+    one_by_one = make_store(home=tmp_path / "one-by-one")
+    told = [one_by_one.remember(i.content, i.keys, i.key_types) for i in items]
+    store = make_store()
+    done = store.remember_batch(items)
+
+    def kinds(outcomes: list[Remembered]) -> list[list[tuple[str, str]]]:
+        return [[(k.type, k.resolution) for k in item.keys] for item in outcomes]
+
+    assert (
+        kinds(done)
+        == kinds(told)
+        == [
+            [("concept", "new")],
+            [("name", "promoted")],
+            [("name", "existing")],
+        ]
+    )
+    assert key_type(store, "paris") == key_type(one_by_one, "paris") == "name"
+    # The fold of the log agrees with the state the batch left.
+    assert msgspec.msgpack.encode(fold(EventLog(store.home).read_new())) == msgspec.msgpack.encode(
+        materialize(store.state)
+    )
+
+
+def test_a_batch_reports_a_label_it_aliased_as_its_key_as_one_by_one(tmp_path: Path) -> None:
+    """An item naming a label an earlier item of the batch merged as an alias links to that
+    key, and says so with the key's label, as a remember after the merge does ("gardens
+    existing"), not the alias as typed, which is no key's label."""
+    from keytrail.core import HashEmbedder, Settings
+
+    def fresh(name: str) -> Store:
+        settings = Settings(
+            home=tmp_path / name, embedder="hash", threshold_overrides={"merge": 0.6}
+        )
+        store = Store(settings, embedder=HashEmbedder())
+        store.remember("We have a garden", ["gardens"])
+        return store
+
+    items = [RememberItem("The garden is big", ["garden"]), RememberItem("It is green", ["garden"])]
+    with fresh("one-by-one") as one_by_one, fresh("batch") as batch:
+        told = [one_by_one.remember(i.content, i.keys) for i in items]
+        done = batch.remember_batch(items)
+        for outcomes in (told, done):
+            assert [(k.label, k.resolution) for k in outcomes[0].keys] == [("garden", "alias")]
+            assert [(k.label, k.resolution) for k in outcomes[1].keys] == [("gardens", "existing")]
 
 
 def test_correct_promotes_the_keys_it_is_given(make_store: Callable[..., Store]) -> None:

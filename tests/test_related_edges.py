@@ -1,0 +1,116 @@
+"""`related_to` edges survive the fact being told again.
+
+A memory told again is deduplicated: the new version replaces the old one, taking over its
+depth, reads and every key link, named again or not. Its `related_to` was dropped: the agent had
+said "pick Dana up" relates to "her flight lands at 9", told the first fact once more, and
+`related` no longer showed the edge from either side, though nothing had changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.events import NotFound
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+
+
+def edges(store: Store, memory_id: str) -> set[str]:
+    return {r.memory_id for r in store.related(memory_id).related if r.related_edge}
+
+
+def test_a_fact_told_again_keeps_the_related_to_of_the_version_it_replaces(store: Store) -> None:
+    flight = store.remember("Dana's flight lands at 9", ["flight"]).memory_id
+    hotel = store.remember("Dana's hotel is near the station", ["hotel"]).memory_id
+    pickup = store.remember(
+        "Pick Dana up at the airport", ["airport"], related_to=[flight]
+    ).memory_id
+    assert edges(store, flight) == {pickup}
+
+    again = store.remember("Pick Dana up at the airport", ["airport"])
+    assert again.deduplicated is not None and again.deduplicated.memory_id == pickup
+    assert edges(store, flight) == {again.memory_id}
+    assert edges(store, again.memory_id) == {flight}
+
+    # Told again naming another memory: both edges hold, as the keys of both tellings do.
+    third = store.remember_batch(
+        [RememberItem("Pick Dana up at the airport", ["airport"], related_to=[hotel])]
+    )[0]
+    assert third.deduplicated is not None and third.deduplicated.memory_id == again.memory_id
+    assert edges(store, third.memory_id) == {hotel, flight}
+    assert store.read_memory(third.memory_id).related_to == [hotel, flight]
+
+
+def test_an_edge_follows_either_end_to_its_current_version(store: Store) -> None:
+    """Y related_to X, then X corrected (the flight now lands at 10) or told again: the two
+    facts are as related as before. `related` named only the version the edge was made to,
+    hidden once replaced, so the edge was gone from both sides."""
+    flight = store.remember("Dana's flight lands at 9", ["flight"]).memory_id
+    pickup = store.remember("Pick Dana up at the airport", ["airport"], related_to=[flight])
+    moved = store.correct(flight, "Dana's flight lands at 10").memory_id
+    assert edges(store, pickup.memory_id) == {moved}
+    assert edges(store, moved) == {pickup.memory_id}
+
+    # The other end replaced too, by a retelling: still one edge between the current versions.
+    again = store.remember("Pick Dana up at the airport", ["airport"]).memory_id
+    assert edges(store, moved) == {again}
+    assert edges(store, again) == {moved}
+    # A correction that names other memories drops the edge: it said what the fact relates to.
+    hotel = store.remember("Dana's hotel is near the station", ["hotel"]).memory_id
+    rewritten = store.correct(again, "Pick Dana up at the station", related_to=[hotel]).memory_id
+    assert edges(store, rewritten) == {hotel}
+    assert edges(store, moved) == set()
+    # The past still shows the edge as it was.
+    from keytrail.core.timetravel import view
+
+    past = view(store, store.state.memories[rewritten].created_seq - 1, None)
+    assert {r.memory_id for r in past.related(moved).related if r.related_edge} == {again}
+
+
+def test_related_to_a_memory_that_has_expired_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """An expired memory is hidden from every read, read_memory by id too, and so from
+    `related`: an edge to it would be acknowledged and never shown. Like one to a forgotten
+    memory, it is refused naming the field (the batch item's too), and nothing is written."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"),
+        embedder=HashEmbedder(),
+        clock=lambda: now[0],
+    )
+    with store:
+        trip = store.remember("Dana is in Rome this week", ["Rome"], ttl_seconds=3600)
+        home = store.remember("Dana lives in Lyon", ["Lyon"]).memory_id
+        now[0] += timedelta(hours=2)
+        before = log_bytes(store.home)
+        calls: dict[str, Callable[[], object]] = {
+            "related_to[0]": lambda: store.remember(
+                "Dana flew back", ["flight"], related_to=[trip.memory_id]
+            ),
+            "items[1].related_to[0]": lambda: store.remember_batch(
+                [
+                    RememberItem("Dana flew back", ["flight"]),
+                    RememberItem("Dana is home", ["home"], related_to=[trip.memory_id]),
+                ]
+            ),
+            "related_to[1]": lambda: store.correct(
+                home, "Dana lives in Lyon again", related_to=[home, trip.memory_id]
+            ),
+        }
+        for field, call in calls.items():
+            with pytest.raises(NotFound) as info:
+                call()
+            assert info.value.field == field
+            assert "it has expired" in str(info.value)
+            assert log_bytes(store.home) == before
+        store.cleanup_expired()  # recorded as expired: the same
+        with pytest.raises(NotFound, match="it has expired"):
+            store.remember("Dana flew back", ["flight"], related_to=[trip.memory_id])
