@@ -105,6 +105,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return 0
     if not result.total:
         print("no recorded conversations")
+    elif not result.sessions:  # --offset past the end: say so, as `list` and `keys` do
+        print(f"{result.total} sessions (showing none)")
     for s in result.sessions:
         print(
             f"{s.session_id}  {s.turns} turns  {short_time(s.first_at)} .. {short_time(s.last_at)}"

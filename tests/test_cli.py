@@ -198,6 +198,7 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
     assert kt(home, "sessions", "--limit", "1").stdout.splitlines()[1:] == [
         "more: --offset 1 (2 sessions)"
     ]
+    assert kt(home, "sessions", "--offset", "5").stdout == "2 sessions (showing none)\n"
     proc = kt(home, "conversation", "chat-9", ok=False)
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: session_id: no session 'chat-9'\n"
