@@ -19,11 +19,11 @@ from keytrail.core.hybrid import MemoryRecall
 from .hybrid_cli import ENABLE_VARIABLE
 from .mcp_server import (
     LIMITS,
+    CallProgress,
     NamespaceFilter,
     Query,
     _hints,
     _once_built,
-    _progress_of,
     _reply,
 )
 from .time_tools import AsOf
@@ -86,13 +86,13 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         Example: recall_memories(query="When does Mia start school?", top_k=5) ->
         {"memories": [{"memory_id": "m_..", "content": "Mia starts school in ...", "score": 0.9}]}
         """
-        indexing = _progress_of(ctx, "indexing text")
+        steps = CallProgress(ctx)
 
         def answer() -> MemoryRecall:
             # A missing or far-behind index is built first, with progress the client can see.
-            store.catch_up_text_index(indexing)
+            store.catch_up_text_index(steps.step("indexing text"))
             return store.recall_memories(query, top_k, namespace, hops, explain, as_of=as_of)
 
         # The content path reads every memory's vector: a projection being built in the
         # background is waited for (with progress) before the text index is caught up.
-        return _reply(_once_built(store, ctx, "all", answer))
+        return _reply(_once_built(store, ctx, "all", answer, steps))

@@ -297,19 +297,47 @@ def _reply(call: Callable[[], Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
+class CallProgress:
+    """The notifications/progress of one call, which may go through several steps that each
+    count from 0 (waiting for the projection, then embedding its own texts). MCP requires a
+    call's progress to increase, so each step goes on from where the one before stopped.
+
+    Calls come from core work in the SDK's worker thread, and are sent through the event loop
+    (a no-op unless the client asked, or when the tool is called outside a client's request,
+    e.g. `server.call_tool` directly)."""
+
+    def __init__(self, ctx: Context) -> None:
+        try:
+            _ = ctx.request_context  # raises outside a request
+            self._ctx: Context | None = ctx
+        except ValueError:
+            self._ctx = None
+        self._sent = -1.0  # the last progress sent
+
+    def step(self, message: str) -> Callable[[int, int], None]:
+        """A `progress(done, total)` for the next step of the call."""
+        ctx = self._ctx
+        if ctx is None:
+            return lambda done, total: None
+        base: list[float] = []  # where this step starts, fixed by its first report
+
+        def report(done: int, total: int) -> None:
+            if not base:
+                base.append(max(self._sent, 0.0))
+            progress = base[0] + done
+            if progress <= self._sent:
+                return  # nothing new to say (a step's first report repeats the last one)
+            self._sent = progress
+            anyio.from_thread.run(
+                functools.partial(ctx.report_progress, progress, base[0] + total, message)
+            )
+
+        return report
+
+
 def _progress_of(ctx: Context, message: str) -> Callable[[int, int], None]:
-    """A `progress(done, total)` for core work running in the SDK's worker thread: each call
-    sends notifications/progress through the event loop (a no-op unless the client asked, or
-    when the tool is called outside a client's request, e.g. `server.call_tool` directly)."""
-    try:
-        _ = ctx.request_context  # raises outside a request
-    except ValueError:
-        return lambda done, total: None
-
-    def report(done: int, total: int) -> None:
-        anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, message))
-
-    return report
+    """A `progress(done, total)` for a call of one step (see CallProgress)."""
+    return CallProgress(ctx).step(message)
 
 
 #: What a client that sent a progress token hears while a call waits for the projection.
@@ -317,13 +345,18 @@ BUILDING = "building the embedding projection (texts embedded)"
 
 
 def _once_built(
-    store: Store, ctx: Context, need: Literal["keys", "all"], call: Callable[[], T]
+    store: Store,
+    ctx: Context,
+    need: Literal["keys", "all"],
+    call: Callable[[], T],
+    steps: CallProgress | None = None,
 ) -> Callable[[], T]:
     """`call`, run once the vectors it reads are built: while `keytrail serve` builds a missing
     projection in the background, wait for it (outside the store's mutex), telling the client
-    how far it is. Core waits too, but silently; a failed build raises the error naming its
-    cause (a tool error, through `_guard`)."""
-    progress = _progress_of(ctx, BUILDING)
+    how far it is (the first step of `steps`, when `call` reports steps of its own). Core waits
+    too, but silently; a failed build raises the error naming its cause (a tool error, through
+    `_guard`)."""
+    progress = (steps or CallProgress(ctx)).step(BUILDING)
 
     def run() -> T:
         store.wait_for_vectors(need, progress)
@@ -564,15 +597,17 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             )
             for i in items
         ]
-        progress = _progress_of(ctx, "embedding")
-        return _reply(
-            _once_built(
-                store,
-                ctx,
-                "all",
-                lambda: BatchRemembered(memories=store.remember_batch(batch, progress=progress)),
-            )
+        steps = CallProgress(ctx)
+        building = _once_built(
+            store,
+            ctx,
+            "all",
+            lambda: BatchRemembered(
+                memories=store.remember_batch(batch, progress=steps.step("embedding"))
+            ),
+            steps,
         )
+        return _reply(building)
 
     @server.tool(annotations=_hints(title="Correct a memory"))
     def correct(

@@ -11,6 +11,7 @@ endpoint) is held by an event, and each test waits for a signal, not for a while
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import shutil
 import sys
@@ -32,7 +33,7 @@ from keytrail.core import reembed as projection
 from keytrail.core.embedders import OpenAIEmbedder
 from keytrail.projections.vectors import Matrix
 from keytrail.server.embed_cli import build_while_serving
-from keytrail.server.mcp_server import build_server
+from keytrail.server.mcp_server import BUILDING, build_server
 
 #: Seconds an event is waited for at most: only so that a broken build fails the test instead of
 #: hanging it. No assertion depends on how long anything took.
@@ -606,3 +607,49 @@ def test_commands_without_a_new_concept_label_never_read_the_key_label_matrix(
         old.memory_id, "Anna lives in Porto", ["Anna", "Porto"], key_types={"Porto": "name"}
     )
     store.remember_batch([RememberItem("Anna likes tea", ["Anna", "city"])])
+
+
+def test_a_batch_that_waits_for_the_build_reports_progress_that_only_increases(
+    make_store: Callable[..., Store], home: Path
+) -> None:
+    """remember_batch first waits for the build (its progress), then embeds its own texts
+    (counted from 0 again): MCP requires a call's progress to increase, so the second step
+    goes on from where the first stopped, and each total covers what was said so far."""
+    embedder = HeldEmbedder(held=CONTENTS)
+    store = make_store(home, embedder=embedder, threshold_overrides=OVERRIDES)
+    build_while_serving(store)
+    items = [{"content": f"new fact {i} about plants", "keys": [f"plant {i}"]} for i in range(40)]
+    heard: Heard = []
+    waiting = anyio.Event()
+
+    async def check(client: Client) -> None:
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            heard.append((done, total, message))
+            waiting.set()
+
+        async def call() -> None:
+            result = await client.call_tool(
+                "remember_batch", {"items": items}, progress_callback=on_progress
+            )
+            assert not result.is_error, result.content
+
+        assert await anyio.to_thread.run_sync(embedder.entered.wait, SAFETY)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(call)
+            await waiting.wait()
+            await anyio.to_thread.run_sync(embedder.release.set)
+
+    try:
+        with_client(store, check)
+    finally:
+        embedder.release.set()
+    messages = [m for _, _, m in heard]
+    first_embedding = messages.index("embedding")
+    assert set(messages[:first_embedding]) == {BUILDING} and set(messages[first_embedding:]) == {
+        "embedding"
+    }
+    progress = [p for p, _, _ in heard]
+    assert all(a < b for a, b in itertools.pairwise(progress)), progress
+    assert all(t is not None and p <= t for p, t, _ in heard)
+    built = heard[first_embedding - 1][0]
+    assert heard[-1][:2] == (built + 80, built + 80)  # 40 contents and 40 new labels
