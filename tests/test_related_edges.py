@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core.timetravel import view
 from keytrail.events import NotFound
 
 
@@ -114,3 +115,29 @@ def test_related_to_a_memory_that_has_expired_is_refused_and_changes_nothing(
         store.cleanup_expired()  # recorded as expired: the same
         with pytest.raises(NotFound, match="it has expired"):
             store.remember("Dana flew back", ["flight"], related_to=[trip.memory_id])
+
+
+def test_related_of_an_expired_memory_is_refused_as_read_memory_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """TTL hides an expired memory until cleanup: read_memory by id says "it has expired", and
+    `related` of it said nothing of that and listed its neighbours. The past, before it
+    expired, still answers."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"),
+        embedder=HashEmbedder(),
+        clock=lambda: now[0],
+    )
+    with store:
+        trip = store.remember("Dana is in Rome this week", ["Rome", "Dana"], ttl_seconds=3600)
+        other = store.remember("Dana likes Rome in spring", ["Rome", "Dana"])
+        before = store.state.seq
+        assert {r.memory_id for r in store.related(trip.memory_id).related} == {other.memory_id}
+        now[0] += timedelta(hours=2)
+        for ask in (store.related, store.read_memory):
+            with pytest.raises(NotFound, match="it has expired") as info:
+                ask(trip.memory_id)
+            assert info.value.field == "memory_id"
+        past = view(store, before).related(trip.memory_id)
+        assert {r.memory_id for r in past.related} == {other.memory_id}
