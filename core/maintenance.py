@@ -449,6 +449,35 @@ def _consumed(log: EventLog) -> int:
     return done
 
 
+def check_replay(home: Path | str, progress: Progress | None = None) -> None:
+    """Fold the whole log from its first line, writing nothing; raise CorruptLog at the first
+    line that cannot be read or applied (as an open with no snapshot would).
+
+    What `rebuild` runs before it drops a cache: an open from a snapshot reads only the lines
+    after it, so a store whose older log is damaged still answers, and dropping its caches
+    first would leave it answering nothing, its snapshot's state past the damage lost.
+    """
+    log = EventLog(Path(home))
+    try:
+        total = sum((log.dir / s).stat().st_size for s in log.segments()) or 1
+        state = GraphState()
+        for count, event in enumerate(log.iter_new(), 1):
+            try:
+                apply(state, event)
+            except (KeyError, IndexError, TypeError, AttributeError) as exc:
+                at = log.position
+                with open(log.dir / (at.segment or ""), "rb") as f:
+                    line = f.read(at.offset).count(b"\n")
+                reason = f"seq {at.seq} cannot be applied: it refers to missing {exc}"
+                raise CorruptLog(at.segment or "", line, reason) from None
+            if progress is not None and count % 10_000 == 0:
+                progress(_consumed(log), total)
+        if progress is not None:
+            progress(total, total)
+    finally:
+        log.close()
+
+
 def drop_cache(home: Path | str) -> None:
     """Delete everything derived (snapshots, vectors, the text index). The log alone is the
     store; each is made anew from it when next needed.

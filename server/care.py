@@ -20,7 +20,7 @@ from keytrail.core import InvalidInput, Settings, StoreError, forgetting
 from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
 from keytrail.core.importers import check_import, detect_format
-from keytrail.core.maintenance import drop_cache, verify
+from keytrail.core.maintenance import check_replay, drop_cache, verify
 from keytrail.core.store import content_hash
 from keytrail.events import (
     BY_TAG,
@@ -256,6 +256,19 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     existing_home(args)
     torn_dir = settings.home / "log" / "torn"
     torn_before = set(os.listdir(torn_dir)) if torn_dir.is_dir() else set()
+    # Only a log that replays whole may replace the caches: a store opens from its snapshot,
+    # which may be all that still holds what a damaged line or a lost segment held.
+    bar = ProgressBar("check log")
+    try:
+        check_replay(settings.home, bar)
+    except CorruptLog as exc:
+        raise StoreError(
+            f"{exc.message}; rebuild stopped with nothing dropped (the caches may hold what "
+            "the log lost there): restore the log from a backup, then run `keytrail verify`",
+            segment=exc.segment,
+            line=exc.line,
+        ) from None
+    bar.finish()
     drop_cache(settings.home)
     bar = ProgressBar("replay")
     with open_store(args, progress=bar) as store:

@@ -347,6 +347,27 @@ def test_rebuild_says_it_cut_a_torn_last_line(home: Path) -> None:
     assert "torn" not in kt(home, "rebuild").stdout  # said once, when it happened
 
 
+def test_rebuild_of_a_damaged_log_drops_no_cache(home: Path) -> None:
+    """A flipped byte behind the snapshot: the store still answers from its snapshot (only
+    verify, rebuild, export, log read that far back). rebuild dropped every cache first and
+    then failed on the line, so the store answered nothing any more and the state the
+    snapshot held past the damage was gone. It must refuse before it drops anything."""
+    for i in range(4):
+        kt(home, "remember", f"fact number {i} about tea", "-k", "tea")
+    before = kt_json(home, "stats")
+    (segment,) = sorted((home / "log").glob("*.jsonl"))
+    data = segment.read_bytes()
+    segment.write_bytes(data.replace(b"fact number 1", b"fact numbeR 1", 1))
+    caches = {p: p.read_bytes() for p in (home / "cache").rglob("*") if p.is_file()}
+    assert caches
+    refused = kt(home, "rebuild", ok=False)
+    assert refused.returncode == 2
+    assert segment.name in refused.stderr and "line 3" in refused.stderr
+    assert "nothing dropped" in refused.stderr and "backup" in refused.stderr
+    assert {p: p.read_bytes() for p in (home / "cache").rglob("*") if p.is_file()} == caches
+    assert kt_json(home, "stats") == before
+
+
 def test_export_then_import_into_an_empty_store(home: Path, tmp_path: Path) -> None:
     a = kt_json(home, "remember", "Alice likes tea", "-n", "Alice", "-k", "tea", "--ttl", "3600")
     kt_json(home, "correct", a["memory_id"], "Alice likes green tea")
