@@ -102,14 +102,23 @@ def _decode_slow(line: bytes, upcasters: dict[tuple[str, int], Upcaster]) -> Any
     return upcast(raw, upcasters)
 
 
+#: Said of a line of a type or version this code does not know: whole lines of those are what
+#: a newer keytrail writes, and the cure is an upgrade, not a backup.
+_NEWER = " (written by a newer keytrail? upgrade keytrail to read this log)"
+
+
 def upcast(raw: dict[str, Any], upcasters: dict[tuple[str, int], Upcaster]) -> AnyEvent:
     """Walk a decoded object up the vN -> vN+1 chain to the current version, then type it."""
     tag = raw.get("type")
-    if not isinstance(tag, str) or tag not in BY_TAG:
+    if not isinstance(tag, str):
         raise DecodeError(f"unknown event type {tag!r}", type=tag)
+    if tag not in BY_TAG:
+        raise DecodeError(f"unknown event type {tag!r}{_NEWER}", type=tag)
     version = raw.get("v", 1)
     current = CURRENT_VERSION[tag]
-    if not isinstance(version, int) or version < 1 or version > current:
+    if isinstance(version, int) and version > current:
+        raise DecodeError(f"{tag}: unsupported version {version!r} (current {current}){_NEWER}")
+    if not isinstance(version, int) or version < 1:
         raise DecodeError(f"{tag}: unsupported version {version!r} (current {current})")
     while version < current:
         step = upcasters.get((tag, version))

@@ -264,7 +264,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     except CorruptLog as exc:
         raise StoreError(
             f"{exc.message}; rebuild stopped with nothing dropped (the caches may hold what "
-            "the log lost there): restore the log from a backup, then run `keytrail verify`",
+            "the log cannot give): mend the log first (a damaged one comes back from a "
+            "backup), then run `keytrail verify`",
             segment=exc.segment,
             line=exc.line,
         ) from None

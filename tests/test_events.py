@@ -21,6 +21,7 @@ from keytrail.events import (
     CURRENT_VERSION,
     EVENT_TYPES,
     UPCASTERS,
+    CorruptLog,
     DecodeError,
     EventLog,
     FoldRules,
@@ -384,6 +385,39 @@ def test_lines_without_checksum_are_accepted() -> None:
 def test_undecodable_lines_raise_decode_error(line: bytes, match: str) -> None:
     with pytest.raises(DecodeError, match=match):
         decode_line(line)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"type": "memory.pinned", "v": 1, "memory_id": "m_1"},
+        {"type": "memory.read", "v": CURRENT_VERSION["memory.read"] + 1, "memory_id": "m_1"},
+    ],
+    ids=["unknown-type", "newer-version"],
+)
+def test_a_line_from_a_newer_keytrail_says_so(tmp_path: Path, raw: dict[str, Any]) -> None:
+    """A whole, checksummed line of a type or version this keytrail does not know is no
+    damage but a log written by a newer keytrail. It was reported as a 'corrupt event log'
+    with nothing more, which sends whoever looks after the store after a backup it does not
+    need: the message says it may come from a newer keytrail, and to upgrade."""
+    (tmp_path / "log").mkdir()
+    first = encode_line(MemoryRead(seq=1, at=_t("2025-01-01T00:00:00+00:00"), memory_id="m_1"))
+    line = encode_line_raw({**raw, "seq": 2, "at": "2025-01-01T00:00:01Z"})
+    (tmp_path / "log" / "00000000000000000001.jsonl").write_bytes(first + line)
+    with pytest.raises(CorruptLog) as refused:
+        EventLog(tmp_path).read_new()
+    assert "00000000000000000001.jsonl line 2" in refused.value.message
+    assert "newer keytrail" in refused.value.message and "upgrade" in refused.value.message
+
+
+def test_a_broken_line_is_not_blamed_on_a_newer_keytrail() -> None:
+    for line in (
+        b'{"seq":1,"at":"2025-01-01T00:00:00Z"}',
+        b'{"type":"memory.read","seq":1,"at":"2025-01-01T00:00:00Z","v":0,"memory_id":"m"}',
+    ):
+        with pytest.raises(DecodeError) as refused:
+            decode_line(line)
+        assert "newer" not in refused.value.message
 
 
 # -- the upcaster chain (the mechanism, on a hypothetical memory.read v3) -------------------------
