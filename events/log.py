@@ -542,15 +542,42 @@ class Appender:
             while written < len(line):
                 written += os.pwrite(fd, line[written:], offset + written)
             os.fsync(fd)
-        except BaseException:
+        except BaseException as exc:
             # Never leave half a line behind a failed write: the command did not happen.
-            os.ftruncate(fd, offset)
+            try:
+                os.ftruncate(fd, offset)
+            except OSError:
+                if isinstance(exc, OSError):
+                    raise _append_failed(name, exc, cut=False) from exc
+                raise
+            if isinstance(exc, OSError):  # a full disk, an I/O error: say where, and what now
+                raise _append_failed(name, exc, cut=True) from exc
             raise
         if new_segment:
             _fsync_dir(log.dir)
         log._segment, log._offset = name, offset + len(line)
         log._seq, log._at = stamped.seq, stamped.at
         return stamped
+
+
+def _append_failed(segment: str, exc: OSError, *, cut: bool) -> StoreError:
+    """What a failed append tells its caller: the file, the cause, whether it happened."""
+    where = f"log/{segment}"
+    if cut:
+        outcome = (
+            f"nothing was recorded ({where} is as it was): make room or mend the disk, "
+            "then run it again"
+        )
+    else:
+        outcome = (
+            "nor could the partial line be cut, so whether it was recorded is unknown: see "
+            "`keytrail log` before running it again (a partial line is cut by the next writer)"
+        )
+    return StoreError(
+        f"could not append to {where}: {exc.strerror or exc}; {outcome}",
+        segment=segment,
+        errno=exc.errno,
+    )
 
 
 class PinnedLog(EventLog):

@@ -318,3 +318,41 @@ def test_a_line_that_cannot_be_applied_stops_the_store_naming_it(tmp_path: Path)
     store.close()  # closes its files; writes no snapshot of a state it could not finish
     with pytest.raises(CorruptLog, match="line 3"):
         Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+
+
+@pytest.mark.parametrize("failing", ["pwrite", "fsync"])
+def test_a_full_disk_during_an_append_says_which_file_and_that_nothing_was_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """ENOSPC (or EIO) while appending a line: the appender cuts what it wrote and raises. It
+    raised the bare OSError, which the command line printed as `[Errno 28] No space left on
+    device` (no file, nothing of whether the command happened) and MCP as an internal error.
+    It says which segment, that nothing was recorded, and what to do; and the store goes on
+    once the disk has room."""
+    from keytrail.core import StoreError
+    from keytrail.events import log as event_log
+
+    home = tmp_path / "store"
+    store = Store(settings(home), embedder=HashEmbedder())
+    store.remember("Alice likes green tea", ["tea"])
+    segments = {p: p.read_bytes() for p in (home / "log").iterdir() if p.is_file()}
+
+    def disk_full(*_: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as full:
+        full.setattr(event_log.os, failing, disk_full)
+        with pytest.raises(StoreError) as refused:
+            store.remember("Bob drinks coffee", ["coffee"])
+    (segment,) = segments
+    assert f"log/{segment.name}" in refused.value.message
+    assert "No space left on device" in refused.value.message
+    assert "nothing was recorded" in refused.value.message
+    assert {p: p.read_bytes() for p in (home / "log").iterdir() if p.is_file()} == segments
+    again = store.remember("Bob drinks coffee", ["coffee"])  # room again: it goes on
+    store.close()
+    reopened = Store(settings(home), embedder=HashEmbedder())
+    assert again.memory_id in reopened.state.memories
+    assert len(reopened.state.memories) == 2
+    reopened.close()
+    assert verify(home).ok

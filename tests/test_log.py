@@ -21,6 +21,7 @@ from keytrail.events import (
     LogPosition,
     MemoryRead,
     StoreCreated,
+    StoreError,
     TurnRecorded,
     encode_line,
     segment_name,
@@ -269,7 +270,7 @@ def test_a_failed_write_leaves_no_half_line(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
-    with pytest.raises(OSError), log.lock() as app:
+    with pytest.raises(StoreError, match="No space left on device"), log.lock() as app:
         app.append(event(7))
     monkeypatch.undo()
     assert segment_files(tmp_path)[0].stat().st_size == size
