@@ -8,6 +8,7 @@ than the log was when it was asked.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import itertools
@@ -82,6 +83,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 logger = logging.getLogger("keytrail")
+#: errno values of a store this process may read but not write
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 SNAPSHOT_FILE = "keygraph.msgpack"
 TURN_ROLES = ("user", "assistant", "system", "tool")
 #: Called while opening with (bytes of the log folded so far, total bytes).
@@ -399,11 +402,24 @@ class Store(Queries, HybridQueries):
             self._closing = True
             try:
                 if self.state.seq > self._snapshot_seq and self._unfoldable is None:
-                    with self.log.lock() as app:
-                        self._fold(app.pending)
-                        self._save_snapshot(self.state)
+                    self._save_snapshot_at_close()
             finally:
                 self.log.close()
+
+    def _save_snapshot_at_close(self) -> None:
+        """Save a snapshot of what this process folded, for the next open to start from.
+
+        Only a shortcut, so a store that cannot be written (a read-only backup: even the lock
+        file cannot be opened) or a full disk costs the next open a replay, not this
+        process's command: it is in the log already, and reported as failed it would be
+        run again."""
+        try:
+            with self.log.lock() as app:
+                self._fold(app.pending)
+                self._save_snapshot(self.state)
+        except OSError as exc:
+            level = logging.INFO if exc.errno in _READ_ONLY else logging.WARNING
+            logger.log(level, "keytrail: no snapshot saved at seq %d: %s", self.state.seq, exc)
 
     def __enter__(self) -> Store:
         return self

@@ -356,3 +356,75 @@ def test_a_full_disk_during_an_append_says_which_file_and_that_nothing_was_recor
     assert len(reopened.state.memories) == 2
     reopened.close()
     assert verify(home).ok
+
+
+def test_a_snapshot_that_cannot_be_saved_at_close_fails_no_recorded_command(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """close() saves a snapshot of what the process folded, a shortcut for the next open. A
+    full disk there raised out of close, so `keytrail remember` exited 2 with `[Errno 28] No
+    space left on device` after its memory was in the log: reported as failed, it invites a
+    retry that records it twice. Like a cache at the write itself, it is logged, not raised."""
+    from keytrail.projections import snapshot as snapshots
+    from keytrail.server.cli import main
+
+    home = tmp_path / "store"
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+
+    def disk_full(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as full:
+        full.setattr(snapshots, "save", disk_full)
+        code = main(["--home", str(home), "remember", "Alice likes green tea", "-k", "tea"])
+    told = capsys.readouterr()
+    assert code == 0, told.err
+    assert "remembered m_" in told.out
+    assert "No space left on device" in caplog.text  # said, as a cache not kept
+    with Store(settings(home), embedder=HashEmbedder()) as store:  # replays the log
+        assert [n.content for n in store.state.memories.values()] == ["Alice likes green tea"]
+    assert verify(home).ok
+
+
+def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A backup or a mounted snapshot of a store, read-only, without its cache (deleting it
+    loses nothing): stats, list, keys answered nothing, `[Errno 30] Read-only file system:
+    '.../lock'`, because closing the store took the appenders' lock to save a snapshot."""
+    import errno
+
+    from keytrail.events import log as event_log
+    from keytrail.server.cli import main
+
+    home = tmp_path / "store"
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    with Store(settings(home), embedder=HashEmbedder()) as store:
+        store.remember("Alice likes green tea", ["tea"])
+    shutil.rmtree(home / "cache")
+    before = {str(p): p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    real_open = os.open
+
+    def read_only(path: object, flags: int, *args: object) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as ro:
+        ro.setattr(event_log.os, "open", read_only)
+        answers = {}
+        for verb in ("stats", "list", "keys"):
+            code = main(["--home", str(home), verb])
+            answers[verb] = capsys.readouterr()
+            assert code == 0, (verb, answers[verb].err)
+            assert answers[verb].err == ""  # nothing to warn of: a snapshot is a shortcut
+    assert "Alice likes green tea" in answers["list"].out
+    assert "tea" in answers["keys"].out
+    assert {str(p): p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
