@@ -219,11 +219,13 @@ class Store(Queries, HybridQueries):
         # purge (`_tidy` takes the lock it holds; forget.pending exists until it ends) means
         # everything this process reads after its open is already purged. tests/
         # test_forget_race.py holds a forget before each purge step and opens the store.
-        if (
-            self.state.seq - self._snapshot_seq >= self.settings.snapshot_every
-            or forgetting.pending_path(self.home).exists()
-        ):
+        if forgetting.pending_path(self.home).exists():
             self._tidy()
+        elif self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+            try:
+                self._tidy()
+            except OSError as exc:  # only a snapshot was due: see _save_snapshot_at_close
+                self._snapshot_unsaved(exc)
 
     @classmethod
     def open_existing(cls, settings: Settings | None = None, **kwargs: Any) -> Store:
@@ -418,8 +420,11 @@ class Store(Queries, HybridQueries):
                 self._fold(app.pending)
                 self._save_snapshot(self.state)
         except OSError as exc:
-            level = logging.INFO if exc.errno in _READ_ONLY else logging.WARNING
-            logger.log(level, "keytrail: no snapshot saved at seq %d: %s", self.state.seq, exc)
+            self._snapshot_unsaved(exc)
+
+    def _snapshot_unsaved(self, exc: OSError) -> None:
+        level = logging.INFO if exc.errno in _READ_ONLY else logging.WARNING
+        logger.log(level, "keytrail: no snapshot saved at seq %d: %s", self.state.seq, exc)
 
     def __enter__(self) -> Store:
         return self

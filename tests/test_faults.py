@@ -391,12 +391,17 @@ def test_a_snapshot_that_cannot_be_saved_at_close_fails_no_recorded_command(
     assert verify(home).ok
 
 
+@pytest.mark.parametrize("snapshot_every", ["10000", "2"])
 def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    snapshot_every: str,
 ) -> None:
     """A backup or a mounted snapshot of a store, read-only, without its cache (deleting it
     loses nothing): stats, list, keys answered nothing, `[Errno 30] Read-only file system:
-    '.../lock'`, because closing the store took the appenders' lock to save a snapshot."""
+    '.../lock'`, because closing the store took the appenders' lock to save a snapshot, and
+    so did the open of a log longer than `snapshot_every` since the last snapshot."""
     import errno
 
     from keytrail.events import log as event_log
@@ -408,7 +413,9 @@ def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
     monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
     with Store(settings(home), embedder=HashEmbedder()) as store:
         store.remember("Alice likes green tea", ["tea"])
+        store.remember("Bob drinks coffee", ["coffee"])
     shutil.rmtree(home / "cache")
+    monkeypatch.setenv("KEYTRAIL_SNAPSHOT_EVERY", snapshot_every)
     before = {str(p): p.read_bytes() for p in home.rglob("*") if p.is_file()}
     real_open = os.open
 
@@ -428,3 +435,4 @@ def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
     assert "Alice likes green tea" in answers["list"].out
     assert "tea" in answers["keys"].out
     assert {str(p): p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
+
