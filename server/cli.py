@@ -9,6 +9,7 @@ left>` and exits with status 130 (see INTERRUPTED).
 """
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -695,8 +696,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            fail(cannot_write(args.command, exc))
         fail(str(exc))
     return code
+
+
+def cannot_write(verb: str, exc: OSError) -> str:
+    """What a verb that writes says when the store's files may be read but not written (a
+    backup, a mounted snapshot): which file, and what can still be done there."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return (
+        f"cannot write {where}{exc.strerror}. `keytrail {verb}` writes to the store (its log, "
+        "lock or caches); stats, list, keys, history, log, export and verify answer from a "
+        "store that cannot be written: copy it somewhere writable for the rest"
+    )
 
 
 if __name__ == "__main__":

@@ -436,3 +436,36 @@ def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
     assert "tea" in answers["keys"].out
     assert {str(p): p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
 
+
+def test_a_write_to_a_store_that_cannot_be_written_says_so_and_what_still_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keytrail read` records the read, so on a read-only copy of a store it cannot work; it
+    said only `[Errno 30] Read-only file system: '.../lock'`. The error names the file, says
+    the verb writes to the store, and which verbs still answer from one that cannot be written."""
+    import errno
+
+    from keytrail.events import log as event_log
+    from keytrail.server.cli import main
+
+    home = tmp_path / "store"
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    with Store(settings(home), embedder=HashEmbedder()) as store:
+        memory_id = store.remember("Alice likes green tea", ["tea"]).memory_id
+    real_open = os.open
+
+    def read_only(path: object, flags: int, *args: object) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as ro, pytest.raises(SystemExit) as stopped:
+        ro.setattr(event_log.os, "open", read_only)
+        main(["--home", str(home), "read", memory_id])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert str(home / "lock") in err and "Read-only file system" in err
+    assert "`keytrail read` writes to the store" in err
+    assert "stats" in err and "export" in err and "verify" in err
