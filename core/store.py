@@ -1057,9 +1057,19 @@ class Store(Queries, HybridQueries):
                 )
                 for n in nodes
             ]
-            if self._vector_cache is not None:
-                self._vector_cache.flush()
-            purged = self._finish_forgetting()
+            try:
+                if self._vector_cache is not None:
+                    self._vector_cache.flush()
+                purged = self._finish_forgetting()
+            except OSError as exc:
+                # The forget happened (its events are fsynced): say so, and who finishes it.
+                raise StoreError(
+                    f"forgot {node.id} (seq {events[-1].seq}), but erasing its content "
+                    f"stopped: {exc}. forget.pending keeps the work: the next command that "
+                    "opens the store (or writes to it) finishes it once the disk allows",
+                    memory_id=node.id,
+                    seq=events[-1].seq,
+                ) from exc
             return Forgotten(
                 memory_id=node.id,
                 seq=events[-1].seq,

@@ -179,3 +179,37 @@ def test_forget_of_a_memory_on_a_damaged_line_names_the_segment_and_line(
     assert not forgetting.pending_path(home).exists()
     with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as reopened:
         assert reopened.read_memory(victim.memory_id).content != ""
+
+
+def test_a_full_disk_during_a_forgets_purge_says_the_forget_happened_and_who_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forget's event is fsynced, then its purge rewrites the segment and hits a full
+    disk. The caller got the bare `[Errno 28] No space left on device: '...'`, as if nothing
+    had happened (a retry answers 'already forgotten'). It must say the memory is forgotten,
+    that its content is not yet erased, and that the next command to open the store finishes
+    that; and the next open does."""
+    from keytrail.core import KeytrailError
+
+    home = tmp_path / "store"
+    store = Store(settings(home), embedder=HashEmbedder())
+    victim = store.remember("my bank PIN is 7391", ["bank"])
+    store.remember("Bob likes coffee", ["Bob"])
+
+    def disk_full(*_: object, **__: object) -> bool:
+        raise OSError(28, "No space left on device", str(home / "log" / ".segment.tmp"))
+
+    with monkeypatch.context() as full:
+        full.setattr(forgetting, "apply_redaction", disk_full)
+        with pytest.raises(KeytrailError) as caught:
+            store.forget(victim.memory_id, reason="user asked")
+    message = caught.value.message
+    assert f"forgot {victim.memory_id}" in message and "No space left on device" in message
+    assert ".segment.tmp" in message and "next command that opens the store" in message
+    assert forgotten_in_log(home) == {victim.memory_id}
+    assert forgetting.pending_path(home).exists()
+    store.close()
+    with Store(settings(home), embedder=HashEmbedder()):  # room again: the open finishes it
+        pass
+    assert not forgetting.pending_path(home).exists()
+    assert holding(home, {victim.memory_id: "my bank PIN is 7391"}) == {}

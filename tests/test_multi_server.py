@@ -22,7 +22,7 @@ from mcp import ClientSession
 from test_kg_server import kg_session
 from test_server import REPO, call, run, server_env
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, Settings, Store, StoreError
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog, MemoryRemembered
 
@@ -184,7 +184,7 @@ def test_a_running_server_finishes_another_process_interrupted_forget(
         raise OSError("killed before the purge")
 
     monkeypatch.setattr(forgetting, "purge", killed)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError, match="erasing its content stopped: killed before the purge"):
         code.forget(memory_id)
     code.log.close()  # the process is gone
     monkeypatch.undo()
