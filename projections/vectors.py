@@ -427,6 +427,10 @@ def _write_at(directory: Path, path: str, offset: int, data: bytes) -> tuple[int
         view, written = memoryview(data), 0
         while written < len(data):
             written += os.pwrite(fd, view[written:], offset + written)
+    except OSError as exc:
+        if exc.filename is None:  # a write through the descriptor names no file: say which
+            exc.filename = path
+        raise
     finally:
         os.close(fd)
     return st.st_dev, st.st_ino

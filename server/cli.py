@@ -698,6 +698,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             fail(cannot_write(args.command, exc))
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f"cannot write {exc.filename}: " if exc.filename else ""
+            fail(
+                f"{where}{exc.strerror}: make room on the disk, then run it again (the log "
+                "holds every command acknowledged so far, each whole)"
+            )
         fail(str(exc))
     return code
 

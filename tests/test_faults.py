@@ -469,3 +469,35 @@ def test_a_write_to_a_store_that_cannot_be_written_says_so_and_what_still_reads(
     assert str(home / "lock") in err and "Read-only file system" in err
     assert "`keytrail read` writes to the store" in err
     assert "stats" in err and "export" in err and "verify" in err
+
+
+def test_a_full_disk_while_saving_vectors_before_a_command_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`remember` first brings the embedding projection up to the log and saves its rows. On a
+    full disk that said only `[Errno 28] No space left on device`: no file, no next step."""
+    import errno
+
+    from keytrail.projections import vectors
+    from keytrail.server.cli import main
+
+    home = tmp_path / "store"
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    with Store(settings(home), embedder=HashEmbedder()) as store:
+        store.remember("Alice likes green tea", ["tea"])
+    shutil.rmtree(home / "cache" / "vectors")  # derived: the next command embeds it again
+    log_before = {p: p.read_bytes() for p in (home / "log").iterdir() if p.is_file()}
+
+    def disk_full(*_: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as full, pytest.raises(SystemExit) as stopped:
+        full.setattr(vectors.os, "pwrite", disk_full)
+        main(["--home", str(home), "remember", "Bob drinks coffee", "-k", "coffee"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert str(home / "cache" / "vectors") in err and "No space left on device" in err
+    assert "make room" in err
+    assert {p: p.read_bytes() for p in (home / "log").iterdir() if p.is_file()} == log_before
