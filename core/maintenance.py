@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from keytrail.events import CorruptLog, EventLog, MemoryForgotten
+from keytrail.events.codec import has_checksum
 from keytrail.events.redact import redacted_ids
 from keytrail.projections import GraphState, apply, text_hash
 from keytrail.projections import snapshot as snapshots
@@ -47,6 +48,9 @@ class VerifyReport:
     #: Forgotten memories whose purge was interrupted: their content may still be in a cache
     #: (that is not counted as a problem); the next open of the store finishes the purge.
     purges_pending: list[str] = field(default_factory=list)
+    #: Lines without the checksum keytrail writes on every line (by hand, or damaged where the
+    #: checksum was): they decode, but a change to them cannot be detected. Not a problem.
+    unchecked_lines: list[str] = field(default_factory=list)
 
 
 def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
@@ -117,6 +121,7 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
                 )
     torn_dir = log.dir / "torn"
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
+    unchecked = _unchecked_lines(log, segments) if not problems else []
     if progress is not None:
         progress(total, total)
     if not problems:
@@ -132,7 +137,31 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         caches_checked=derived.checked,
         caches_ignored=derived.ignored,
         purges_pending=sorted(derived.pending),
+        unchecked_lines=unchecked,
     )
+
+
+#: How many lines without a checksum verify names; past that it counts them.
+UNCHECKED_NAMED = 5
+
+
+def _unchecked_lines(log: EventLog, segments: list[str]) -> list[str]:
+    """`segment line N` of each whole line without a checksum (the first UNCHECKED_NAMED,
+    then a count of the rest)."""
+    named: list[str] = []
+    more = 0
+    for name in segments:
+        data = (log.dir / name).read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]  # a torn tail is reported as such
+        for number, line in enumerate(whole.split(b"\n")[:-1], start=1):
+            if not has_checksum(line):
+                if len(named) < UNCHECKED_NAMED:
+                    named.append(f"{name} line {number}")
+                else:
+                    more += 1
+    if more:
+        named.append(f"and {more} more")
+    return named
 
 
 def _torn_tail(log: EventLog) -> tuple[str, int] | None:

@@ -66,6 +66,11 @@ def encode_line(event: Event) -> bytes:
     return b'%s%s%s"}\n' % (body[:-1], _CRC_PREFIX, _crc(memoryview(body)[:-1]).encode())
 
 
+def has_checksum(line: bytes) -> bool:
+    """Whether `line` (without its newline) ends in the checksum every written line carries."""
+    return len(line) > _CRC_LEN and line[-_CRC_LEN : -_CRC_LEN + _PREFIX_LEN] == _CRC_PREFIX
+
+
 def _check_crc(line: bytes) -> None:
     # On the replay path for every line: compare bytes, build no str unless it fails.
     if len(line) > _CRC_LEN and line[-_CRC_LEN : -_CRC_LEN + _PREFIX_LEN] == _CRC_PREFIX:

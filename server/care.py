@@ -246,6 +246,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report.purges_pending:
             ids = ", ".join(report.purges_pending)
             lines.append(f"purge unfinished (the next open finishes it): {ids}")
+        if report.unchecked_lines:
+            lines.append(
+                "no checksum, so damage to them cannot be seen (written by hand, or damaged "
+                f"where the checksum was): {', '.join(report.unchecked_lines)}"
+            )
         for line in lines:
             print(f"  {line}")
     return 0 if report.ok else 1

@@ -369,3 +369,22 @@ def test_a_segment_cut_short_before_later_ones_is_the_problem_not_the_caches(
         store.remember(f"fact {i} here", [f"k{i}"])
     store.close()
     assert verify(home).ok
+
+
+def test_lines_without_a_checksum_are_named_though_they_decode(home: Path) -> None:
+    """Every line keytrail writes ends in its checksum. A line whose `"crc"` key was damaged
+    decodes without one (hand-written lines are accepted), so damage to the rest of it goes
+    unseen: verify names such lines, without calling the store broken."""
+    report = verify(home)
+    assert report.ok and report.unchecked_lines == []
+    segment = next((home / "log").glob("*.jsonl"))
+    lines = segment.read_bytes().split(b"\n")
+    assert b"Bob sails" in lines[2]
+    lines[2] = lines[2].replace(b',"crc":"', b',"crx":"')  # the line still decodes
+    segment.write_bytes(b"\n".join(lines))
+    report = verify(home)
+    assert report.unchecked_lines == [f"{segment.name} line 3"]
+    shown = keytrail(home, "verify")
+    assert shown.returncode == 0 and report.ok
+    assert "no checksum, so damage to them cannot be seen" in shown.stdout
+    assert f"{segment.name} line 3" in shown.stdout
