@@ -331,9 +331,15 @@ class EventLog:
     def _refuse(self, event: AnyEvent, path: Path, offset: int) -> NoReturn:
         line = self._line_number(path, offset)
         if event.seq != self._seq + 1:
-            raise CorruptLog(
-                path.name, line, f"seq {event.seq} follows {self._seq} (the log must be gap-free)"
-            )
+            reason = f"seq {event.seq} follows {self._seq} (the log must be gap-free)"
+            if offset == 0 and event.seq > self._seq + 1 and self._seq > 0:
+                # A segment's first line: most likely the segment before it went missing.
+                first = segment_name(self._seq + 1)
+                reason += (
+                    f"; seq {self._seq + 1} to {event.seq - 1} are missing: is segment "
+                    f"{first} (or one after it) gone?"
+                )
+            raise CorruptLog(path.name, line, reason)
         raise CorruptLog(
             path.name,
             line,

@@ -149,6 +149,23 @@ def test_segments_roll_and_are_named_by_their_first_seq(tmp_path: Path) -> None:
     assert [e.seq for e in seen] == list(range(1, 21))
 
 
+def test_a_missing_segment_is_named_where_the_gap_begins(tmp_path: Path) -> None:
+    """A segment gone from the middle of the log shows as a gap at the next segment's first
+    line: the error says which seqs are missing and names the segment that held the first."""
+    log = EventLog(tmp_path, segment_bytes=3 * LINE)
+    append(log, 9)
+    files = segment_files(tmp_path)
+    assert [f.name for f in files[:3]] == [segment_name(s) for s in (1, 4, 7)]
+    files[1].unlink()
+    with pytest.raises(CorruptLog) as caught:
+        EventLog(tmp_path).read_new()
+    assert (caught.value.segment, caught.value.line) == (segment_name(7), 1)
+    assert caught.value.reason == (
+        f"seq 7 follows 3 (the log must be gap-free); seq 4 to 6 are missing: is segment "
+        f"{segment_name(4)} (or one after it) gone?"
+    )
+
+
 def test_a_line_longer_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path) -> None:
     log = EventLog(tmp_path, segment_bytes=50)
     append(log, 3)
