@@ -1083,6 +1083,16 @@ class Store(Queries, HybridQueries):
         """Purge the content of every forgotten memory listed as pending. Hold the lock."""
         entries = forgetting.read_pending(self.home)
         if not entries:
+            if os.path.exists(self._pending_purge):
+                # Written atomically, so only a hand edit leaves one that reads as nothing:
+                # nothing can be resumed from it, and kept it would send every open to the
+                # lock. A content it left unerased is named by `verify`; `forget` erases it.
+                logger.warning(
+                    "keytrail: %s could not be read and was removed; `keytrail verify` names "
+                    "any forgotten memory whose content is still in the log",
+                    self._pending_purge,
+                )
+                forgetting.write_pending(self.home, [])
             return []
         # An entry whose memory is not forgotten is a forget that crashed before its event.
         done = [

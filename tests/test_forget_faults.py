@@ -213,3 +213,25 @@ def test_a_full_disk_during_a_forgets_purge_says_the_forget_happened_and_who_fin
         pass
     assert not forgetting.pending_path(home).exists()
     assert holding(home, {victim.memory_id: "my bank PIN is 7391"}) == {}
+
+
+@pytest.mark.parametrize("garbage", [b"not json", b"[]", b'[{"memory_id": 7}]'])
+def test_a_forget_pending_that_reads_as_nothing_is_removed_with_a_warning(
+    tmp_path: Path, garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """forget.pending is written atomically, so only a hand edit leaves one that holds no
+    purge. Nothing can be resumed from it, and kept, it sent every open to the lock to finish
+    it (export and log waited each time): the first open removes it and says so."""
+    home = tmp_path / "store"
+    with Store(settings(home), embedder=HashEmbedder()) as store:
+        store.remember("Alice likes tea", ["tea"])
+    pending = forgetting.pending_path(home)
+    pending.write_bytes(garbage)
+    with (
+        caplog.at_level("WARNING", logger="keytrail"),
+        Store(settings(home), embedder=HashEmbedder()) as store,
+    ):
+        assert store.list_memories().total == 1
+    assert not pending.exists()
+    assert "could not be read and was removed" in caplog.text
+    assert verify(home).ok
