@@ -430,3 +430,36 @@ def test_memory_jsonl_adds_again_an_observation_that_has_expired(tmp_path: Path)
     assert report.memories == 1
     assert kg.open_nodes(["Dana"]).entities[0].observations == ["Dana is in a meeting"]
     store.close()
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_memory_jsonl_with_a_unicode_line_separator_in_an_observation_round_trips(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None, separator: str
+) -> None:
+    """The export writes U+2028, U+2029 and U+0085 unescaped (JSON allows them raw in a string)
+    and ends lines with "\\n" only; the import split lines on every Unicode line boundary, so
+    an observation holding one broke its line in two: the file was "not JSON", or, on its
+    first line, taken for a keymem graph.json and imported as nothing."""
+    store = make_store(home=tmp_path / "a")
+    kg = KnowledgeGraph(store)
+    kg.create_entities(
+        [
+            EntityInput("Ann", "person", [f"first line{separator}second line"]),
+            EntityInput("Bob", "person", [f"left{separator}right", "plain"]),
+        ]
+    )
+    first = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(first)])
+        == 0
+    )
+    assert separator in first.read_text(encoding="utf-8")
+    assert main(["import", "--home", str(tmp_path / "b"), str(first)]) == 0
+    copy = make_store(home=tmp_path / "b")
+    assert whole_graph(copy) == whole_graph(store)
+    # Alone on its first line too, where the format is detected.
+    single = first.read_text(encoding="utf-8").split("\n")[0] + "\n"
+    assert detect_format(single) == "memory-jsonl"
+    alone = make_store(home=tmp_path / "c")
+    assert import_text(alone, single, "single.jsonl").memories == 1
+    assert whole_graph(alone)["entities"] == whole_graph(store)["entities"][:1]
