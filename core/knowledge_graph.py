@@ -407,14 +407,13 @@ class KnowledgeGraph:
             forgotten: dict[str, None] = {}
             unlinked: list[KeyMemory] = []
             for key in found.values():
-                for mid in key.links:
-                    node = state.memories[mid]
-                    if node.namespace != namespace or node.status in ("forgotten", "deleted"):
-                        continue  # gone already: nothing to delete again
+                # What the entity shows, as delete_observations deletes: its past versions
+                # (superseded), and memories expired, deleted or forgotten, stay as they are.
+                for node in observation_nodes(state, key, namespace, app.at):
                     if all(k in found for k in node.keys):
-                        forgotten[mid] = None
+                        forgotten[node.id] = None
                     else:
-                        unlinked.append(KeyMemory(key_id=key.id, memory_id=mid))
+                        unlinked.append(KeyMemory(key_id=key.id, memory_id=node.id))
             relations = [
                 RelationSpec(from_key=r.from_key, to_key=r.to_key, relation_type=r.relation_type)
                 for r in state.relations.values()

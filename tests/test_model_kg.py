@@ -439,7 +439,7 @@ class GraphVersusModel(RuleBasedStateMachine):
         for cf in found:
             for mid in model.keys[cf].links:
                 m = model.memories[mid]
-                if m.namespace != KG or m.status != "active":
+                if m.namespace != KG or not m.current():  # only what the entity shows
                     continue
                 if all(k in found for k in m.keys):
                     deleted[mid] = None
