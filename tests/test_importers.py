@@ -463,3 +463,33 @@ def test_memory_jsonl_with_a_unicode_line_separator_in_an_observation_round_trip
     alone = make_store(home=tmp_path / "c")
     assert import_text(alone, single, "single.jsonl").memories == 1
     assert whole_graph(alone)["entities"] == whole_graph(store)["entities"][:1]
+
+
+def test_memory_jsonl_import_writes_into_the_namespace_given_like_the_export_reads_it(
+    tmp_path: Path, cli_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With KEYTRAIL_KG_NAMESPACE set, `import --namespace work` wrote the observations into
+    the knowledge-graph namespace, not `work`, though `import` writes into `--namespace` and
+    `export --format memory-jsonl --namespace work` reads `work`: exporting a namespace and
+    importing it back under the same flag landed elsewhere (and that export then found no
+    memory in `work`)."""
+    monkeypatch.setenv("KEYTRAIL_KG_NAMESPACE", "kg")
+    home = tmp_path / "store"
+    fixture = str(FIXTURES / "memory.jsonl")
+    assert main(["--namespace", "work", "import", "--home", str(home), fixture]) == 0
+    with Store(Settings(home=home, embedder="hash")) as store:
+        assert {m.namespace for m in store.refresh().memories.values()} == {"work"}
+    out = tmp_path / "work.jsonl"
+    assert (
+        main(
+            ["--namespace", "work", "export", "--home", str(home), "--format", "memory-jsonl"]
+            + ["-o", str(out)]
+        )
+        == 0
+    )
+    assert "Speaks fluent Spanish" in out.read_text(encoding="utf-8")
+    # Without --namespace, the knowledge-graph namespace, as before.
+    other = tmp_path / "other"
+    assert main(["import", "--home", str(other), fixture]) == 0
+    with Store(Settings(home=other, embedder="hash")) as store:
+        assert {m.namespace for m in store.refresh().memories.values()} == {"kg"}
