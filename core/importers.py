@@ -82,6 +82,10 @@ class ImportReport:
 def detect_format(text: str) -> Format:
     """keymem (one JSON object with keys/memories), memory-jsonl or keytrail (JSON lines)."""
     stripped = text.lstrip()
+    if not stripped:
+        # An empty graph's memory.jsonl (keytrail's export and the reference server write one);
+        # a keytrail export holds at least store.created, and an empty file is no JSON document.
+        return "memory-jsonl"
     if stripped.startswith("{"):
         try:
             whole = json.loads(stripped)

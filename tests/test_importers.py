@@ -493,3 +493,22 @@ def test_memory_jsonl_import_writes_into_the_namespace_given_like_the_export_rea
     assert main(["import", "--home", str(other), fixture]) == 0
     with Store(Settings(home=other, embedder="hash")) as store:
         assert {m.namespace for m in store.refresh().memories.values()} == {"kg"}
+
+
+def test_the_memory_jsonl_of_an_empty_graph_imports(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    """A graph with no entity exports as an empty file (the reference server writes one for an
+    empty graph too); importing it failed, "cannot tell the file's format", so the round trip
+    broke on an empty graph. No other format can be empty: it is an empty memory.jsonl."""
+    store = make_store(home=tmp_path / "a")
+    store.remember("a plain fact, no entity", ["fact"])
+    empty = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(empty)])
+        == 0
+    )
+    assert empty.read_bytes() == b""
+    assert detect_format("") == detect_format("\n \n") == "memory-jsonl"
+    assert main(["import", "--home", str(tmp_path / "b"), str(empty)]) == 0
+    assert whole_graph(make_store(home=tmp_path / "b")) == {"entities": [], "relations": []}
