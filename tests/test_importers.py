@@ -512,3 +512,34 @@ def test_the_memory_jsonl_of_an_empty_graph_imports(
     assert detect_format("") == detect_format("\n \n") == "memory-jsonl"
     assert main(["import", "--home", str(tmp_path / "b"), str(empty)]) == 0
     assert whole_graph(make_store(home=tmp_path / "b")) == {"entities": [], "relations": []}
+
+
+def test_an_observation_held_twice_exports_once_so_the_round_trip_gives_the_same_bytes(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    """Two current memories of one entity can hold the same text (a correction onto a text it
+    has, a keymem import); the export listed it twice, the import (like add_observations)
+    keeps an observation once, so exporting the copy gave other bytes than the first export.
+    memory.jsonl observations are an entity's texts: each once, in the order first added."""
+    store = make_store(home=tmp_path / "a")
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Ann", "person", ["likes tea", "likes coffee", "tall"])])
+    coffee = next(m.id for m in store.state.memories.values() if m.content == "likes coffee")
+    store.correct(coffee, "likes tea")
+    first = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(first)])
+        == 0
+    )
+    assert first.read_text(encoding="utf-8").splitlines() == [
+        '{"type":"entity","name":"Ann","entityType":"person","observations":["likes tea","tall"]}'
+    ]
+    assert main(["import", "--home", str(tmp_path / "b"), str(first)]) == 0
+    again = tmp_path / "again.jsonl"
+    assert (
+        main(
+            ["export", "--home", str(tmp_path / "b"), "--format", "memory-jsonl", "-o", str(again)]
+        )
+        == 0
+    )
+    assert again.read_bytes() == first.read_bytes()
