@@ -480,13 +480,8 @@ def test_memory_jsonl_import_writes_into_the_namespace_given_like_the_export_rea
     with Store(Settings(home=home, embedder="hash")) as store:
         assert {m.namespace for m in store.refresh().memories.values()} == {"work"}
     out = tmp_path / "work.jsonl"
-    assert (
-        main(
-            ["--namespace", "work", "export", "--home", str(home), "--format", "memory-jsonl"]
-            + ["-o", str(out)]
-        )
-        == 0
-    )
+    export = ["export", "--home", str(home), "--format", "memory-jsonl", "-o", str(out)]
+    assert main(["--namespace", "work", *export]) == 0
     assert "Speaks fluent Spanish" in out.read_text(encoding="utf-8")
     # Without --namespace, the knowledge-graph namespace, as before.
     other = tmp_path / "other"
