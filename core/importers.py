@@ -82,6 +82,10 @@ class ImportReport:
 def detect_format(text: str) -> Format:
     """keymem (one JSON object with keys/memories), memory-jsonl or keytrail (JSON lines)."""
     stripped = text.lstrip()
+    if not stripped:
+        # An empty graph's memory.jsonl (keytrail's export and the reference server write one);
+        # a keytrail export holds at least store.created, and an empty file is no JSON document.
+        return "memory-jsonl"
     if stripped.startswith("{"):
         try:
             whole = json.loads(stripped)
@@ -89,7 +93,7 @@ def detect_format(text: str) -> Format:
             whole = None
         if isinstance(whole, dict) and ("memories" in whole or "keys" in whole):
             return "keymem"
-    first = next((line for line in text.splitlines() if line.strip()), "")
+    first = next((line for line in text.split("\n") if line.strip()), "")
     try:
         obj = json.loads(first)
     except ValueError:
@@ -154,7 +158,9 @@ def parse_memory_jsonl(
     limits = settings.limits
     entities: dict[str, _Entity] = {}
     relations: list[_Relation] = []
-    for number, raw in enumerate(text.splitlines(), 1):
+    # JSON lines end at "\n" (a "\r" before it is JSON whitespace): not splitlines(), which
+    # also breaks at U+2028, U+2029 and U+0085, characters a JSON string holds unescaped.
+    for number, raw in enumerate(text.split("\n"), 1):
         if not raw.strip():
             continue
         where = f"{label} line {number}"

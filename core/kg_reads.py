@@ -126,11 +126,16 @@ def observation_nodes(
 
 
 def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> Entity:
-    """The whole entity, every observation: what the memory.jsonl export writes."""
+    """The whole entity, every observation: what the memory.jsonl export writes.
+
+    Each text once, where first added: two current memories may hold one text (a correction
+    onto a text the entity has, a keymem import), and the import, like add_observations, keeps
+    a text once, so listing it twice would make export, import, export give other bytes."""
+    nodes = observation_nodes(state, key, namespace, now)
     return Entity(
         name=key.label,
         entity_type=key.entity_type or "",
-        observations=[n.content for n in observation_nodes(state, key, namespace, now)],
+        observations=list(dict.fromkeys(n.content for n in nodes)),
     )
 
 

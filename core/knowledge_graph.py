@@ -407,14 +407,13 @@ class KnowledgeGraph:
             forgotten: dict[str, None] = {}
             unlinked: list[KeyMemory] = []
             for key in found.values():
-                for mid in key.links:
-                    node = state.memories[mid]
-                    if node.namespace != namespace or node.status in ("forgotten", "deleted"):
-                        continue  # gone already: nothing to delete again
+                # What the entity shows, as delete_observations deletes: its past versions
+                # (superseded), and memories expired, deleted or forgotten, stay as they are.
+                for node in observation_nodes(state, key, namespace, app.at):
                     if all(k in found for k in node.keys):
-                        forgotten[mid] = None
+                        forgotten[node.id] = None
                     else:
-                        unlinked.append(KeyMemory(key_id=key.id, memory_id=mid))
+                        unlinked.append(KeyMemory(key_id=key.id, memory_id=node.id))
             relations = [
                 RelationSpec(from_key=r.from_key, to_key=r.to_key, relation_type=r.relation_type)
                 for r in state.relations.values()
@@ -457,18 +456,24 @@ class KnowledgeGraph:
             doomed: dict[str, dict[str, None]] = {}
             texts: dict[str, None] = {}  # the observations deleted, once each, in order
             missing: list[str] = []
-            requested = 0
+            # An observation is an entity's text: (entity, text) pairs, each counted once
+            # however often it is asked (an entity named twice, in any case) and however many
+            # memories hold it; a shared memory deleted from two entities is two of them.
+            asked: set[tuple[str, str]] = set()
+            matched: set[tuple[str, str]] = set()
             for name, contents in checked:
-                requested += len(contents)
                 key = entity_key(state, name)
                 if key is None:
                     missing.append(name)
+                    asked.update(("?" + name.casefold(), c) for c in contents)
                     continue
+                asked.update((key.id, c) for c in contents)
                 wanted = set(contents)
                 for node in observation_nodes(state, key, self.namespace, app.at):
                     if node.content in wanted:
                         doomed.setdefault(node.id, {})[key.id] = None
                         texts[node.content] = None
+                        matched.add((key.id, node.content))
             # An observation shared with an entity it is not deleted from stays that entity's:
             # only the links to the entities named go. Otherwise the memory is deleted (the
             # event names it in `memory_ids`; its text stays history until a forget).
@@ -482,7 +487,7 @@ class KnowledgeGraph:
                     forgotten.append(mid)
                 else:
                     unlinked += [KeyMemory(key_id=k, memory_id=mid) for k in from_keys]
-            count = len(doomed)
+            count, requested = len(matched), len(asked)
             message = (
                 "Observations deleted successfully"
                 if count == requested

@@ -526,6 +526,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             "a keytrail export is imported as it was, each memory in its own namespace; "
             "import it without --namespace (`keytrail export --namespace NS` keeps one)",
         )
+    if fmt == "memory-jsonl" and args.namespace is not None:
+        # `import` writes into --namespace, as `export --format memory-jsonl --namespace NS`
+        # reads NS: the observations go there, not into KEYTRAIL_KG_NAMESPACE.
+        args.kg_namespace = args.namespace
     if fmt != "keytrail":
         fresh = not (home / "log").is_dir()
         write = check_import(text, label, settings_from(args), fmt, fresh)  # before opening

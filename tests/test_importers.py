@@ -430,3 +430,111 @@ def test_memory_jsonl_adds_again_an_observation_that_has_expired(tmp_path: Path)
     assert report.memories == 1
     assert kg.open_nodes(["Dana"]).entities[0].observations == ["Dana is in a meeting"]
     store.close()
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_memory_jsonl_with_a_unicode_line_separator_in_an_observation_round_trips(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None, separator: str
+) -> None:
+    """The export writes U+2028, U+2029 and U+0085 unescaped (JSON allows them raw in a string)
+    and ends lines with "\\n" only; the import split lines on every Unicode line boundary, so
+    an observation holding one broke its line in two: the file was "not JSON", or, on its
+    first line, taken for a keymem graph.json and imported as nothing."""
+    store = make_store(home=tmp_path / "a")
+    kg = KnowledgeGraph(store)
+    kg.create_entities(
+        [
+            EntityInput("Ann", "person", [f"first line{separator}second line"]),
+            EntityInput("Bob", "person", [f"left{separator}right", "plain"]),
+        ]
+    )
+    first = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(first)])
+        == 0
+    )
+    assert separator in first.read_text(encoding="utf-8")
+    assert main(["import", "--home", str(tmp_path / "b"), str(first)]) == 0
+    copy = make_store(home=tmp_path / "b")
+    assert whole_graph(copy) == whole_graph(store)
+    # Alone on its first line too, where the format is detected.
+    single = first.read_text(encoding="utf-8").split("\n")[0] + "\n"
+    assert detect_format(single) == "memory-jsonl"
+    alone = make_store(home=tmp_path / "c")
+    assert import_text(alone, single, "single.jsonl").memories == 1
+    assert whole_graph(alone)["entities"] == whole_graph(store)["entities"][:1]
+
+
+def test_memory_jsonl_import_writes_into_the_namespace_given_like_the_export_reads_it(
+    tmp_path: Path, cli_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With KEYTRAIL_KG_NAMESPACE set, `import --namespace work` wrote the observations into
+    the knowledge-graph namespace, not `work`, though `import` writes into `--namespace` and
+    `export --format memory-jsonl --namespace work` reads `work`: exporting a namespace and
+    importing it back under the same flag landed elsewhere (and that export then found no
+    memory in `work`)."""
+    monkeypatch.setenv("KEYTRAIL_KG_NAMESPACE", "kg")
+    home = tmp_path / "store"
+    fixture = str(FIXTURES / "memory.jsonl")
+    assert main(["--namespace", "work", "import", "--home", str(home), fixture]) == 0
+    with Store(Settings(home=home, embedder="hash")) as store:
+        assert {m.namespace for m in store.refresh().memories.values()} == {"work"}
+    out = tmp_path / "work.jsonl"
+    export = ["export", "--home", str(home), "--format", "memory-jsonl", "-o", str(out)]
+    assert main(["--namespace", "work", *export]) == 0
+    assert "Speaks fluent Spanish" in out.read_text(encoding="utf-8")
+    # Without --namespace, the knowledge-graph namespace, as before.
+    other = tmp_path / "other"
+    assert main(["import", "--home", str(other), fixture]) == 0
+    with Store(Settings(home=other, embedder="hash")) as store:
+        assert {m.namespace for m in store.refresh().memories.values()} == {"kg"}
+
+
+def test_the_memory_jsonl_of_an_empty_graph_imports(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    """A graph with no entity exports as an empty file (the reference server writes one for an
+    empty graph too); importing it failed, "cannot tell the file's format", so the round trip
+    broke on an empty graph. No other format can be empty: it is an empty memory.jsonl."""
+    store = make_store(home=tmp_path / "a")
+    store.remember("a plain fact, no entity", ["fact"])
+    empty = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(empty)])
+        == 0
+    )
+    assert empty.read_bytes() == b""
+    assert detect_format("") == detect_format("\n \n") == "memory-jsonl"
+    assert main(["import", "--home", str(tmp_path / "b"), str(empty)]) == 0
+    assert whole_graph(make_store(home=tmp_path / "b")) == {"entities": [], "relations": []}
+
+
+def test_an_observation_held_twice_exports_once_so_the_round_trip_gives_the_same_bytes(
+    make_store: Callable[..., Store], tmp_path: Path, cli_env: None
+) -> None:
+    """Two current memories of one entity can hold the same text (a correction onto a text it
+    has, a keymem import); the export listed it twice, the import (like add_observations)
+    keeps an observation once, so exporting the copy gave other bytes than the first export.
+    memory.jsonl observations are an entity's texts: each once, in the order first added."""
+    store = make_store(home=tmp_path / "a")
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Ann", "person", ["likes tea", "likes coffee", "tall"])])
+    coffee = next(m.id for m in store.state.memories.values() if m.content == "likes coffee")
+    store.correct(coffee, "likes tea")
+    first = tmp_path / "memory.jsonl"
+    assert (
+        main(["export", "--home", str(store.home), "--format", "memory-jsonl", "-o", str(first)])
+        == 0
+    )
+    assert first.read_text(encoding="utf-8").splitlines() == [
+        '{"type":"entity","name":"Ann","entityType":"person","observations":["likes tea","tall"]}'
+    ]
+    assert main(["import", "--home", str(tmp_path / "b"), str(first)]) == 0
+    again = tmp_path / "again.jsonl"
+    assert (
+        main(
+            ["export", "--home", str(tmp_path / "b"), "--format", "memory-jsonl", "-o", str(again)]
+        )
+        == 0
+    )
+    assert again.read_bytes() == first.read_bytes()

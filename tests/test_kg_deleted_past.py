@@ -263,3 +263,28 @@ def test_a_deleted_observation_in_another_process_reads_the_same(
     assert view(reader, before).list_memories().total == 2
     assert reader.list_memories().total == 1
     assert reader.memory_stats().deleted == 1
+
+
+def test_deleting_the_entity_leaves_its_past_versions_as_they_were(store: Store) -> None:
+    """delete_entities deleted every memory linked to the key, past versions included: an
+    observation corrected onto Alice and Bob left its old version (linked to Alice alone)
+    superseded, and deleting Alice turned that version "deleted". `history` then showed the
+    chain's past as deleted while its current version lives on with Bob, and memory_stats
+    moved it from `superseded` to `deleted`. Like delete_observations, it deletes what the
+    entity shows: the current observations."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Alice", "person", [TEA]), EntityInput("Bob", "person")])
+    old = next(m.id for m in store.state.memories.values() if m.content == TEA)
+    new = store.correct(old, "Alice and Bob like Darjeeling tea", keys=["Alice", "Bob"]).memory_id
+    stats = store.memory_stats()
+    kg.delete_entities(["Alice"])
+    last = EventLog(store.home).read_new()[-1]
+    assert isinstance(last, EntitiesDeleted)
+    assert old not in last.forgotten
+    assert [(v.memory_id, v.status) for v in history(store, new).versions] == [
+        (old, "superseded"),
+        (new, "active"),
+    ]
+    after = store.memory_stats()
+    assert (after.superseded, after.deleted) == (stats.superseded, stats.deleted)
+    assert observations(kg.open_nodes(["Bob"])) == {"Bob": ["Alice and Bob like Darjeeling tea"]}

@@ -209,3 +209,27 @@ def test_delete_entities_counts_each_name_once(store: Store) -> None:
         ["nobody"],
         "Deleted 0 of 1 entities. Not found: nobody",
     )
+
+
+def test_delete_observations_counts_each_observation_asked_once(store: Store) -> None:
+    """It counted the memories deleted against the texts asked: deleting a shared observation
+    from both its entities, or one entity named twice (any case), said "Deleted 1 of 2
+    observations." though everything asked went, as if one had not been found. An observation
+    is an entity's text: each (entity, text) asked counts once, as delete_entities and
+    delete_relations count a name or a relation asked twice once."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Al", "person", ["tall"]), EntityInput("Bob", "person")])
+    store.remember("Al and Bob are friends", ["Al", "Bob"])
+    out = kg.delete_observations(
+        [
+            ObservationInput("Al", ["Al and Bob are friends"]),
+            ObservationInput("Bob", ["Al and Bob are friends"]),
+        ]
+    )
+    assert (out.message, out.deleted_count) == ("Observations deleted successfully", 2)
+    assert out.deleted == ["Al and Bob are friends"]
+    out = kg.delete_observations(
+        [ObservationInput("Al", ["tall"]), ObservationInput("al", ["tall", "short"])]
+    )
+    assert (out.message, out.deleted_count) == ("Deleted 1 of 2 observations.", 1)
+    assert msgspec.to_builtins(kg.read_graph())["entities"][0]["observations"] == []

@@ -333,17 +333,20 @@ class GraphVersusModel(RuleBasedStateMachine):
         doomed: dict[str, dict[str, None]] = {}  # memory -> the entities it goes from
         texts: dict[str, None] = {}
         missing: list[str] = []
-        requested = 0
+        # (entity, text) pairs: each asked, and each deleted, counts once
+        asked: set[tuple[str, str]] = set()
+        matched: set[tuple[str, str]] = set()
         for name, contents in entries:
-            requested += len(dedup(contents))
+            cf = fold(name)
+            asked.update((cf, c) for c in dedup(contents))
             if model.entity(name) is None:
                 missing.append(norm(name))
                 continue
-            cf = fold(name)
             for m in model.observations(cf):
                 if m.content in contents:
                     doomed.setdefault(m.id, {})[cf] = None
                     texts[m.content] = None
+                    matched.add((cf, m.content))
         deleted: list[str] = []
         unlinked: list[tuple[str, str]] = []
         for mid, entities in doomed.items():
@@ -352,7 +355,7 @@ class GraphVersusModel(RuleBasedStateMachine):
                 unlinked += [(cf, mid) for cf in entities]
             else:
                 deleted.append(mid)
-        count = len(doomed)
+        count, requested = len(matched), len(asked)
         message = (
             "Observations deleted successfully"
             if count == requested
@@ -439,7 +442,7 @@ class GraphVersusModel(RuleBasedStateMachine):
         for cf in found:
             for mid in model.keys[cf].links:
                 m = model.memories[mid]
-                if m.namespace != KG or m.status != "active":
+                if m.namespace != KG or not m.current():  # only what the entity shows
                     continue
                 if all(k in found for k in m.keys):
                     deleted[mid] = None
