@@ -506,7 +506,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     label = args.input if args.input not in (None, "-") else "<stdin>"
     try:
         if args.input in (None, "-"):
-            text = sys.stdin.read()
+            # UTF-8, as from a file (and as `keytrail export` writes), not the locale's encoding.
+            text = sys.stdin.buffer.read().decode("utf-8")
         else:
             with open(args.input, encoding="utf-8") as f:
                 text = f.read()

@@ -35,6 +35,7 @@ from .shell import (
     emit_json,
     is_loopback,
     open_store,
+    set_up_stdout,
     settings_from,
     short_time,
 )
@@ -681,6 +682,8 @@ def check_namespace_option(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_namespace_option(args)
+    # JSON (--json, `log --json`) and an export are UTF-8; text is in the locale's encoding.
+    set_up_stdout(bool(getattr(args, "json", False)) or args.command == "export")
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:

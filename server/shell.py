@@ -1,6 +1,7 @@
 """What every `keytrail` verb shares: settings from flags, opening the store, printing."""
 
 import argparse
+import io
 import ipaddress
 import json
 import sys
@@ -107,6 +108,24 @@ def open_store(
             store.close()
             raise
     return store
+
+
+def set_up_stdout(machine_output: bool) -> None:
+    """Make stdout fit what a verb prints on it, whatever the locale's encoding (a legacy
+    locale, or Windows, where output redirected to a file is in the ANSI code page).
+
+    JSON and an export are UTF-8 (RFC 8259; `keytrail import` reads UTF-8): in the locale's
+    encoding, `export > backup` wrote a backup import refuses, or stopped on the first
+    character the encoding lacks with a traceback. Text for a person stays in the terminal's
+    encoding, with what it cannot show escaped (`\\u2615`) rather than a traceback.
+    """
+    stdout = sys.stdout
+    if not isinstance(stdout, io.TextIOWrapper):  # replaced (a test's capture): leave it
+        return
+    if machine_output:
+        stdout.reconfigure(encoding="utf-8", errors="strict")
+    else:
+        stdout.reconfigure(errors="backslashreplace")
 
 
 def emit_json(value: Any, out: TextIO | None = None) -> None:
