@@ -679,8 +679,34 @@ def check_namespace_option(args: argparse.Namespace) -> None:
     )
 
 
+#: The store's fields whose flag is named otherwise (`--ttl` is the tool's ttl_seconds).
+FIELD_DESTS = {"ttl_seconds": "ttl", "via_key_id": "via", "session_id": "session"}
+
+
+def said_of_flag(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, exc: KeytrailError
+) -> str:
+    """The message of `exc`, said of the flag typed when it refuses a flag's value: the store
+    names the MCP tool's field (`ttl_seconds: -5 is out of range`), which a person typed as
+    `--ttl -5`. A positional argument, or a value not given by a flag (a KEYTRAIL_* variable,
+    a default), keeps the store's name."""
+    if not isinstance(exc, InvalidInput):
+        return exc.message
+    dest = FIELD_DESTS.get(exc.field, exc.field)
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = [
+        a.option_strings[-1]
+        for a in verbs.choices[args.command]._actions
+        if a.dest == dest and a.option_strings
+    ]
+    if len(flags) != 1 or getattr(args, dest, None) is None:
+        return exc.message
+    return InvalidInput(flags[0], exc.problem, limit=exc.limit).message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     check_namespace_option(args)
     # JSON (--json, `log --json`) and an export are UTF-8; text is in the locale's encoding.
     set_up_stdout(bool(getattr(args, "json", False)) or args.command == "export")
@@ -693,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoStore as exc:
         fail(f"{exc.message}; {NO_STORE_HINT}")
     except KeytrailError as exc:
-        fail(exc.message)
+        fail(said_of_flag(parser, args, exc))
     except BrokenPipeError:
         # The reader went away (e.g. `keytrail log | head`): not an error.
         sys.stderr.close()
