@@ -30,7 +30,9 @@ class ProgressBar:
             self._last_draw = now
             filled = int(self.width * fraction)
             bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {fraction:6.1%}")
+            # Rounded down, as below: 99.96% done is not shown as 100.0%.
+            shown = int(round(fraction * 1000, 6)) / 10
+            self.stream.write(f"\r{self.label} [{bar}] {shown:5.1f}%")
             if fraction >= 1.0:
                 self.stream.write("\n")
                 self._finished = True
@@ -39,7 +41,9 @@ class ProgressBar:
         tenth = int(fraction * 10)
         if tenth > self._last_tenth:
             self._last_tenth = tenth
-            self.stream.write(f"{self.label}: {fraction:.0%}\n")
+            # Rounded down (after the float's own error: 0.29 * 100 is 28.999...): a step at
+            # 99.6% said "100%", and finish() said it again.
+            self.stream.write(f"{self.label}: {int(round(fraction * 100, 6))}%\n")
             self.stream.flush()
             self._finished = fraction >= 1.0
 
