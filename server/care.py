@@ -76,9 +76,8 @@ def summary(event: AnyEvent) -> str:
     if tag == "memories.expired":
         return ", ".join(data["memory_ids"])
     if tag == "turn.recorded":
-        return (
-            f"{data['session_id']}#{data['turn']} {data['role']}: {preview(data['content'], 40)!r}"
-        )
+        said = preview(data["content"], 40, escape=False)
+        return f"{data['session_id']}#{data['turn']} {data['role']}: {said!r}"
     if tag == "store.created":
         return f"store {data['store_id']} {data.get('software', '')}".strip()
     if tag == "links.adjusted":
@@ -124,7 +123,7 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
 
 def _content(content: str) -> str:
     # Empty content in a creating event only ever means forget removed it (events/redact.py).
-    return repr(preview(content, 40)) if content else "[content forgotten]"
+    return repr(preview(content, 40, escape=False)) if content else "[content forgotten]"
 
 
 def pinned_log(home: Path, verb: str) -> EventLog:

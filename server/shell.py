@@ -5,6 +5,7 @@ import io
 import ipaddress
 import json
 import sys
+import unicodedata
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -143,6 +144,14 @@ def short_time(at: datetime | str | None) -> str:
     return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
-def preview(text: str, width: int = 60) -> str:
+def preview(text: str, width: int = 60, *, escape: bool = True) -> str:
+    """`text` on one line of at most `width` characters. A control character left (a terminal
+    escape, a bell: a memory holds whatever an agent was told) is shown escaped (`\\x1b`),
+    not sent to the terminal to act on; `escape=False` for a caller that repr()s the preview."""
     flat = " ".join(text.split())
+    if escape:
+        flat = "".join(
+            c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c
+            for c in flat
+        )
     return flat if len(flat) <= width else flat[: width - 1] + "…"
