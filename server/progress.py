@@ -9,7 +9,9 @@ class ProgressBar:
     """`bar(done, total)` redraws `label [#####.....]  42%` at most ten times a second.
 
     On a terminal it redraws in place; otherwise (a pipe, a log file) it prints a line at each
-    tenth of the way, so captured stderr stays short.
+    tenth of the way, so captured stderr stays short. A stream that can no longer be written
+    (its reader gone: `keytrail import F 2>&1 | head -1`) ends the bar, never the work it
+    reports on: a broken pipe raised from here stopped an import or a rebuild half done.
     """
 
     def __init__(self, label: str, stream: TextIO | None = None, width: int = 30) -> None:
@@ -20,6 +22,16 @@ class ProgressBar:
         self._last_draw = 0.0
         self._last_tenth = -1
         self._finished = False
+        self._gone = False
+
+    def _write(self, text: str) -> None:
+        if self._gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:
+            self._gone = True
 
     def __call__(self, done: int, total: int) -> None:
         fraction = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
@@ -32,19 +44,16 @@ class ProgressBar:
             bar = "#" * filled + "." * (self.width - filled)
             # Rounded down, as below: 99.96% done is not shown as 100.0%.
             shown = int(round(fraction * 1000, 6)) / 10
-            self.stream.write(f"\r{self.label} [{bar}] {shown:5.1f}%")
-            if fraction >= 1.0:
-                self.stream.write("\n")
-                self._finished = True
-            self.stream.flush()
+            done_now = fraction >= 1.0
+            self._write(f"\r{self.label} [{bar}] {shown:5.1f}%" + ("\n" if done_now else ""))
+            self._finished = self._finished or done_now
             return
         tenth = int(fraction * 10)
         if tenth > self._last_tenth:
             self._last_tenth = tenth
             # Rounded down (after the float's own error: 0.29 * 100 is 28.999...): a step at
             # 99.6% said "100%", and finish() said it again.
-            self.stream.write(f"{self.label}: {int(round(fraction * 100, 6))}%\n")
-            self.stream.flush()
+            self._write(f"{self.label}: {int(round(fraction * 100, 6))}%\n")
             self._finished = fraction >= 1.0
 
     def finish(self) -> None:
