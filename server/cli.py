@@ -26,6 +26,7 @@ from .browse_cli import add_browse_verbs, say_more
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
+from .progress import end_open_line
 from .shell import (
     CREATING_VERBS,
     EXIT_INTERRUPTED,
@@ -625,6 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def fail(message: str) -> NoReturn:
+    end_open_line(sys.stderr)  # a bar the error stopped, drawn in place at a terminal
     print(f"keytrail: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 

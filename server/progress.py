@@ -2,7 +2,7 @@
 
 import sys
 import time
-from typing import TextIO
+from typing import ClassVar, TextIO
 
 
 class ProgressBar:
@@ -13,6 +13,9 @@ class ProgressBar:
     (its reader gone: `keytrail import F 2>&1 | head -1`) ends the bar, never the work it
     reports on: a broken pipe raised from here stopped an import or a rebuild half done.
     """
+
+    #: The terminal whose line a bar drawn in place left open (no newline after it yet).
+    open_line: ClassVar[TextIO | None] = None
 
     def __init__(self, label: str, stream: TextIO | None = None, width: int = 30) -> None:
         self.label = label
@@ -32,6 +35,9 @@ class ProgressBar:
             self.stream.flush()
         except OSError:
             self._gone = True
+            return
+        if self.tty:
+            ProgressBar.open_line = None if text.endswith("\n") else self.stream
 
     def __call__(self, done: int, total: int) -> None:
         fraction = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
@@ -59,3 +65,11 @@ class ProgressBar:
     def finish(self) -> None:
         if not self._finished:
             self(1, 1)
+
+
+def end_open_line(stream: TextIO) -> None:
+    """End the line a bar drawn in place on `stream` left open, so what is said next there (the
+    error that stopped the work) starts a line of its own rather than after `42.0%`."""
+    if ProgressBar.open_line is stream:
+        ProgressBar.open_line = None
+        stream.write("\n")
