@@ -7,6 +7,7 @@ import argparse
 import io
 import os
 import shutil
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -316,19 +317,26 @@ def _output(path: str | None, home: Path) -> Iterator[TextIO]:
     if path in (None, "-"):
         yield sys.stdout
         return
-    target = Path(path)
-    if target.resolve().is_relative_to(home.resolve()):
+    resolved = Path(os.path.realpath(path))
+    if resolved.is_relative_to(home.resolve()):
         raise InvalidInput("--output", f"{path} is inside the store {home}: write it elsewhere")
-    in_place = target.exists() and not target.is_file()
+    in_place = Path(path).exists() and not Path(path).is_file()  # /dev/stdout, a fifo
+    # A file is replaced through a symlink to it (as `> FILE` writes through one): renamed
+    # over, the link itself became a file and the backup it points to stayed old.
+    target = Path(path) if in_place else resolved
     written = target if in_place else target.with_name(f".{target.name}.partial")
     try:
-        if target.is_file() and not os.access(target, os.W_OK):
+        # A file replaced keeps its permissions: a backup kept 0600 must not come back 0644.
+        mode = stat.S_IMODE(target.stat().st_mode) if target.is_file() else None
+        if mode is not None and not os.access(target, os.W_OK):
             raise PermissionError(13, os.strerror(13))  # renaming over it would get past that
         out = open(written, "w", encoding="utf-8")  # noqa: SIM115 (closed below; its errors first)
     except OSError as exc:
         raise InvalidInput("--output", f"cannot write {path}: {exc.strerror}") from None
     try:
         with out:
+            if mode is not None and not in_place:
+                os.fchmod(out.fileno(), mode)  # before a line of it is written
             yield out
             out.flush()
             if not in_place:
