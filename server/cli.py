@@ -16,10 +16,19 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import keytrail
-from keytrail.core import InvalidInput, KeytrailError, NoStore, Settings
+from keytrail.core import (
+    InvalidInput,
+    KeytrailError,
+    NoStore,
+    NotFound,
+    RememberItem,
+    Settings,
+    require_log,
+)
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import MemoryView
+from keytrail.core.store import check_item
 from keytrail.core.timetravel import read_memory_at, view
 
 from .browse_cli import add_browse_verbs, say_more
@@ -201,17 +210,29 @@ def split_keys(given: list[tuple[str, str]] | None) -> tuple[list[str], dict[str
 
 def cmd_remember(args: argparse.Namespace) -> int:
     keys, key_types = split_keys(args.keys)
+    item = RememberItem(
+        args.content,
+        keys,
+        key_types or None,
+        args.namespace,
+        args.ttl,
+        args.related_to,
+        args.session,
+        args.source,
+        args.valid_from,
+    )
+    refuse_before_making_a_store(args, item)
     with open_store(args) as store:
         result = store.remember(
-            args.content,
-            keys,
-            key_types or None,
-            args.namespace,
-            args.ttl,
-            args.related_to,
-            args.session,
-            args.source,
-            args.valid_from,
+            item.content,
+            item.keys,
+            item.key_types,
+            item.namespace,
+            item.ttl_seconds,
+            item.related_to,
+            item.session_id,
+            item.source,
+            item.valid_from,
         )
     if args.json:
         emit_json(result)
@@ -228,6 +249,19 @@ def cmd_remember(args: argparse.Namespace) -> int:
     for c in result.possible_contradictions:
         print(f"  possible contradiction: {c.memory_id} (similarity {c.similarity})")
     return 0
+
+
+def refuse_before_making_a_store(args: argparse.Namespace, item: RememberItem) -> None:
+    """On a home that holds no store, refuse what `remember` would refuse before opening it
+    (which makes the store): a refused remember left a store of one store.created event, and
+    `keytrail import` of a backup there was refused (it needs an empty store)."""
+    settings = settings_from(args)
+    try:
+        require_log(settings.home)
+    except NoStore:
+        check_item(settings, item)
+        if item.related_to:  # a new store holds no memory to relate to
+            raise NotFound("related_to[0]", "memory", item.related_to[0]) from None
 
 
 def cmd_correct(args: argparse.Namespace) -> int:

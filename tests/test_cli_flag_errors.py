@@ -71,3 +71,32 @@ def test_a_positional_argument_keeps_its_name(
 ) -> None:
     err = refused(home, capsys, "history", "m_missing")
     assert err == "keytrail: error: memory_id: no memory 'm_missing'\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--ttl", "-5"], "--ttl: "),
+        (["--valid-from", "someday"], "--valid-from: "),
+        (["-k", " "], "keys[0]: "),
+        (["--session", "a b"], "--session: "),
+        (["--related-to", "m_0123456789ab"], "related_to[0]: no memory 'm_0123456789ab'"),
+    ],
+)
+def test_a_refused_remember_makes_no_store(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    said: str,
+) -> None:
+    """`remember` makes the store when the home holds none, but only for a memory it writes:
+    refused, it left a store of one store.created event behind, and `keytrail import` of a
+    backup there was then refused (`already holds 1 events; import needs an empty store`)."""
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    home = tmp_path / "new"
+    with pytest.raises(SystemExit) as exited:
+        main(["remember", "Dana lives in Lyon", *args, "--home", str(home)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(f"keytrail: error: {said}")
+    assert not home.exists()
