@@ -511,6 +511,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     home = Settings.from_env(home=args.home).home
     refuse_nested_store(home)  # before reading and checking a file that may be large
     label = args.input if args.input not in (None, "-") else "<stdin>"
+    if args.input in (None, "-") and sys.stdin.isatty():
+        # It would sit waiting, without a word, for an export to be typed.
+        raise InvalidInput(
+            "input", "stdin is a terminal: name the file to import, or pipe it in (< FILE)"
+        )
     try:
         if args.input in (None, "-"):
             # UTF-8, as from a file (and as `keytrail export` writes), not the locale's encoding.
