@@ -130,6 +130,28 @@ def content_hash(content: str) -> str:
     return "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
+def check_item(settings: Settings, item: RememberItem, prefix: str = "") -> _Checked:
+    """`item` checked as `remember` checks it before reading the store: what it can refuse
+    without a store (all but `related_to` naming a memory that exists), so a caller about to
+    make a store for it (`keytrail remember` on a new home) can refuse first."""
+    limits = settings.limits
+    content = check.text(prefix + "content", item.content, limits.content_chars)
+    keys = check.keys(item.keys, item.key_types, limits, field=prefix + "keys", required=False)
+    return _Checked(
+        content=content,
+        keys=keys or extract_keys(content, limits.keys_per_memory, limits.key_chars),
+        extracted=not keys,
+        namespace=check.namespace(item.namespace, settings.default_namespace, prefix + "namespace"),
+        ttl=check.ttl(item.ttl_seconds, limits, prefix + "ttl_seconds"),
+        related_to=check.id_list(prefix + "related_to", item.related_to, limits.related_to),
+        session_id=check.session_id(item.session_id, prefix + "session_id"),
+        source=None
+        if item.source is None
+        else check.text(prefix + "source", item.source, limits.source_chars),
+        valid_from=parse_optional_time(prefix + "valid_from", item.valid_from),
+    )
+
+
 class Store(Queries, HybridQueries):
     """One store directory, opened by one process (several processes may open the same one)."""
 
@@ -741,24 +763,7 @@ class Store(Queries, HybridQueries):
     # -- commands --------------------------------------------------------------------------
 
     def _check_item(self, item: RememberItem, prefix: str = "") -> _Checked:
-        limits = self.settings.limits
-        content = check.text(prefix + "content", item.content, limits.content_chars)
-        keys = check.keys(item.keys, item.key_types, limits, field=prefix + "keys", required=False)
-        return _Checked(
-            content=content,
-            keys=keys or extract_keys(content, limits.keys_per_memory, limits.key_chars),
-            extracted=not keys,
-            namespace=check.namespace(
-                item.namespace, self.settings.default_namespace, prefix + "namespace"
-            ),
-            ttl=check.ttl(item.ttl_seconds, limits, prefix + "ttl_seconds"),
-            related_to=check.id_list(prefix + "related_to", item.related_to, limits.related_to),
-            session_id=check.session_id(item.session_id, prefix + "session_id"),
-            source=None
-            if item.source is None
-            else check.text(prefix + "source", item.source, limits.source_chars),
-            valid_from=parse_optional_time(prefix + "valid_from", item.valid_from),
-        )
+        return check_item(self.settings, item, prefix)
 
     def remember(
         self,

@@ -7,6 +7,7 @@ import argparse
 import io
 import os
 import shutil
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -76,9 +77,8 @@ def summary(event: AnyEvent) -> str:
     if tag == "memories.expired":
         return ", ".join(data["memory_ids"])
     if tag == "turn.recorded":
-        return (
-            f"{data['session_id']}#{data['turn']} {data['role']}: {preview(data['content'], 40)!r}"
-        )
+        said = preview(data["content"], 40, escape=False)
+        return f"{data['session_id']}#{data['turn']} {data['role']}: {said!r}"
     if tag == "store.created":
         return f"store {data['store_id']} {data.get('software', '')}".strip()
     if tag == "links.adjusted":
@@ -124,7 +124,7 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
 
 def _content(content: str) -> str:
     # Empty content in a creating event only ever means forget removed it (events/redact.py).
-    return repr(preview(content, 40)) if content else "[content forgotten]"
+    return repr(preview(content, 40, escape=False)) if content else "[content forgotten]"
 
 
 def pinned_log(home: Path, verb: str) -> EventLog:
@@ -317,19 +317,26 @@ def _output(path: str | None, home: Path) -> Iterator[TextIO]:
     if path in (None, "-"):
         yield sys.stdout
         return
-    target = Path(path)
-    if target.resolve().is_relative_to(home.resolve()):
+    resolved = Path(os.path.realpath(path))
+    if resolved.is_relative_to(home.resolve()):
         raise InvalidInput("--output", f"{path} is inside the store {home}: write it elsewhere")
-    in_place = target.exists() and not target.is_file()
+    in_place = Path(path).exists() and not Path(path).is_file()  # /dev/stdout, a fifo
+    # A file is replaced through a symlink to it (as `> FILE` writes through one): renamed
+    # over, the link itself became a file and the backup it points to stayed old.
+    target = Path(path) if in_place else resolved
     written = target if in_place else target.with_name(f".{target.name}.partial")
     try:
-        if target.is_file() and not os.access(target, os.W_OK):
+        # A file replaced keeps its permissions: a backup kept 0600 must not come back 0644.
+        mode = stat.S_IMODE(target.stat().st_mode) if target.is_file() else None
+        if mode is not None and not os.access(target, os.W_OK):
             raise PermissionError(13, os.strerror(13))  # renaming over it would get past that
         out = open(written, "w", encoding="utf-8")  # noqa: SIM115 (closed below; its errors first)
     except OSError as exc:
         raise InvalidInput("--output", f"cannot write {path}: {exc.strerror}") from None
     try:
         with out:
+            if mode is not None and not in_place:
+                os.fchmod(out.fileno(), mode)  # before a line of it is written
             yield out
             out.flush()
             if not in_place:
@@ -504,9 +511,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     home = Settings.from_env(home=args.home).home
     refuse_nested_store(home)  # before reading and checking a file that may be large
     label = args.input if args.input not in (None, "-") else "<stdin>"
+    if args.input in (None, "-") and sys.stdin.isatty():
+        # It would sit waiting, without a word, for an export to be typed.
+        raise InvalidInput(
+            "input", "stdin is a terminal: name the file to import, or pipe it in (< FILE)"
+        )
     try:
         if args.input in (None, "-"):
-            text = sys.stdin.read()
+            # UTF-8, as from a file (and as `keytrail export` writes), not the locale's encoding.
+            text = sys.stdin.buffer.read().decode("utf-8")
         else:
             with open(args.input, encoding="utf-8") as f:
                 text = f.read()

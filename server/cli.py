@@ -16,16 +16,26 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import keytrail
-from keytrail.core import InvalidInput, KeytrailError, NoStore, Settings
+from keytrail.core import (
+    InvalidInput,
+    KeytrailError,
+    NoStore,
+    NotFound,
+    RememberItem,
+    Settings,
+    require_log,
+)
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import MemoryView
+from keytrail.core.store import check_item
 from keytrail.core.timetravel import read_memory_at, view
 
 from .browse_cli import add_browse_verbs, say_more
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
 from .embed_cli import add_verbs as add_embed_verbs
 from .hybrid_cli import add_hybrid_verbs
+from .progress import end_open_line
 from .shell import (
     CREATING_VERBS,
     EXIT_INTERRUPTED,
@@ -35,6 +45,7 @@ from .shell import (
     emit_json,
     is_loopback,
     open_store,
+    set_up_stdout,
     settings_from,
     short_time,
 )
@@ -199,17 +210,29 @@ def split_keys(given: list[tuple[str, str]] | None) -> tuple[list[str], dict[str
 
 def cmd_remember(args: argparse.Namespace) -> int:
     keys, key_types = split_keys(args.keys)
+    item = RememberItem(
+        args.content,
+        keys,
+        key_types or None,
+        args.namespace,
+        args.ttl,
+        args.related_to,
+        args.session,
+        args.source,
+        args.valid_from,
+    )
+    refuse_before_making_a_store(args, item)
     with open_store(args) as store:
         result = store.remember(
-            args.content,
-            keys,
-            key_types or None,
-            args.namespace,
-            args.ttl,
-            args.related_to,
-            args.session,
-            args.source,
-            args.valid_from,
+            item.content,
+            item.keys,
+            item.key_types,
+            item.namespace,
+            item.ttl_seconds,
+            item.related_to,
+            item.session_id,
+            item.source,
+            item.valid_from,
         )
     if args.json:
         emit_json(result)
@@ -226,6 +249,19 @@ def cmd_remember(args: argparse.Namespace) -> int:
     for c in result.possible_contradictions:
         print(f"  possible contradiction: {c.memory_id} (similarity {c.similarity})")
     return 0
+
+
+def refuse_before_making_a_store(args: argparse.Namespace, item: RememberItem) -> None:
+    """On a home that holds no store, refuse what `remember` would refuse before opening it
+    (which makes the store): a refused remember left a store of one store.created event, and
+    `keytrail import` of a backup there was refused (it needs an empty store)."""
+    settings = settings_from(args)
+    try:
+        require_log(settings.home)
+    except NoStore:
+        check_item(settings, item)
+        if item.related_to:  # a new store holds no memory to relate to
+            raise NotFound("related_to[0]", "memory", item.related_to[0]) from None
 
 
 def cmd_correct(args: argparse.Namespace) -> int:
@@ -624,6 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def fail(message: str) -> NoReturn:
+    end_open_line(sys.stderr)  # a bar the error stopped, drawn in place at a terminal
     print(f"keytrail: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -678,9 +715,37 @@ def check_namespace_option(args: argparse.Namespace) -> None:
     )
 
 
+#: The store's fields whose flag is named otherwise (`--ttl` is the tool's ttl_seconds).
+FIELD_DESTS = {"ttl_seconds": "ttl", "via_key_id": "via", "session_id": "session"}
+
+
+def said_of_flag(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, exc: KeytrailError
+) -> str:
+    """The message of `exc`, said of the flag typed when it refuses a flag's value: the store
+    names the MCP tool's field (`ttl_seconds: -5 is out of range`), which a person typed as
+    `--ttl -5`. A positional argument, or a value not given by a flag (a KEYTRAIL_* variable,
+    a default), keeps the store's name."""
+    if not isinstance(exc, InvalidInput):
+        return exc.message
+    dest = FIELD_DESTS.get(exc.field, exc.field)
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = [
+        a.option_strings[-1]
+        for a in verbs.choices[args.command]._actions
+        if a.dest == dest and a.option_strings
+    ]
+    if len(flags) != 1 or getattr(args, dest, None) is None:
+        return exc.message
+    return InvalidInput(flags[0], exc.problem, limit=exc.limit).message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     check_namespace_option(args)
+    # JSON (--json, `log --json`) and an export are UTF-8; text is in the locale's encoding.
+    set_up_stdout(bool(getattr(args, "json", False)) or args.command == "export")
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:
@@ -690,7 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoStore as exc:
         fail(f"{exc.message}; {NO_STORE_HINT}")
     except KeytrailError as exc:
-        fail(exc.message)
+        fail(said_of_flag(parser, args, exc))
     except BrokenPipeError:
         # The reader went away (e.g. `keytrail log | head`): not an error.
         sys.stderr.close()

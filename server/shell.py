@@ -1,9 +1,11 @@
 """What every `keytrail` verb shares: settings from flags, opening the store, printing."""
 
 import argparse
+import io
 import ipaddress
 import json
 import sys
+import unicodedata
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -109,6 +111,24 @@ def open_store(
     return store
 
 
+def set_up_stdout(machine_output: bool) -> None:
+    """Make stdout fit what a verb prints on it, whatever the locale's encoding (a legacy
+    locale, or Windows, where output redirected to a file is in the ANSI code page).
+
+    JSON and an export are UTF-8 (RFC 8259; `keytrail import` reads UTF-8): in the locale's
+    encoding, `export > backup` wrote a backup import refuses, or stopped on the first
+    character the encoding lacks with a traceback. Text for a person stays in the terminal's
+    encoding, with what it cannot show escaped (`\\u2615`) rather than a traceback.
+    """
+    stdout = sys.stdout
+    if not isinstance(stdout, io.TextIOWrapper):  # replaced (a test's capture): leave it
+        return
+    if machine_output:
+        stdout.reconfigure(encoding="utf-8", errors="strict")
+    else:
+        stdout.reconfigure(errors="backslashreplace")
+
+
 def emit_json(value: Any, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
@@ -124,6 +144,14 @@ def short_time(at: datetime | str | None) -> str:
     return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
-def preview(text: str, width: int = 60) -> str:
+def preview(text: str, width: int = 60, *, escape: bool = True) -> str:
+    """`text` on one line of at most `width` characters. A control character left (a terminal
+    escape, a bell: a memory holds whatever an agent was told) is shown escaped (`\\x1b`),
+    not sent to the terminal to act on; `escape=False` for a caller that repr()s the preview."""
     flat = " ".join(text.split())
+    if escape:
+        flat = "".join(
+            c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c
+            for c in flat
+        )
     return flat if len(flat) <= width else flat[: width - 1] + "…"

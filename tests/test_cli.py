@@ -162,7 +162,7 @@ def test_list_related_keys_and_cleanup_answer_as_the_mcp_tools_do(home: Path) ->
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: memory_id: no memory 'm_missing'\n"
     proc = kt(home, "list", "--limit", "0", ok=False)
-    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: limit:")
+    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: --limit:")
 
 
 def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
@@ -203,7 +203,7 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: session_id: no session 'chat-9'\n"
     proc = kt(home, "conversation", "chat-1", "--turn", "3", ok=False)
-    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: turn:")
+    assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: --turn:")
 
 
 def test_remember_says_when_nothing_was_extracted_and_no_key_leads_to_it(home: Path) -> None:

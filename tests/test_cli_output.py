@@ -121,6 +121,24 @@ def test_times_before_year_1000_print_four_digit_years(
     assert "valid from 0001-01-01 00:00:00" in out, out
 
 
+def test_previews_show_control_characters_escaped(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A memory's text may hold anything an agent was told, terminal escapes included: a
+    preview (list, history, recall-memories) printed them raw, so `keytrail list` could recolour
+    or retitle the terminal, or hide a line. Shown escaped, as `keytrail log` shows them."""
+    store = open_store(home)
+    told = store.remember("alert \x1b[31mred\x1b[0m and a bell\x07 in Lyon", ["Lyon"])
+    store.close()
+    at = ["--home", str(home)]
+    for verb in (["list"], ["history", told.memory_id], ["recall-memories", "Lyon"]):
+        out = out_of(capsys, *verb, *at)
+        assert "\x1b" not in out and "\x07" not in out, verb
+        assert "alert \\x1b[31mred\\x1b[0m and a bell\\x07 in Lyon" in out, verb
+    log = out_of(capsys, "log", "--memory", told.memory_id, *at)
+    assert "'alert \\x1b[31mred\\x1b[0m and a bell\\x07 in" in log  # repr, escaped once
+
+
 # -- the verbs take what their MCP tools take ---------------------------------------------------
 
 

@@ -175,7 +175,7 @@ def test_a_lone_surrogate_on_the_command_line_is_a_one_line_error(tmp_path: Path
     for args, field in [
         (["remember", "bad \udcff byte", "-k", "tea"], "content"),
         (["remember", "fine", "-k", "b\udcffd"], "keys[0]"),
-        (["remember", "fine", "-k", "tea", "--source", "s\udcff"], "source"),
+        (["remember", "fine", "-k", "tea", "--source", "s\udcff"], "--source"),
     ]:
         proc = kt(home, *args, ok=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr

@@ -1,0 +1,102 @@
+"""A value the store refuses, given by a flag, is said of the flag typed (`--ttl`), not of the
+MCP field it becomes (`ttl_seconds`): one line on stderr, status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from keytrail.server.cli import main
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    home = tmp_path / "store"
+    assert main(["remember", "Dana lives in Lyon", "-n", "Dana", "--home", str(home)]) == 0
+    return home
+
+
+def refused(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    capsys.readouterr()
+    log = sorted((home / "log").glob("*.jsonl"))
+    before = [p.read_bytes() for p in log]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--home", str(home)])
+    assert exited.value.code == 2
+    assert [p.read_bytes() for p in sorted((home / "log").glob("*.jsonl"))] == before
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    return err
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["remember", "a fact", "--ttl", "-5"], "--ttl"),
+        (["remember", "a fact", "--valid-from", "someday"], "--valid-from"),
+        (["recall", "Dana", "--top-k", "0"], "--top-k"),
+        (["recall-memories", "Dana", "--top-k", "1000"], "--top-k"),
+        (["list", "--as-of", "yesterday"], "--as-of"),
+        (["list", "--valid-at", "yesterday"], "--valid-at"),
+        (["list", "--limit", "0"], "--limit"),
+        (["keys", "--offset", "-1"], "--offset"),
+        (["changes", "--since", "5", "--until", "2"], "--since"),
+        (["changes", "--top", "0"], "--top"),
+        (["recall-memories", "Dana", "--hops", "9"], "--hops"),
+    ],
+)
+def test_a_refused_flag_value_names_the_flag(
+    home: Path, capsys: pytest.CaptureFixture[str], args: list[str], flag: str
+) -> None:
+    assert refused(home, capsys, *args).startswith(f"keytrail: error: {flag}: ")
+
+
+def test_a_key_the_via_flag_names_that_does_not_exist(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["list", "--json", "--home", str(home)]) == 0
+    memory_id = json.loads(capsys.readouterr().out)["memories"][0]["memory_id"]
+    err = refused(home, capsys, "read", memory_id, "--via", "k_nope")
+    assert err == "keytrail: error: --via: no key 'k_nope'\n"
+
+
+def test_a_positional_argument_keeps_its_name(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refused(home, capsys, "history", "m_missing")
+    assert err == "keytrail: error: memory_id: no memory 'm_missing'\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--ttl", "-5"], "--ttl: "),
+        (["--valid-from", "someday"], "--valid-from: "),
+        (["-k", " "], "keys[0]: "),
+        (["--session", "a b"], "--session: "),
+        (["--related-to", "m_0123456789ab"], "related_to[0]: no memory 'm_0123456789ab'"),
+    ],
+)
+def test_a_refused_remember_makes_no_store(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    said: str,
+) -> None:
+    """`remember` makes the store when the home holds none, but only for a memory it writes:
+    refused, it left a store of one store.created event behind, and `keytrail import` of a
+    backup there was then refused (`already holds 1 events; import needs an empty store`)."""
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    home = tmp_path / "new"
+    with pytest.raises(SystemExit) as exited:
+        main(["remember", "Dana lives in Lyon", *args, "--home", str(home)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(f"keytrail: error: {said}")
+    assert not home.exists()
