@@ -51,3 +51,12 @@ def real_embedder() -> FastEmbedder:
 @pytest.fixture
 def real_store(make_store: Callable[..., Store], real_embedder: FastEmbedder) -> Store:
     return make_store(embedder=real_embedder)
+
+
+@pytest.fixture
+def hash_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line run in-process with the hashing embedder, and no store, namespace or
+    knowledge-graph namespace from the environment of whoever runs the tests."""
+    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")

@@ -14,10 +14,7 @@ from keytrail.server.cli import main
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+def home(tmp_path: Path, hash_cli: None) -> Path:
     home = tmp_path / "store"
     assert main(["remember", "my bank PIN is 7391", "-k", "bank", "--home", str(home)]) == 0
     return home

@@ -360,6 +360,7 @@ def test_a_full_disk_during_an_append_says_which_file_and_that_nothing_was_recor
 
 def test_a_snapshot_that_cannot_be_saved_at_close_fails_no_recorded_command(
     tmp_path: Path,
+    hash_cli: None,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
@@ -372,9 +373,6 @@ def test_a_snapshot_that_cannot_be_saved_at_close_fails_no_recorded_command(
     from keytrail.server.cli import main
 
     home = tmp_path / "store"
-    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
 
     def disk_full(*_: object, **__: object) -> None:
         raise OSError(28, "No space left on device")
@@ -394,6 +392,7 @@ def test_a_snapshot_that_cannot_be_saved_at_close_fails_no_recorded_command(
 @pytest.mark.parametrize("snapshot_every", ["10000", "2"])
 def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
     tmp_path: Path,
+    hash_cli: None,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     snapshot_every: str,
@@ -408,9 +407,6 @@ def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
     from keytrail.server.cli import main
 
     home = tmp_path / "store"
-    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
     with Store(settings(home), embedder=HashEmbedder()) as store:
         store.remember("Alice likes green tea", ["tea"])
         store.remember("Bob drinks coffee", ["coffee"])
@@ -438,7 +434,10 @@ def test_a_store_that_cannot_be_written_still_answers_what_only_reads(
 
 
 def test_a_write_to_a_store_that_cannot_be_written_says_so_and_what_still_reads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    hash_cli: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`keytrail read` records the read, so on a read-only copy of a store it cannot work; it
     said only `[Errno 30] Read-only file system: '.../lock'`. The error names the file, says
@@ -449,9 +448,6 @@ def test_a_write_to_a_store_that_cannot_be_written_says_so_and_what_still_reads(
     from keytrail.server.cli import main
 
     home = tmp_path / "store"
-    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
     with Store(settings(home), embedder=HashEmbedder()) as store:
         memory_id = store.remember("Alice likes green tea", ["tea"]).memory_id
     real_open = os.open
@@ -472,7 +468,10 @@ def test_a_write_to_a_store_that_cannot_be_written_says_so_and_what_still_reads(
 
 
 def test_a_full_disk_while_saving_vectors_before_a_command_names_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    hash_cli: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`remember` first brings the embedding projection up to the log and saves its rows. On a
     full disk that said only `[Errno 28] No space left on device`: no file, no next step."""
@@ -482,9 +481,6 @@ def test_a_full_disk_while_saving_vectors_before_a_command_names_the_file(
     from keytrail.server.cli import main
 
     home = tmp_path / "store"
-    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
     with Store(settings(home), embedder=HashEmbedder()) as store:
         store.remember("Alice likes green tea", ["tea"])
     shutil.rmtree(home / "cache" / "vectors")  # derived: the next command embeds it again

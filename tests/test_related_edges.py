@@ -23,6 +23,15 @@ def log_bytes(home: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
 
 
+def clocked_store(tmp_path: Path, now: list[datetime]) -> Store:
+    """A store whose clock reads `now[0]`: a test moves time on by setting it."""
+    return Store(
+        Settings(home=tmp_path / "store", embedder="hash"),
+        embedder=HashEmbedder(),
+        clock=lambda: now[0],
+    )
+
+
 def edges(store: Store, memory_id: str) -> set[str]:
     return {r.memory_id for r in store.related(memory_id).related if r.related_edge}
 
@@ -82,11 +91,7 @@ def test_related_to_a_memory_that_has_expired_is_refused_and_changes_nothing(
     `related`: an edge to it would be acknowledged and never shown. Like one to a forgotten
     memory, it is refused naming the field (the batch item's too), and nothing is written."""
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
-    store = Store(
-        Settings(home=tmp_path / "store", embedder="hash"),
-        embedder=HashEmbedder(),
-        clock=lambda: now[0],
-    )
+    store = clocked_store(tmp_path, now)
     with store:
         trip = store.remember("Dana is in Rome this week", ["Rome"], ttl_seconds=3600)
         home = store.remember("Dana lives in Lyon", ["Lyon"]).memory_id
@@ -124,11 +129,7 @@ def test_related_of_an_expired_memory_is_refused_as_read_memory_refuses_it(
     `related` of it said nothing of that and listed its neighbours. The past, before it
     expired, still answers."""
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
-    store = Store(
-        Settings(home=tmp_path / "store", embedder="hash"),
-        embedder=HashEmbedder(),
-        clock=lambda: now[0],
-    )
+    store = clocked_store(tmp_path, now)
     with store:
         trip = store.remember("Dana is in Rome this week", ["Rome", "Dana"], ttl_seconds=3600)
         other = store.remember("Dana likes Rome in spring", ["Rome", "Dana"])
