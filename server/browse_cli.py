@@ -8,7 +8,16 @@ from collections.abc import Callable
 
 from keytrail.core.timetravel import view
 
-from .shell import OFFSET_HELP, PAGE_HELP, PAGE_RANGE, emit_json, open_store, preview, short_time
+from .shell import (
+    OFFSET_HELP,
+    PAGE_HELP,
+    PAGE_RANGE,
+    emit_json,
+    memories,
+    open_store,
+    preview,
+    short_time,
+)
 from .time_cli import add_time_options
 
 Verb = Callable[..., argparse.ArgumentParser]
@@ -31,7 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         emit_json(page)
         return 0
     shown = f"{page.offset + 1}-{page.offset + len(page.memories)}" if page.memories else "none"
-    print(f"{page.total} memories, newest first (showing {shown})")
+    print(f"{memories(page.total)}, newest first (showing {shown})")
     for m in page.memories:
         expires = f"  expires {short_time(m.expires_at)}" if m.expires_at else ""
         print(
@@ -72,7 +81,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     for k in page.keys:
         hub = " hub" if k.hub else ""
         aliases = f"  aliases: {', '.join(k.aliases)}" if k.aliases else ""
-        print(f"{k.key_id}  {k.label} [{k.type}]  {k.memory_count} memories{hub}{aliases}")
+        print(f"{k.key_id}  {k.label} [{k.type}]  {memories(k.memory_count)}{hub}{aliases}")
     say_more(page.total, page.offset + len(page.keys))
     return 0
 
@@ -86,7 +95,7 @@ def cmd_cleanup_expired(args: argparse.Namespace) -> int:
     if not result.count:
         print("nothing has expired")
         return 0
-    print(f"expired {result.count} memories (seq {result.seq})")
+    print(f"expired {memories(result.count)} (seq {result.seq})")
     for memory_id in result.memory_ids:
         print(f"  {memory_id}")
     if result.seq is not None and result.count > len(result.memory_ids):

@@ -44,6 +44,7 @@ from .shell import (
     TOP_K_HELP,
     emit_json,
     is_loopback,
+    memories,
     open_store,
     set_up_stdout,
     settings_from,
@@ -306,7 +307,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
         hub = " hub" if m.hub else ""
         print(
             f"{m.key_id}  {m.label} [{m.type}] {m.match} {m.score:.3f}  "
-            f"{m.memory_count} memories{hub}"
+            f"{memories(m.memory_count)}{hub}"
         )
     return 0
 
@@ -319,7 +320,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(page)
         return 0
-    print(f"{page.key_id}  {page.label} [{page.type}]  {page.total} memories")
+    print(f"{page.key_id}  {page.label} [{page.type}]  {memories(page.total)}")
     for ref in page.memories:
         others = ", ".join(ref.keys.values())
         print(

@@ -134,6 +134,11 @@ def emit_json(value: Any, out: TextIO | None = None) -> None:
     out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
 
 
+def memories(count: int) -> str:
+    """ "1 memory", "2 memories": a count as a person reads it."""
+    return f"{count} memory" if count == 1 else f"{count} memories"
+
+
 def short_time(at: datetime | str | None) -> str:
     if at is None:
         return "-"

@@ -13,10 +13,7 @@ from keytrail.server.cli import main
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+def home(tmp_path: Path, hash_cli: None) -> Path:
     return tmp_path / "store"
 
 
@@ -194,3 +191,19 @@ def test_correct_related_to_like_the_tool(home: Path, capsys: pytest.CaptureFixt
     assert store.state.memories[newer].related_to == [b, c]
     store.close()
     assert "--related-to" in run(capsys, "correct", "--help")[1]
+
+
+def test_one_memory_is_said_in_the_singular(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ "1 memory", as a person writes it, in every line that counts a key's or a page's."""
+    store = open_store(home)
+    store.remember("Mia starts school", ["Mia", "school"], {"Mia": "name"})
+    store.remember("Mia likes school lunches", ["school"])
+    mia = store.state.key_for_label("Mia")
+    assert mia is not None
+    store.close()
+    at = ("--home", str(home))
+    assert out_of(capsys, "recall", "Mia", *at).splitlines()[0].endswith("  1 memory")
+    assert out_of(capsys, "read-key", mia.id, *at).splitlines()[0].endswith("  1 memory")
+    keys = out_of(capsys, "keys", *at).splitlines()
+    assert keys[1].endswith("school [concept]  2 memories") and keys[2].endswith("  1 memory")
+    assert out_of(capsys, "list", "--limit", "1", *at).startswith("2 memories, newest first")
