@@ -33,7 +33,6 @@ import msgspec
 
 from keytrail.events import EventLog, PinnedLog
 from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
-from keytrail.projections import GraphState
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VectorCache
@@ -113,20 +112,6 @@ def settled_log(home: Path) -> tuple[PinnedLog, list[PendingPurge]]:
         pinned.close()
         if pinned.wait_for_lock(pending_path(home).exists):
             return PinnedLog(home), read_pending(home)
-
-
-def version_chain(state: GraphState, memory_id: str) -> list[str]:
-    """Every version of a memory, oldest first: what it replaced and what replaced it."""
-    memories = state.memories
-    first = memories[memory_id]
-    while first.supersedes is not None and first.supersedes in memories:
-        first = memories[first.supersedes]
-    chain = [first.id]
-    node = first
-    while node.superseded_by is not None and node.superseded_by in memories:
-        node = memories[node.superseded_by]
-        chain.append(node.id)
-    return chain
 
 
 def purge(

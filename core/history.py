@@ -48,6 +48,7 @@ from keytrail.events.log import LogPosition
 from keytrail.projections import GraphState, apply
 
 from . import validation as check
+from .queries import versions as version_ids
 from .timetravel import check_point
 
 if TYPE_CHECKING:
@@ -208,28 +209,6 @@ def _next_offset(offset: int, limit: int, *totals: int) -> int | None:
 def _preview(content: str, limit: int = 120) -> str:
     flat = " ".join(content.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _chain(state: GraphState, memory_id: str) -> list[str]:
-    """Every version of the memory, oldest first (both directions of supersedes)."""
-    memories = state.memories
-    first = memories[memory_id]
-    seen = {first.id}
-    while first.supersedes is not None and first.supersedes in memories:
-        if first.supersedes in seen:
-            break
-        first = memories[first.supersedes]
-        seen.add(first.id)
-    chain = [first.id]
-    walked = {first.id}  # a set beside the list: a chain may be thousands of versions long
-    node = first
-    while node.superseded_by is not None and node.superseded_by in memories:
-        node = memories[node.superseded_by]
-        if node.id in walked:
-            break
-        chain.append(node.id)
-        walked.add(node.id)
-    return chain
 
 
 #: Up to this many versions, `history` searches each segment once per version id (a fast byte
@@ -501,7 +480,7 @@ def history(store: Store, memory_id: str, limit: int | None = None, offset: int 
         state = store.refresh()
         if memory_id not in state.memories:
             raise NotFound("memory_id", "memory", memory_id)
-        chain = _chain(state, memory_id)
+        chain = version_ids(state.memories, memory_id)
         members = set(chain)
         events: list[Touch] = []
         # Each point of the trajectory with the index of the first event at or after its seq:

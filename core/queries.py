@@ -130,25 +130,35 @@ def valid_at_time(
 MAX_VERSIONS = 256
 
 
-def versions(memories: dict[str, MemoryNode], memory_id: str) -> list[str]:
+def versions(memories: dict[str, MemoryNode], memory_id: str, most: int | None = None) -> list[str]:
     """The versions of the fact `memory_id` is one version of, oldest first: the chain of
     corrections and retellings through it (each version replaces at most one, and is replaced
-    by at most one)."""
+    by at most one). With `most`, no more than that many (a walk that must stay short); [] for
+    an unknown id. A chain that loops (only a hand-made log) is walked once round."""
     node = memories.get(memory_id)
     if node is None:
         return []
+    cap = len(memories) if most is None else most
     seen = {node.id}
-    while node.supersedes is not None and node.supersedes in memories and len(seen) < MAX_VERSIONS:
-        if node.supersedes in seen:
-            break
+    while (
+        node.supersedes is not None
+        and node.supersedes in memories
+        and node.supersedes not in seen
+        and len(seen) < cap
+    ):
         node = memories[node.supersedes]
         seen.add(node.id)
     chain = [node.id]
-    while node.superseded_by is not None and node.superseded_by in memories:
-        if node.superseded_by in chain or len(chain) >= MAX_VERSIONS:
-            break
+    walked = {node.id}  # beside the list: a chain may be thousands of versions long
+    while (
+        node.superseded_by is not None
+        and node.superseded_by in memories
+        and node.superseded_by not in walked
+        and len(chain) < cap
+    ):
         node = memories[node.superseded_by]
         chain.append(node.id)
+        walked.add(node.id)
     return chain
 
 
@@ -162,10 +172,10 @@ def related_edges(
     """
     if not (node.related_to or node.related_from or node.supersedes or node.superseded_by):
         return []  # most memories: no edge, one version
-    mine = versions(memories, node.id) or [node.id]
+    mine = versions(memories, node.id, MAX_VERSIONS) or [node.id]
 
     def shown_version(memory_id: str) -> str | None:
-        return next((v for v in versions(memories, memory_id) if shown(v)), None)
+        return next((v for v in versions(memories, memory_id, MAX_VERSIONS) if shown(v)), None)
 
     out: dict[str, None] = {}
     for target in node.related_to:

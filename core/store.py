@@ -63,7 +63,7 @@ from .embedders import Embedder, make_embedder
 from .extract import extract_keys
 from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
-from .queries import DELETED, FORGOTTEN, Queries
+from .queries import DELETED, FORGOTTEN, Queries, versions
 from .results import (
     PROJECTION_READY,
     Corrected,
@@ -1038,7 +1038,7 @@ class Store(Queries, HybridQueries):
             node = self.state.memories.get(memory_id)
             if node is None:
                 raise NotFound("memory_id", "memory", memory_id)
-            chain = forgetting.version_chain(self.state, node.id) if all_versions else [node.id]
+            chain = versions(self.state.memories, node.id) if all_versions else [node.id]
             found = [(n, content(n)) for n in (self.state.memories[m] for m in chain)]
             nodes = [n for n, text in found if text is not None]
             if not nodes:
