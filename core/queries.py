@@ -683,6 +683,24 @@ class Queries:
         """Forgotten, as this view sees it (a view of the past also counts later forgets)."""
         return node.status == "forgotten"
 
+    #: Why a read by id finds an expired memory (a view of the past says "had")
+    _EXPIRED = "it has expired"
+
+    def _visible_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
+        """The memory `memory_id` names, if a read by id may show it at `now`; otherwise
+        NotFound saying why (forgotten, deleted, expired: "no memory" alone reads as a
+        mistyped id, and the log's lines tell anyone that much)."""
+        node = self.state.memories.get(memory_id)
+        if node is None:
+            raise self._missing(field, "memory", memory_id)
+        if self._forgotten(node):
+            raise NotFound(field, "memory", memory_id, FORGOTTEN)
+        if node.status == "deleted":
+            raise NotFound(field, "memory", memory_id, DELETED)
+        if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):
+            raise NotFound(field, "memory", memory_id, self._EXPIRED)
+        return node
+
     def check_read(self, node: MemoryNode, namespace: str | None, via_key_id: str | None) -> None:
         """What `read_memory` refuses, now or in the past: a memory outside the namespace asked
         for, and a via key that is unknown or has no link to the memory."""
@@ -735,17 +753,9 @@ class Queries:
         limit = check.count("limit", limit, 1, limits.page)
         with self._mutex:
             self.refresh()
-            node = self.state.memories.get(memory_id)
-            if node is None:
-                raise self._missing("memory_id", "memory", memory_id)
-            if self._forgotten(node):
-                raise NotFound("memory_id", "memory", memory_id, FORGOTTEN)
-            if node.status == "deleted":
-                raise NotFound("memory_id", "memory", memory_id, DELETED)
             now = self.clock()
-            if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):
-                # Hidden until cleanup, as read_memory says: its neighbours are not asked for.
-                raise NotFound("memory_id", "memory", memory_id, "it has expired")
+            # What read_memory refuses: an expired one is hidden until cleanup, neighbours too.
+            node = self._visible_memory("memory_id", memory_id, now)
             memories, keys = self.state.memories, self.state.keys
 
             def shared_by(mid: str) -> bool:

@@ -63,7 +63,7 @@ from .embedders import Embedder, make_embedder
 from .extract import extract_keys
 from .hybrid import HybridQueries
 from .profiles import Thresholds, profile_for
-from .queries import DELETED, FORGOTTEN, Queries, versions
+from .queries import Queries, versions
 from .results import (
     PROJECTION_READY,
     Corrected,
@@ -1175,21 +1175,6 @@ class Store(Queries, HybridQueries):
         return self._write(decide)
 
     # -- helpers shared with queries -------------------------------------------------------
-
-    def _visible_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
-        node = self.state.memories.get(memory_id)
-        if node is None:
-            raise NotFound(field, "memory", memory_id)
-        if node.status == "forgotten":
-            # Said, as a read as of the past and a second forget say it: the log's
-            # memory.forgotten line tells anyone that much, and "no memory" alone reads as a
-            # mistyped id.
-            raise NotFound(field, "memory", memory_id, FORGOTTEN)
-        if node.status == "deleted":
-            raise NotFound(field, "memory", memory_id, DELETED)
-        if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):
-            raise NotFound(field, "memory", memory_id, "it has expired")
-        return node
 
     def _current_memory(self, field: str, memory_id: str, now: datetime) -> MemoryNode:
         node = self._visible_memory(field, memory_id, now)

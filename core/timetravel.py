@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import DELETED, FORGOTTEN, Queries, valid_at_time, visible
+from .queries import Queries, valid_at_time, visible
 from .results import MemoryView, ProjectionState
 
 if TYPE_CHECKING:
@@ -269,6 +269,8 @@ class TimeView(Queries):
         later = self._forgotten_by.memories.get(node.id)
         return later is not None and later.status == "forgotten"
 
+    _EXPIRED = "it had expired"
+
     def _clock(self) -> datetime:
         return self._now
 
@@ -340,17 +342,7 @@ class TimeView(Queries):
         namespace = check.optional_namespace(namespace)
         with self._mutex:
             self.refresh()
-            node = self.state.memories.get(memory_id)
-            if node is None:
-                raise self._missing("memory_id", "memory", memory_id)
-            if self._forgotten(node):
-                raise NotFound("memory_id", "memory", memory_id, FORGOTTEN)
-            if node.status == "deleted":
-                raise NotFound("memory_id", "memory", memory_id, DELETED)
-            if node.status == "expired" or (
-                node.expires_at is not None and node.expires_at <= self._now
-            ):
-                raise NotFound("memory_id", "memory", memory_id, "it had expired")
+            node = self._visible_memory("memory_id", memory_id, self._now)
             self.check_read(node, namespace, via_key_id)
             return self.memory_view(node)
 
