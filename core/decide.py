@@ -196,38 +196,24 @@ class Batch:
         self.match_labels(specs)  # nothing left to match when the batch matched them all first
         for spec in specs:
             folded = spec.label.casefold()
-            existing = self.state.key_for_label(spec.label)
-            if existing is not None:
-                kind = self.promoted.get(existing.id, existing.type)
+            known = self._known_key(spec.label, folded)
+            if known is not None:
+                # A stored key, or one an earlier item of this command made: promoted as if it
+                # were stored, and said with the key's label (the label given may be an alias).
+                key_id, kind = known
+                kind = self.promoted.get(key_id, kind)
                 resolution: Resolution = "existing"
                 if promote and kind == "concept" and spec.type != "concept":
-                    kind = self.promoted[existing.id] = spec.type
+                    kind = self.promoted[key_id] = spec.type
                     resolution = "promoted"
                 link = KeyLink(
-                    key_id=existing.id,
+                    key_id=key_id,
                     label=spec.label,
                     type=kind,  # type: ignore[arg-type]
                     resolution=resolution,
                     weight=initial,
                 )
-                outcome = KeyOutcome(existing.id, existing.label, kind, resolution)
-            elif folded in self.new_keys:
-                # A key an earlier item of this command made: promoted as if it were stored.
-                first = self.new_keys[folded]
-                kind = self.promoted.get(first.key_id, first.type)
-                resolution = "existing"
-                if promote and kind == "concept" and spec.type != "concept":
-                    kind = self.promoted[first.key_id] = spec.type
-                    resolution = "promoted"
-                link = KeyLink(
-                    key_id=first.key_id,
-                    label=spec.label,
-                    type=kind,  # type: ignore[arg-type]
-                    resolution=resolution,
-                    weight=initial,
-                )
-                # Said with the key's label, as for a stored key: `first` may be an alias.
-                outcome = KeyOutcome(first.key_id, self._label_of(first.key_id), kind, resolution)
+                outcome = KeyOutcome(key_id, self._label_of(key_id), kind, resolution)
             else:
                 link, outcome = self._new_or_alias(spec, initial)
             if link.key_id in seen:
@@ -236,6 +222,14 @@ class Batch:
             links.append(link)
             outcomes.append(outcome)
         return links, outcomes
+
+    def _known_key(self, label: str, folded: str) -> tuple[str, str] | None:
+        """(id, type) of the key `label` names, stored or made earlier in this command."""
+        existing = self.state.key_for_label(label)
+        if existing is not None:
+            return existing.id, existing.type
+        first = self.new_keys.get(folded)
+        return (first.key_id, first.type) if first is not None else None
 
     def _new_or_alias(self, spec: check.KeySpec, initial: float) -> tuple[KeyLink, KeyOutcome]:
         store = self.store
