@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from keytrail.events import KeyLink, NewMemory, NotFound, Similar
+from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.vectors import Matrix
@@ -146,19 +146,12 @@ class Batch:
         does not find (never made, forgotten, deleted; any version of a chain is found), or one
         of another namespace. Namespaces are isolated: `related` walks edges within one, so an
         edge across them would be kept and never shown. An expired one is hidden from every read
-        too (its edge would never be shown): refused, saying so."""
+        too (its edge would never be shown). Each is refused saying why, as a read by id says it."""
         new = self.new_memories.get(memory_id)
-        node = self.state.memories.get(memory_id)
         if new is not None:
             found = new[0].namespace
-        elif node is not None and node.status not in ("forgotten", "deleted"):
-            if node.status == "expired" or (
-                node.expires_at is not None and node.expires_at <= self.store.clock()
-            ):
-                raise NotFound(field, "memory", memory_id, "it has expired")
-            found = node.namespace
         else:
-            raise NotFound(field, "memory", memory_id)
+            found = self.store._visible_memory(field, memory_id, self.store.clock()).namespace
         check.related_namespace(field, memory_id, found, namespace)
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
