@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 logger = logging.getLogger("keytrail")
 #: errno values of a store this process may read but not write
-_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 SNAPSHOT_FILE = "keygraph.msgpack"
 TURN_ROLES = ("user", "assistant", "system", "tool")
 #: Called while opening with (bytes of the log folded so far, total bytes).
@@ -445,7 +445,7 @@ class Store(Queries, HybridQueries):
             self._snapshot_unsaved(exc)
 
     def _snapshot_unsaved(self, exc: OSError) -> None:
-        level = logging.INFO if exc.errno in _READ_ONLY else logging.WARNING
+        level = logging.INFO if exc.errno in READ_ONLY_ERRNOS else logging.WARNING
         logger.log(level, "keytrail: no snapshot saved at seq %d: %s", self.state.seq, exc)
 
     def __enter__(self) -> Store:

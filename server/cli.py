@@ -28,7 +28,7 @@ from keytrail.core import (
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import MemoryView
-from keytrail.core.store import check_item
+from keytrail.core.store import READ_ONLY_ERRNOS, check_item
 from keytrail.core.timetravel import read_memory_at, view
 
 from .browse_cli import add_browse_verbs, say_more
@@ -762,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:
-        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        if exc.errno in READ_ONLY_ERRNOS:
             fail(cannot_write(args.command, exc))
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f"cannot write {exc.filename}: " if exc.filename else ""
