@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -60,3 +62,22 @@ def hash_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("KEYTRAIL_HOME", "KEYTRAIL_NAMESPACE", "KEYTRAIL_KG_NAMESPACE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+
+
+def rest_of_output(
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 120
+) -> tuple[bytes | str, bytes | str]:
+    """`proc.communicate()` for a process whose stdout has been read with `readline()`.
+
+    communicate() reads the pipe's descriptor directly, so what readline() had already buffered
+    beyond its line is skipped, and a line split at that point reads as two broken ones. This
+    reads on through the same buffered file instead (stderr beside it, so neither pipe fills).
+    """
+    assert proc.stdout is not None and proc.stderr is not None
+    err: list[bytes | str] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()))  # type: ignore[union-attr]
+    reader.start()
+    out = proc.stdout.read()
+    reader.join(timeout)
+    proc.wait(timeout)
+    return out, err[0]

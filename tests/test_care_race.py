@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from conftest import rest_of_output
 
 from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.core.maintenance import verify
@@ -99,7 +100,7 @@ class Writer:
 
     def finish(self) -> list[tuple[str, int]]:
         self.stop_file.touch()
-        out, err = self.proc.communicate(timeout=60)
+        out, err = rest_of_output(self.proc, timeout=60)
         assert self.proc.returncode == 0, err
         for line in out.splitlines():
             self._take(line)

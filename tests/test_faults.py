@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from conftest import rest_of_output
 
 from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.core.maintenance import verify
@@ -90,7 +91,7 @@ def test_kill_9_during_appends_loses_nothing_acknowledged(tmp_path: Path) -> Non
         assert first == b"ready\n", first + proc.stderr.read()  # type: ignore[union-attr]
         time.sleep(rng.uniform(0.0, 0.3))
         os.kill(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        out, err = rest_of_output(proc)
         assert proc.returncode == -signal.SIGKILL, err.decode()
         kills += 1
         for line in out.split(b"\n")[:-1]:  # a line without its newline was not acknowledged

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from conftest import rest_of_output
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store, forgetting
 from keytrail.core.maintenance import VerifyReport, verify
@@ -109,7 +110,7 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
         assert first == b"ready\n", first + proc.stderr.read()  # type: ignore[union-attr]
         time.sleep(rng.uniform(0.0, 0.08))
         os.kill(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        out, err = rest_of_output(proc)
         assert proc.returncode == -signal.SIGKILL, err.decode()
         kills += 1
         acked |= {line.split()[1].decode() for line in out.split(b"\n")[:-1]}

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import rest_of_output
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
 from keytrail.projections.text import TextIndex
@@ -221,7 +222,7 @@ def test_processes_building_the_index_at_once_all_search_it_whole(tmp_path: Path
             assert proc.stdout.readline().strip() == "ready"
         go.touch()
         for proc in procs:
-            out, err = proc.communicate(timeout=120)
+            out, err = rest_of_output(proc)
             assert proc.returncode == 0, err
             assert out.strip() == "1500", err
         shutil.rmtree(home / "index" / "text")
