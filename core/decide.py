@@ -43,9 +43,30 @@ COMPARE_LIMIT = 200
 COMPARE_SCAN_PER_KEY = 4 * COMPARE_LIMIT
 
 
-def specifics(content: str) -> frozenset[str]:
-    """The numbers, weekdays, months and negations of a text: what a paraphrase must keep."""
-    return frozenset(_SPECIFIC.findall(content.casefold().replace("n't", " n't")))
+_NEGATIONS = frozenset(("not", "no", "never", "none", "nobody", "nothing", "n't", "cannot"))
+
+Specifics = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def specifics(content: str) -> Specifics:
+    """The numbers, weekdays, months and negations of a text: what a paraphrase must keep.
+
+    Numbers, and days and months, each in the order the text gives them: "from 3 to 5" and
+    "2 cats and 3 dogs" are other facts than "from 5 to 3" and "3 cats and 2 dogs". A number
+    and a day may trade places ("on Monday at 10am", "at 10am on Monday"); negations count as
+    how many of each, wherever they stand.
+    """
+    numbers: list[str] = []
+    dates: list[str] = []
+    negations: list[str] = []
+    for found in _SPECIFIC.findall(content.casefold().replace("n't", " n't")):
+        if found[0].isdigit():
+            numbers.append(found)
+        elif found in _NEGATIONS:
+            negations.append(found)
+        else:
+            dates.append(found)
+    return tuple(numbers), tuple(dates), tuple(sorted(negations))
 
 
 def _stem(word: str) -> str:
@@ -370,7 +391,7 @@ class Batch:
         fingerprint = store.embedder.fingerprint
         # The duplicate is the nearest candidate above the line that keeps the specifics: a
         # nearer one differing in a number or weekday must not hide it.
-        wanted: frozenset[str] | None = None  # read only when a candidate is above the line
+        wanted: Specifics | None = None  # read only when a candidate is above the line
         for i in order:
             if sims[i] < store.thresholds.dedup:
                 break

@@ -270,6 +270,16 @@ def test_near_identical_text_with_other_specifics_is_flagged_not_deduplicated(
     assert s.state.memories[likes.memory_id].superseded_by is None
 
 
+def test_the_same_numbers_in_another_order_are_another_fact(store: Store) -> None:
+    """The hashing embedder sees the same words in both texts (cosine 1.0): only the order
+    of the numbers tells them apart, and a dedup would hide the first fact for good."""
+    first = store.remember("The meeting moved from 3pm to 5pm", keys=["meeting"])
+    swapped = store.remember("The meeting moved from 5pm to 3pm", keys=["meeting"])
+    assert swapped.deduplicated is None
+    assert [f.memory_id for f in swapped.possible_contradictions] == [first.memory_id]
+    assert store.state.memories[first.memory_id].current()
+
+
 def test_a_retold_fact_is_deduplicated_even_when_a_changed_fact_is_nearer(
     real_store: Store,
 ) -> None:
