@@ -17,6 +17,7 @@ from .shell import (
     open_store,
     preview,
     short_time,
+    shown_text,
 )
 from .time_cli import add_time_options
 
@@ -140,7 +141,7 @@ def cmd_conversation(args: argparse.Namespace) -> int:
         head = f"{t.turn:>4}  {short_time(t.at)}  {t.role}: "
         # A turn of several lines keeps the layout: its later lines are indented under its
         # first, so none reads as a turn of its own.
-        first, *rest = t.content.splitlines() or [""]
+        first, *rest = shown_text(t.content).splitlines() or [""]
         print(head + first)
         for line in rest:
             print(" " * len(head) + line)

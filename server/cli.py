@@ -49,6 +49,7 @@ from .shell import (
     set_up_stdout,
     settings_from,
     short_time,
+    shown_text,
 )
 from .time_cli import add_time_options, add_time_verbs
 
@@ -342,7 +343,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     print(
         f"{memory.memory_id} [{memory.namespace}] {shown_status(memory)}  depth {memory.depth:.2f}"
     )
-    print(memory.content)
+    print(shown_text(memory.content))
     print("keys: " + ", ".join(f"{k.label} ({k.key_id})" for k in memory.keys))
     if memory.supersedes:
         print(f"supersedes {memory.supersedes}")

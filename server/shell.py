@@ -149,6 +149,19 @@ def short_time(at: datetime | str | None) -> str:
     return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
+def shown_text(text: str) -> str:
+    """A whole text for the terminal: its control characters escaped as in `preview`, but its
+    line breaks and tabs kept, so a memory of several lines still reads as several lines."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c.encode("unicode_escape").decode()
+        if c not in "\n\t" and unicodedata.category(c) == "Cc"
+        else c
+        for c in text
+    )
+
+
 def preview(text: str, width: int = 60, *, escape: bool = True) -> str:
     """`text` on one line of at most `width` characters. A control character left (a terminal
     escape, a bell: a memory holds whatever an agent was told) is shown escaped (`\\x1b`),

@@ -8,7 +8,15 @@ from typing import Any
 from keytrail.core.history import changes, history
 
 from .progress import ProgressBar
-from .shell import OFFSET_HELP, PAGE_RANGE, emit_json, open_store, preview, short_time
+from .shell import (
+    OFFSET_HELP,
+    PAGE_RANGE,
+    emit_json,
+    open_store,
+    preview,
+    short_time,
+    shown_text,
+)
 
 Verb = Callable[..., argparse.ArgumentParser]
 
@@ -72,9 +80,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     for e in result.events:
         line = f"  seq {e.seq:<6} {short_time(e.at)}  {e.memory_id}  {e.what}"
         if e.query:
-            line += f'  query "{e.query}"'
+            line += f'  query "{shown_text(e.query)}"'
         if e.reason:
-            line += f"  reason: {e.reason}"
+            line += f"  reason: {shown_text(e.reason)}"
         if e.deltas:
             line += "  " + ", ".join(f"{k} {d:+g}" for k, d in e.deltas.items())
         print(line)

@@ -136,6 +136,32 @@ def test_previews_show_control_characters_escaped(
     assert "'alert \\x1b[31mred\\x1b[0m and a bell\\x07 in" in log  # repr, escaped once
 
 
+def test_whole_texts_show_control_characters_escaped_and_keep_their_lines(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`read` and `conversation` print a whole text, and `history` a read's query and a
+    forget's reason: each printed terminal escapes raw. Escaped like a preview, but a text's
+    own line breaks and tabs stay what they are."""
+    store = open_store(home)
+    told = store.remember("line one \x1b]0;pwned\x07\n\tline\rtwo", ["Lyon"])
+    store.read_memory(told.memory_id, query="Lyon \x1b[2J")
+    store.record_turn("s1", "user", "hello \x1b[31mred\nsecond line")
+    other = store.remember("a fact to forget", ["Lyon"])
+    store.forget(other.memory_id, reason="asked \x1b[8mhidden")
+    store.close()
+    at = ["--home", str(home)]
+    read = out_of(capsys, "read", told.memory_id, *at)
+    assert "line one \\x1b]0;pwned\\x07\n\tline\\rtwo\n" in read, read
+    turns = out_of(capsys, "conversation", "s1", *at)
+    assert "user: hello \\x1b[31mred\n" in turns and "second line" in turns, turns
+    history = out_of(capsys, "history", told.memory_id, *at)
+    assert 'query "Lyon \\x1b[2J"' in history, history
+    forgotten = out_of(capsys, "history", other.memory_id, *at)
+    assert "reason: asked \\x1b[8mhidden" in forgotten, forgotten
+    for out in (read, turns, history, forgotten):
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+
+
 # -- the verbs take what their MCP tools take ---------------------------------------------------
 
 
