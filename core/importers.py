@@ -594,16 +594,49 @@ def _write_keymem(
                 aliases=aliases.get(key_id, []),
             )
             for key_id, (label_, kind) in specs.items()
+            # a key the store holds is named only for an alias the file adds to it
+            if key_id not in state.keys or key_id in aliases
         ]
+        # The same file again, or grown since: a memory the store holds already (same
+        # namespace, text and time told; or, with no time in the file, the same id and text)
+        # is not imported twice. Links to it reach the one held.
+        held: dict[tuple[str, str, datetime], str] = {
+            (node.namespace, node.content_hash, node.created_at): node.id
+            for node in state.memories.values()
+        }
         memory_ids: dict[str, str] = {}
+        fresh: list[_KmMemory] = []
         for m in km_memories:
+            digest = content_hash(m.content)
+            there = held.get((m.namespace, digest, m.created_at)) if m.created_at else None
+            same_id = state.memories.get(m.id)
+            if (
+                there is None
+                and same_id is not None
+                and (same_id.namespace, same_id.content_hash) == (m.namespace, digest)
+            ):
+                there = same_id.id
+            if there is not None:
+                memory_ids[m.id] = there
+                continue
             memory_id = (
                 m.id if _usable(m.id, state.memories, taken) else new_memory_id(state, taken)
             )
             taken.add(memory_id)
             memory_ids[m.id] = memory_id
+            fresh.append(m)
+        if not fresh and not imported:
+            return ImportReport(
+                format="keymem",
+                source=label,
+                seq=None,
+                keys=0,
+                entities=0,
+                memories=0,
+                relations=0,
+            )
         items: list[ImportedMemory] = []
-        for m in km_memories:
+        for m in fresh:
             created = m.created_at or app.at
             links = [
                 KeyLink(

@@ -549,9 +549,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         with open_store(args) as store:
             report = write(store)
         if report.seq is None:
+            held = (
+                f"its {report.entities} entities, their observations and relations are"
+                if report.format == "memory-jsonl"
+                else "every memory and key in it is"
+            )
             print(
-                f"nothing new in {label} ({report.format}): its {report.entities} entities, "
-                f"their observations and relations are all in {store.home} already",
+                f"nothing new in {label} ({report.format}): {held} in {store.home} already",
                 file=sys.stderr,
             )
         else:

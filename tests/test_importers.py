@@ -7,6 +7,7 @@ export then import gives the same state.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,12 +200,50 @@ def test_keymem_keeps_times_depths_weights_versions_and_links(store: Store) -> N
 def test_keymem_merges_into_existing_keys_and_mints_ids_that_are_taken(store: Store) -> None:
     first = store.remember("Dana likes tea", ["Dana"], {"Dana": "name"})
     import_text(store, text("keymem-graph.json"), "graph.json")
-    again = import_text(store, text("keymem-graph.json"), "graph.json")
+    # Other texts under the same ids: other memories, which take new ids.
+    other = text("keymem-graph.json").replace("Mia", "Noa").replace("lives in", "lived in")
+    again = import_text(store, other.replace("in Rome", "in Milan"), "graph.json")
     assert again.memories == 4
     dana = store.state.key_for_label("Dana")
     assert dana is not None and first.memory_id in dana.links
     assert len(dana.links) == 1 + 4 + 4  # one key, every memory of both imports
     assert len(store.state.memories) == 9  # the second import got new memory ids
+
+
+def test_the_same_keymem_graph_again_writes_nothing(
+    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second import of the same graph.json doubled every memory under new ids."""
+    home = tmp_path / "store"
+    assert main(["import", "--home", str(home), str(FIXTURES / "keymem-graph.json")]) == 0
+    before = log_bytes(home)
+    capsys.readouterr()
+    assert main(["import", "--home", str(home), str(FIXTURES / "keymem-graph.json")]) == 0
+    assert log_bytes(home) == before
+    assert capsys.readouterr().err.startswith("nothing new in ")
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"keys": {}, "memories": {}}')
+    assert main(["import", "--home", str(home), str(empty)]) == 0
+    assert log_bytes(home) == before  # an empty graph wrote an empty graph.imported
+
+
+def test_a_keymem_graph_grown_since_imports_only_what_is_new(store: Store) -> None:
+    """Memories already in the store (same namespace, text and time told) are not imported
+    again; a new one's link to one of them reaches the memory already there."""
+    import_text(store, text("keymem-graph.json"), "graph.json")
+    doc = json.loads(text("keymem-graph.json"))
+    doc["memories"]["m_cafe"] = {
+        "content": "Dana opened a cafe in Lyon",
+        "created_at": "2025-04-01T08:00:00Z",
+        "namespace": "family",
+        "links": ["m_lyon"],
+    }
+    doc["links"].append({"key_id": "k_dana", "memory_id": "m_cafe", "weight": 1.0})
+    grown = import_text(store, json.dumps(doc), "graph.json")
+    assert (grown.memories, grown.keys) == (1, 0)  # k_dana is there already
+    assert len(store.state.memories) == 5
+    assert store.state.memories["m_cafe"].related_to == ["m_lyon"]
+    assert "m_cafe" in store.state.memories["m_lyon"].related_from
 
 
 def test_keymem_link_to_another_namespace_is_refused_like_remember_refuses_it(
