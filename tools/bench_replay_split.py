@@ -5,7 +5,10 @@ Times, per event and best of `--runs`, with the cyclic GC paused as a replay pau
 - `decode_us`: msgspec decoding of each line into its event, nothing else;
 - `decode_line_us`: the same through `decode_line` (CRC check and version test included);
 - `fold_us`: `keygraph.fold` of the decoded events, no I/O;
-- `replay_us`: `fold(EventLog(home).iter_new())`, what opening without a snapshot does.
+- `replay_us`: `fold(EventLog(home).iter_new())`, what opening without a snapshot does;
+- `msgpack_decode_us`, `unpickle_us`: the same events built from msgpack or a pickle instead of
+  the JSON lines: what a parent process would still pay if worker processes parsed the lines
+  and handed the events back.
 
     .venv/bin/python tools/bench_replay_split.py --home STORE          # an existing store
     .venv/bin/python tools/bench_replay_split.py --memories 20000      # builds one (hash embedder)
@@ -19,16 +22,23 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import pickle
 import random
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.events import EventLog, decode_line
 from keytrail.events.codec import _decoder
+from keytrail.events.types import AnyEvent
 from keytrail.projections import fold
+
+msgpack_encoder = msgspec.msgpack.Encoder()
+msgpack_decoder = msgspec.msgpack.Decoder(AnyEvent)
 
 
 def build(home: Path, memories: int) -> None:
@@ -73,6 +83,10 @@ def main() -> None:
         events = [decode_line(line) for line in lines]
         folding = best(lambda: fold(events), args.runs)
         replay = best(lambda: fold(EventLog(home).iter_new()), args.runs)
+        packed = [msgpack_encoder.encode(event) for event in events]
+        from_msgpack = best(lambda: [msgpack_decoder.decode(b) for b in packed], args.runs)
+        pickled = pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+        unpickle = best(lambda: pickle.loads(pickled), args.runs)
     finally:
         gc.enable()
     per = 1e6 / count
@@ -87,6 +101,8 @@ def main() -> None:
                 "fold_us": round(folding * per, 2),
                 "replay_us": round(replay * per, 2),
                 "replay_events_per_s": round(count / replay),
+                "msgpack_decode_us": round(from_msgpack * per, 2),
+                "unpickle_us": round(unpickle * per, 2),
             }
         )
     )
