@@ -210,21 +210,28 @@ def test_keymem_merges_into_existing_keys_and_mints_ids_that_are_taken(store: St
     assert len(store.state.memories) == 9  # the second import got new memory ids
 
 
-def test_the_same_keymem_graph_again_writes_nothing(
-    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("fixture", "empty"),
+    [("memory.jsonl", ""), ("keymem-graph.json", '{"keys": {}, "memories": {}}')],
+)
+def test_the_same_file_again_writes_nothing(
+    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str], fixture: str, empty: str
 ) -> None:
-    """A second import of the same graph.json doubled every memory under new ids."""
+    """A second import of the same memory.jsonl wrote an empty graph.imported event ("0 keys,
+    3 entities, 0 memories"), where create_entities of what exists writes nothing; of the same
+    keymem graph.json, it doubled every memory under new ids. An empty file wrote an empty
+    event too."""
     home = tmp_path / "store"
-    assert main(["import", "--home", str(home), str(FIXTURES / "keymem-graph.json")]) == 0
+    assert main(["import", "--home", str(home), str(FIXTURES / fixture)]) == 0
     before = log_bytes(home)
     capsys.readouterr()
-    assert main(["import", "--home", str(home), str(FIXTURES / "keymem-graph.json")]) == 0
+    assert main(["import", "--home", str(home), str(FIXTURES / fixture)]) == 0
     assert log_bytes(home) == before
     assert capsys.readouterr().err.startswith("nothing new in ")
-    empty = tmp_path / "empty.json"
-    empty.write_text('{"keys": {}, "memories": {}}')
-    assert main(["import", "--home", str(home), str(empty)]) == 0
-    assert log_bytes(home) == before  # an empty graph wrote an empty graph.imported
+    nothing = tmp_path / f"empty-{fixture}"
+    nothing.write_text(empty)
+    assert main(["import", "--home", str(home), str(nothing)]) == 0
+    assert log_bytes(home) == before
 
 
 def test_a_keymem_graph_grown_since_imports_only_what_is_new(store: Store) -> None:
@@ -411,20 +418,6 @@ def test_memory_jsonl_export_then_import_gives_the_same_graph(
         == 0
     )
     assert again.read_bytes() == first.read_bytes()
-
-
-def test_the_same_memory_jsonl_again_writes_nothing(
-    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A second import of the same file wrote an empty graph.imported event ("0 keys, 3
-    entities, 0 memories"), where create_entities of what exists writes nothing."""
-    home = tmp_path / "store"
-    assert main(["import", "--home", str(home), str(FIXTURES / "memory.jsonl")]) == 0
-    before = log_bytes(home)
-    capsys.readouterr()
-    assert main(["import", "--home", str(home), str(FIXTURES / "memory.jsonl")]) == 0
-    assert log_bytes(home) == before
-    assert capsys.readouterr().err.startswith("nothing new in ")
 
 
 def test_a_file_with_a_byte_order_mark_imports(tmp_path: Path, cli_env: None) -> None:
