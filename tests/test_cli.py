@@ -528,6 +528,41 @@ def cut_short(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, after: int
     monkeypatch.setattr(owner, name, interrupted)
 
 
+def test_ctrl_c_while_the_command_is_still_loading_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The console script's first quarter second is spent importing; a Ctrl-C then escaped as
+    a traceback. Here the import of the command line itself is interrupted."""
+    import importlib.abc
+    import sys
+
+    from keytrail.server import entry
+
+    class Interrupting(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, *args: object) -> None:
+            if name == "keytrail.server.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "keytrail.server.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+    try:
+        status = entry.main(["stats"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C while loading escaped the entry point")
+    assert status == 130
+    assert capsys.readouterr().err == "keytrail: interrupted while starting: nothing was done\n"
+
+
+def test_the_console_script_runs_the_command_line(tmp_path: Path, hash_cli: None) -> None:
+    from keytrail.server import entry
+
+    with pytest.raises(SystemExit) as failed:
+        entry.main(["stats", "--home", str(tmp_path / "none")])  # no store there
+    assert failed.value.code == 2
+    assert entry.main(["remember", "Anna lives in Lyon", "--home", str(tmp_path / "s")]) == 0
+
+
 def run_main(argv: list[str]) -> int:
     """cli.main in this process; a KeyboardInterrupt escaping it fails the test (pytest would
     take it for the user's Ctrl-C and stop the whole run)."""
