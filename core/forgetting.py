@@ -23,7 +23,6 @@ that has it open, whichever comes first. All of it runs holding the appenders' l
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections.abc import Collection, Iterable
@@ -32,6 +31,7 @@ from pathlib import Path
 import msgspec
 
 from keytrail.events import EventLog, PinnedLog
+from keytrail.events.durable import sync_dir
 from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.text import TextIndex
@@ -79,15 +79,7 @@ def write_pending(home: Path, entries: list[PendingPurge]) -> None:
         snapshots.write_atomic(path, msgspec.json.encode(entries))
     elif path.exists():
         path.unlink()
-        _fsync_dir(home)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        sync_dir(home)
 
 
 def settled_log(home: Path) -> tuple[PinnedLog, list[PendingPurge]]:

@@ -33,6 +33,7 @@ from typing import Any, NoReturn, Protocol
 import msgspec
 
 from .codec import DecodeError, Upcaster, decode_line, encode_line
+from .durable import sync_dir, sync_file
 from .errors import CorruptLog, LockBusy, NoStore, StoreError
 from .types import EPOCH, AnyEvent, Event
 
@@ -111,14 +112,6 @@ def _holds_a_line(path: Path) -> bool:
             if b"\n" in chunk:
                 return True
     return False
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -508,10 +501,10 @@ class EventLog:
             with open(side, "wb") as s:
                 s.write(torn)
                 s.flush()
-                os.fsync(s.fileno())
+                sync_file(s.fileno())
             f.truncate(keep)
             f.flush()
-            os.fsync(f.fileno())
+            sync_file(f.fileno())
 
 
 class Appender:
@@ -527,8 +520,12 @@ class Appender:
     def next_seq(self) -> int:
         return self._log._seq + 1
 
-    def append(self, event: Event) -> AnyEvent:
-        """Stamp `event` with the next seq and the record time, write it, fsync, return it."""
+    def append(self, event: Event, *, sync: bool = True) -> AnyEvent:
+        """Stamp `event` with the next seq and the record time, write it, fsync, return it.
+
+        `sync=False` leaves the fsync out: only for a log no one reads yet (an import's
+        staging), whose writer syncs it whole (`sync_log`) before anyone may read it.
+        """
         log = self._log
         at = max(self.at, log._at)
         stamped: AnyEvent = msgspec.structs.replace(event, seq=log._seq + 1, at=at)  # type: ignore[assignment]
@@ -547,7 +544,8 @@ class Appender:
         try:
             while written < len(line):
                 written += os.pwrite(fd, line[written:], offset + written)
-            os.fsync(fd)
+            if sync:
+                sync_file(fd)
         except BaseException as exc:
             # Never leave half a line behind a failed write: the command did not happen.
             try:
@@ -559,11 +557,24 @@ class Appender:
             if isinstance(exc, OSError):  # a full disk, an I/O error: say where, and what now
                 raise _append_failed(name, exc, cut=True) from exc
             raise
-        if new_segment:
-            _fsync_dir(log.dir)
+        if new_segment and sync:
+            sync_dir(log.dir)
         log._segment, log._offset = name, offset + len(line)
         log._seq, log._at = stamped.seq, stamped.at
         return stamped
+
+
+def sync_log(root: Path) -> None:
+    """Make every segment of the log under `root`, and their directory, durable."""
+    log_dir = Path(root) / "log"
+    for path in sorted(log_dir.iterdir()):
+        if _SEGMENT_RE.match(path.name):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                sync_file(fd)
+            finally:
+                os.close(fd)
+    sync_dir(log_dir)
 
 
 def _append_failed(segment: str, exc: OSError, *, cut: bool) -> StoreError:

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line
+from .durable import sync_dir, sync_file
 from .errors import CorruptLog
 from .types import (
     AnyEvent,
@@ -192,13 +193,9 @@ def apply_redaction(plan: SegmentRedaction) -> bool:
         written = 0
         while written < len(data):
             written += os.write(fd, view[written:])
-        os.fsync(fd)
+        sync_file(fd)
     finally:
         os.close(fd)
     os.replace(tmp, plan.path)
-    dir_fd = os.open(plan.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    sync_dir(plan.path.parent)
     return True

@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from keytrail.events.durable import sync_dir, sync_file
 from keytrail.events.errors import StoreError
 from keytrail.events.types import EPOCH, FoldRules
 
@@ -302,17 +303,9 @@ def write_atomic(path: Path, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        sync_file(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_dir(path.parent)
 
 
 def encode(snapshot: Snapshot) -> bytes:

@@ -295,6 +295,43 @@ def test_a_failed_write_leaves_no_half_line(
     assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
 
 
+def test_an_append_is_flushed_to_the_drive_where_fsync_is_not_enough(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On macOS fsync(2) leaves the line in the drive's cache, which a power cut can lose:
+    an acknowledged append asks for F_FULLFSYNC there (plain fsync where it is refused)."""
+    import fcntl
+
+    log = EventLog(tmp_path)
+    append(log, 1)
+    calls: list[str] = []
+    monkeypatch.setattr(fcntl, "F_FULLFSYNC", 51, raising=False)  # its value on macOS
+    real_fcntl = fcntl.fcntl
+
+    def fcntl_(fd: int, cmd: int, *args: object) -> object:
+        if cmd == 51:
+            calls.append("full")
+            return 0
+        return real_fcntl(fd, cmd, *args)
+
+    monkeypatch.setattr(fcntl, "fcntl", fcntl_)
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync"))
+    append(log, 1)
+    assert calls == ["full"]
+
+    def refused(fd: int, cmd: int, *args: object) -> object:
+        if cmd == 51:
+            raise OSError(45, "Operation not supported")  # ENOTSUP: some network filesystems
+        return real_fcntl(fd, cmd, *args)
+
+    monkeypatch.setattr(fcntl, "fcntl", refused)
+    calls.clear()
+    append(log, 1)
+    assert calls == ["fsync"]
+    monkeypatch.undo()
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+
+
 # -- corruption ------------------------------------------------------------------------------
 
 

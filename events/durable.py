@@ -1,0 +1,35 @@
+"""Making a write durable before anyone is told it happened.
+
+On Linux fsync(2) is enough. On macOS it only hands the data to the drive, whose cache can still
+lose it at a power cut; `F_FULLFSYNC` asks the drive to write it down (Go's `File.Sync` and
+Rust's `sync_all` do the same there). It costs milliseconds per call on a Mac, which is why only
+the log (the one source of truth) and what erases from it use these; caches rebuilt from the log
+keep plain fsync.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+def sync_file(fd: int) -> None:
+    """Flush what was written to `fd` to stable storage."""
+    full = getattr(fcntl, "F_FULLFSYNC", None)
+    if full is not None:
+        try:
+            fcntl.fcntl(fd, full)
+            return
+        except OSError:
+            pass  # a filesystem without it (some network mounts): fsync is the most there is
+    os.fsync(fd)
+
+
+def sync_dir(path: Path | str) -> None:
+    """Make the entries of directory `path` (a file created or renamed in it) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sync_file(fd)
+    finally:
+        os.close(fd)
