@@ -37,6 +37,8 @@ from keytrail.events import (
     refuse_nested_store,
     utc_now,
 )
+from keytrail.events.durable import sync_dir
+from keytrail.events.log import sync_log
 from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
 
@@ -590,7 +592,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                     raise InvalidInput(
                         "--home", f"cannot move the import into {log.dir}: {exc.strerror}"
                     ) from None
-                _fsync_dir(home)  # the rename itself must survive a crash
+                sync_dir(home)  # the rename itself must survive a crash
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:
@@ -611,14 +613,6 @@ def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
         )
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_staged(staging: Path, events: list[AnyEvent]) -> None:
     bar = ProgressBar("import")
     staged = EventLog(staging)
@@ -628,9 +622,10 @@ def _write_staged(staging: Path, events: list[AnyEvent]) -> None:
                 # Keep the original record time: expiries, time decay and as-of reads are
                 # absolute times computed from it. seq is re-stamped and comes out the same.
                 app.at = event.at
-                app.append(event)
+                app.append(event, sync=False)  # synced whole below, before it goes live
                 if i % 200 == 0:
                     bar(i, len(events))
     finally:
         staged.close()
+    sync_log(staging)
     bar.finish()
