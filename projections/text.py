@@ -26,6 +26,7 @@ import fcntl
 import os
 import re
 import shutil
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,12 +41,36 @@ from .keygraph import GraphState, MemoryNode
 #: 2: the keys field holds only labels the content does not already contain
 #: 3: a knowledge-graph delete keeps its document (as_of searches before it find it); an index
 #:    of 2 had dropped it like a forgotten memory's
-SCHEMA_VERSION = 3
+#: 4: content and labels are indexed in NFC, so a word typed decomposed (e + U+0308) is found
+SCHEMA_VERSION = 4
 #: Called with (memories indexed so far, memories to index) while an index is written.
 IndexProgress = Callable[[int, int], None]
 #: Documents between two progress reports.
 PROGRESS_EVERY = 2000
-_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _mark_ranges() -> str:
+    """A regex class body of every combining mark (category M): 2,408 code points, 0.02 s."""
+    marks = [
+        c
+        for span in (range(0x300, 0x20000), range(0xE0100, 0xE01F0))
+        for c in span
+        if unicodedata.category(chr(c))[0] == "M"
+    ]
+    runs: list[tuple[int, int]] = []
+    for c in marks:
+        if runs and runs[-1][1] == c - 1:
+            runs[-1] = (runs[-1][0], c)
+        else:
+            runs.append((c, c))
+    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in runs)
+
+
+#: Combining marks, for a regex class: Python's \w leaves them out, so "हिन्दी" (Devanagari
+#: vowel signs, a virama) or "Zoë" typed as e + U+0308 fell apart into letters.
+MARKS = _mark_ranges()
+#: A word: letters and digits with the marks that belong to them
+_WORD = re.compile(rf"[\w{MARKS}]+")
 #: Query words the BM25 path ignores (they match nearly every memory and carry no meaning).
 _STOPWORDS_WORDS = """
     a about after again all also am an and any are as at be because been before being both
@@ -89,8 +114,12 @@ class TextHit:
 
 
 def query_terms(text: str) -> list[str]:
-    """The words of a query worth searching for, lower-cased, stopwords dropped, in order."""
-    words = [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
+    """The words of a query worth searching for, lower-cased, stopwords dropped, in order.
+
+    NFC and lowercase, as the index holds its words: casefold would rewrite letters Tantivy only
+    lowercases ("straße" -> "strasse", a final "ς" -> "σ"), and find no word it indexed.
+    """
+    words = [w for w in _WORD.findall(_nfc(text).lower()) if w not in STOPWORDS]
     return list(dict.fromkeys(words))
 
 
@@ -102,6 +131,10 @@ def _new_labels(content: str, labels: list[str]) -> list[str]:
     """
     words = set(_WORD.findall(content.casefold()))
     return [label for label in labels if not set(_WORD.findall(label.casefold())) <= words]
+
+
+def _nfc(text: str) -> str:
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 class TextIndex:
@@ -228,8 +261,8 @@ class TextIndex:
             kind="memory",
             memory_id=node.id,
             namespace=node.namespace,
-            content=node.content,
-            keys=" ; ".join(labels),
+            content=_nfc(node.content),
+            keys=_nfc(" ; ".join(labels)),
             seq=node.created_seq,
         )
 
