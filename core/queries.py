@@ -20,6 +20,7 @@ import numpy as np
 
 from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
+from keytrail.projections.text import MARKS
 
 from . import keyrank
 from . import validation as check
@@ -56,7 +57,9 @@ if TYPE_CHECKING:
     from .profiles import Thresholds
     from .reembed import Need
 
-_WORD = re.compile(r"\w+(?:['’]\w+)*")
+#: A word with the combining marks of its letters (MARKS: \w leaves them out, and a Devanagari
+#: name fell apart into letters, or lost a final vowel sign as if it were punctuation)
+_WORD = re.compile(rf"[\w{MARKS}]+(?:['’][\w{MARKS}]+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 #: Runs of scripts written without spaces between words (Thai, kana, CJK ideographs, Hangul)
@@ -67,8 +70,8 @@ _UNSPACED = re.compile(
 _UNSPACED_GRAM = 8
 #: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
 _EDGE_TRIM = 3
-_LEADING_PUNCT = re.compile(r"^[^\w\s]+")
-_TRAILING_PUNCT = re.compile(r"[^\w\s]+$")
+_LEADING_PUNCT = re.compile(rf"^[^\w\s{MARKS}]+")
+_TRAILING_PUNCT = re.compile(rf"[^\w\s{MARKS}]+$")
 PREVIEW_CHARS = 120
 #: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
 DELETED = "it was deleted from the knowledge graph"

@@ -28,6 +28,8 @@ from keytrail.core.queries import literal_candidates
         (".NET", "about .NET."),
         ("[x]", "what about [x]?"),
         ("(y)", "(y) here"),
+        ("सीता", "कल सीता आई।"),  # Devanagari: vowel signs in the name, a danda after it
+        ("राम", "राम, सीता और लक्ष्मण"),
     ],
 )
 def test_a_name_with_punctuation_is_found_inside_a_sentence(
@@ -54,6 +56,14 @@ def test_a_name_with_punctuation_is_found_inside_a_sentence(
         ("C#", "I love C++"),
         ("AT&T", "AT&Ts"),
         ("Luc", "Jean-Luc called"),  # as before: a part of a hyphenated name is a word of it
+        # A combining mark is part of its letter, never punctuation to trim nor a word break:
+        # Ram is not Rama, Ramu or Ramdas, and आय ("income") is no word of आया ("came").
+        ("राम", "कल रामा आया"),
+        ("राम", "कल रामू आया"),
+        ("राम", "मैं रामदास से मिला"),
+        ("आय", "कल रामा आया"),
+        ("রাম", "রামু এসেছে"),  # Bengali
+        ("Spın", "the Spın̈ band"),  # n + U+0308 has no composed form
     ],
 )
 def test_whole_words_only(store: Store, label: str, query: str) -> None:
