@@ -18,6 +18,7 @@ import numpy as np
 from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
+from keytrail.projections.keygraph import other_apostrophes
 from keytrail.projections.vectors import Matrix
 
 from . import validation as check
@@ -222,6 +223,10 @@ class Batch:
         if existing is not None:
             return existing.id, existing.type
         first = self.new_keys.get(folded)
+        for other in other_apostrophes(folded) if first is None else ():
+            first = self.new_keys.get(other)
+            if first is not None:
+                break
         return (first.key_id, first.type) if first is not None else None
 
     def _new_or_alias(self, spec: check.KeySpec, initial: float) -> tuple[KeyLink, KeyOutcome]:

@@ -258,7 +258,18 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
                 if forms is None:
                     forms = self.__dict__["_unnormalised"] = UnnormalisedLabels()
                 key_id = forms.key_id(labels, self.labels_dropped, label)
+        if key_id is None:
+            key_id = next(filter(None, map(labels.get, other_apostrophes(label.casefold()))), None)
         return self.keys[key_id] if key_id is not None else None
+
+
+def other_apostrophes(folded: str) -> list[str]:
+    """`folded` with its apostrophes typed the other way: O'Brien typed on a keyboard is
+    O’Brien typed with a phone's smart punctuation."""
+    if "'" not in folded and "\u2019" not in folded:
+        return []
+    forms = (folded.replace("\u2019", "'"), folded.replace("'", "\u2019"))
+    return [form for form in forms if form != folded]
 
 
 def alias_form(text: str) -> str:
