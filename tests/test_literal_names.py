@@ -123,3 +123,27 @@ def test_a_name_is_one_whichever_apostrophe_it_is_typed_with(
     names = {"O'Hara": "name", "O’Hara": "name"}
     both = store.remember("Kim O'Hara", keys=list(names), key_types=names).keys
     assert len(both) == 1
+
+
+@pytest.mark.parametrize(
+    ("label", "typed"),
+    [
+        ("İstanbul", "Istanbul"),
+        ("İstanbul", "ISTANBUL"),
+        ("İstanbul", "istanbul"),
+        ("Istanbul", "İstanbul"),
+        ("İzmir", "izmir"),
+    ],
+)
+def test_a_dotted_capital_i_is_an_i(store: Store, label: str, typed: str) -> None:
+    """casefold turns the Turkish İ into i + U+0307, so "İstanbul" matched no query but one
+    typed with İ, and "Istanbul" remembered beside it made a second key of the same city."""
+    key_id = (
+        store.remember(f"a fact about {label}", keys=[label], key_types={label: "name"})
+        .keys[0]
+        .key_id
+    )
+    found = {k.key_id: k.match for k in store.recall(f"we flew to {typed} today").keys}
+    assert found.get(key_id) == "literal"
+    again = store.remember(f"more about {typed}", keys=[typed], key_types={typed: "name"})
+    assert [(k.key_id, k.resolution) for k in again.keys] == [(key_id, "existing")]
