@@ -249,11 +249,24 @@ def _trimmed(gram: str) -> Iterable[str]:
     for a in range(min(lead, _EDGE_TRIM) + 1):
         for b in range(min(trail, _EDGE_TRIM) + 1):
             form = gram[a : len(gram) - b]
-            if form.strip():
+            if form.strip() and _emoji_edge(gram, a) and _emoji_edge(gram, len(gram) - b):
                 yield form
                 bare = _POSSESSIVE.sub("", form)
                 if bare != form and bare:
                     yield bare
+
+
+def _emoji_edge(text: str, at: int) -> bool:
+    """Whether cutting `text` at `at` leaves its emoji whole: not beside a zero-width joiner
+    (👩 + ZWJ + 💻 is one emoji), nor between the two regional indicators of a flag."""
+    if at in (0, len(text)):
+        return True
+    if "\u200d" in (text[at - 1], text[at]):
+        return False
+    indicators = 0  # regional indicators just before the cut: an odd count splits a flag
+    while at - indicators > 0 and "\U0001f1e6" <= text[at - indicators - 1] <= "\U0001f1ff":
+        indicators += 1
+    return indicators % 2 == 0 or not "\U0001f1e6" <= text[at] <= "\U0001f1ff"
 
 
 def _ngrams(words: list[str]) -> list[str]:

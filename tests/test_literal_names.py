@@ -72,6 +72,22 @@ def test_whole_words_only(store: Store, label: str, query: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("label", "query", "expected"),
+    [
+        # A woman is no woman technologist (woman, ZWJ, laptop), nor Sweden the middle of the
+        # flags of the US and Spain: trimming punctuation must not cut an emoji apart.
+        ("👩", "the 👩\u200d💻 called", False),
+        ("💻", "the 👩\u200d💻 called", False),
+        ("🇸🇪", "flags 🇺🇸🇪🇸 here", False),
+        ("🇸🇪", "go 🇸🇪!", True),
+        ("👩\u200d💻", "ask the 👩\u200d💻!", True),
+    ],
+)
+def test_an_emoji_is_matched_whole(label: str, query: str, expected: bool) -> None:
+    assert (label in literal_candidates(query)) is expected
+
+
+@pytest.mark.parametrize(
     ("label", "query"),
     [
         ("東京", "東京に住んでいる"),  # Japanese: the particle follows the name unspaced
