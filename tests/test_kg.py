@@ -189,6 +189,19 @@ def test_search_matches_a_word_however_its_accents_are_encoded(kg: KnowledgeGrap
     assert names(kg.search_nodes("chloe\u0301")) == ["Chloé"]
 
 
+def test_search_finds_a_turkish_capital_i_typed_as_an_i(kg: KnowledgeGraph) -> None:
+    # casefold makes İ into i + U+0307: "istanbul" was no part of "İstanbul", nor the other way
+    kg.create_entities(
+        [
+            EntityInput("Ayşe", "person", ["Lives in İstanbul"]),
+            EntityInput("Emre", "person", ["Moved to Izmir"]),
+        ]
+    )
+    assert names(kg.search_nodes("istanbul")) == ["Ayşe"]
+    assert names(kg.search_nodes("ISTANBUL")) == ["Ayşe"]
+    assert names(kg.search_nodes("İZMİR")) == ["Emre"]
+
+
 def test_read_graph_on_ten_thousand_entities_is_a_bounded_page(store: Store) -> None:
     kg = KnowledgeGraph(store)
     for batch in range(20):
