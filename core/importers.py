@@ -53,6 +53,7 @@ from keytrail.events import (
 )
 from keytrail.events.log import Appender
 from keytrail.projections import relation_id
+from keytrail.projections.keygraph import same_name
 
 from . import validation as check
 from .config import Settings
@@ -240,7 +241,7 @@ def _write_memory_jsonl(
         for e in entities:
             where = f"{label} line {e.line}"
             key = state.key_for_label(e.name)
-            if key is not None and key.label.casefold() != e.name.casefold():
+            if key is not None and not same_name(key.label, e.name):
                 raise InvalidInput(where, f"{e.name!r} is an alias of the key {key.label!r}")
             if key is None:
                 key_id, label_, key_type = new_key_id(state, taken), e.name, "name"

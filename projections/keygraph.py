@@ -283,6 +283,12 @@ def other_apostrophes(folded: str) -> list[str]:
     return [form for form in forms if form != folded]
 
 
+def same_name(label: str, name: str) -> bool:
+    """Whether `name` spells `label` (the key `key_for_label(name)` found) rather than one of
+    its aliases: in another case, composed or decomposed, with İ as I, or the other apostrophe."""
+    return dotless_form(label).replace("\u2019", "'") == dotless_form(name).replace("\u2019", "'")
+
+
 def alias_form(text: str) -> str:
     """How a query and a learned alias are compared: case-folded, whitespace collapsed."""
     return " ".join(text.split()).casefold()
