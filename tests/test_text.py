@@ -271,3 +271,27 @@ def test_words_of_any_script_find_the_memory_that_says_them(
 ) -> None:
     memory = store.remember(content, ["x"])
     assert [h.memory_id for h in store.text_index().search(query, 5)] == [memory.memory_id]
+
+
+@pytest.mark.parametrize(
+    ("content", "query"),
+    [
+        # Scripts written without spaces: the content's tokenizer takes a whole clause for one
+        # word, so a word of it was found only by a query that was that whole clause.
+        ("東京に住んでいる", "東京"),
+        ("東京に住んでいる", "東京に住んでいるのは誰ですか"),
+        ("我昨天见到了张伟。", "张伟是谁"),
+        ("トヨタの車を買った", "トヨタ"),
+        ("ผมชอบกินข้าวผัด", "ข้าวผัด"),
+        ("서울에서 살아요", "서울"),  # Korean spaces words, but its particles attach
+    ],
+)
+def test_a_word_of_a_script_without_spaces_finds_the_memory_that_says_it(
+    store: Store, content: str, query: str
+) -> None:
+    memory = store.remember(content, ["x"])
+    store.remember("大阪で働いている", ["x"])
+    store.remember("I moved to Tokyo last spring", ["x"])
+    hits = [h.memory_id for h in store.text_index().search(query, 5)]
+    assert hits[:1] == [memory.memory_id]
+    assert store.text_index().search("大阪", 5)[0].memory_id != memory.memory_id
