@@ -150,7 +150,7 @@ def _string(where: str, obj: dict[str, Any], name: str, limit: int) -> str:
     try:
         return check.label(name, value, limit)
     except InvalidInput as exc:
-        raise InvalidInput(where, exc.problem, limit=exc.limit) from None
+        raise InvalidInput(where, f"{name!r} {exc.problem}", limit=exc.limit) from None
 
 
 def parse_memory_jsonl(
@@ -427,15 +427,15 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
                 f"{path}.key_type", f"unknown key type {kind!r}", limit=" | ".join(KEY_TYPES)
             )
         aliases = obj.get("aliases", [])
-        if not isinstance(aliases, list) or not all(
-            isinstance(a, str) and a.strip() for a in aliases
-        ):
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
             raise InvalidInput(f"{path}.aliases", "must be a list of non-empty strings")
+        # An alias is a label of the key as much as its concept is: held to the same rules.
+        aliases = [
+            check.label(f"{path}.aliases[{i}]", a, limits.key_chars) for i, a in enumerate(aliases)
+        ]
         if ident in keys:
             raise InvalidInput(path, f"duplicate key id {ident!r}")
-        keys[ident] = _KmKey(
-            ident, concept, str(kind), [" ".join(a.split()) for a in aliases], path
-        )
+        keys[ident] = _KmKey(ident, concept, str(kind), aliases, path)
     memories: dict[str, _KmMemory] = {}
     for ident, path, obj in _entries(doc, "memories", label):
         if ident in memories:
