@@ -1028,5 +1028,20 @@ class _Contents(Sequence[str]):
 
 
 def _preview(content: str) -> str:
-    flat = " ".join(content.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+    return clipped(" ".join(content.split()), PREVIEW_CHARS)
+
+
+def clipped(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut with "…", never inside what shows as one
+    character: not before a combining mark (कि cut after क shows क), nor inside an emoji
+    of several code points (👩 + ZWJ + 💻 cut shows 👩) or a flag, nor before a skin tone."""
+    if len(text) <= width:
+        return text
+    cut = width - 1
+    while cut > 0 and (
+        unicodedata.category(text[cut]).startswith("M")
+        or "\U0001f3fb" <= text[cut] <= "\U0001f3ff"
+        or not _emoji_edge(text, cut)
+    ):
+        cut -= 1
+    return text[:cut] + "…"
