@@ -283,10 +283,16 @@ def other_apostrophes(folded: str) -> list[str]:
     return [form for form in forms if form != folded]
 
 
+def name_form(text: str) -> str:
+    """One string for every spelling `key_for_label` takes for one name: any case, composed or
+    decomposed, İ as I, either apostrophe."""
+    return dotless_form(text).replace("\u2019", "'")
+
+
 def same_name(label: str, name: str) -> bool:
     """Whether `name` spells `label` (the key `key_for_label(name)` found) rather than one of
-    its aliases: in another case, composed or decomposed, with İ as I, or the other apostrophe."""
-    return dotless_form(label).replace("\u2019", "'") == dotless_form(name).replace("\u2019", "'")
+    its aliases."""
+    return name_form(label) == name_form(name)
 
 
 def alias_form(text: str) -> str:

@@ -163,3 +163,7 @@ def test_a_dotted_capital_i_is_an_i(store: Store, label: str, typed: str) -> Non
     assert found.get(key_id) == "literal"
     again = store.remember(f"more about {typed}", keys=[typed], key_types={typed: "name"})
     assert [(k.key_id, k.resolution) for k in again.keys] == [(key_id, "existing")]
+    # ... and within one command, before either is stored
+    names = {f"{label} Bay": "name", f"{typed} Bay": "name"}
+    both = store.remember("Two spellings", keys=list(names), key_types=names).keys
+    assert len(both) == 1
