@@ -6,7 +6,8 @@ The rule (decided by `read_memory`, under the log lock, right after the read is 
   whitespace collapsed. When (K, Q) reaches `Settings.alias_after_reads` reads, Q becomes an alias
   of K (a `key.aliased` event with `learned=true`), so the next `recall` of Q finds K directly:
   literally, and by the alias's own vector.
-- Not learned: a Q longer than a key label may be, a Q that already names a key (any key), or
+- Not learned: a Q longer than a key label may be or that no label could be (a control
+  character, nothing visible), a Q that already names a key (any key), or
   when K already holds `Settings.learned_aliases_per_key` learned aliases.
 - A learned alias is used whenever a read through K carries it again. One that went unused for
   `Settings.alias_unused_reads` reads through K is dropped (a `key.unaliased` event).
@@ -16,10 +17,11 @@ The fold only applies these events and counts reads; it never decides.
 
 from __future__ import annotations
 
-from keytrail.events import Event, KeyAliased, KeyUnaliased
+from keytrail.events import Event, InvalidInput, KeyAliased, KeyUnaliased
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.keygraph import alias_form
 
+from . import validation as check
 from .config import Settings
 
 
@@ -46,6 +48,7 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | Non
     if (
         reads >= settings.alias_after_reads
         and 0 < len(alias) <= settings.limits.key_chars
+        and _may_label(alias, settings)
         and state.key_for_label(alias) is None
         and kept < settings.learned_aliases_per_key
     ):
@@ -58,3 +61,14 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | Non
             )
         )
     return events
+
+
+def _may_label(alias: str, settings: Settings) -> bool:
+    """Whether `alias` passes as a key label: a learned alias is one, shown and matched as
+    one, so a query holding a control character (a terminal escape) or nothing visible is not
+    learned."""
+    try:
+        check.label("alias", alias, settings.limits.key_chars)
+    except InvalidInput:
+        return False
+    return True

@@ -18,6 +18,7 @@ import numpy as np
 from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
+from keytrail.projections.keygraph import name_form
 from keytrail.projections.vectors import Matrix
 
 from . import validation as check
@@ -143,6 +144,7 @@ class Batch:
         self.store = store
         self.state = store.state
         self.new_keys: dict[str, KeyLink] = {}  # folded label -> link of a key new in this batch
+        self.new_names: dict[str, KeyLink] = {}  # the same by name_form
         self.new_key_vectors: list[tuple[str, Matrix]] = []
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
@@ -243,6 +245,8 @@ class Batch:
         if existing is not None:
             return existing.id, existing.type
         first = self.new_keys.get(folded)
+        if first is None:  # spelled another way (the other apostrophe, İ as I)
+            first = self.new_names.get(name_form(label))
         return (first.key_id, first.type) if first is not None else None
 
     def _new_or_alias(self, spec: check.KeySpec, initial: float) -> tuple[KeyLink, KeyOutcome]:
@@ -266,6 +270,7 @@ class Batch:
                     weight=initial,
                 )
                 self.new_keys[spec.label.casefold()] = link
+                self.new_names.setdefault(name_form(spec.label), link)
                 self.new_key_vectors.append((best_id, vector))
                 return link, KeyOutcome(
                     best_id,
@@ -283,6 +288,7 @@ class Batch:
             weight=initial,
         )
         self.new_keys[spec.label.casefold()] = link
+        self.new_names.setdefault(name_form(spec.label), link)
         if spec.type == "concept":
             self.new_key_vectors.append((link.key_id, store.embed([spec.label])[0]))
         return link, KeyOutcome(link.key_id, spec.label, spec.type, "new")

@@ -48,6 +48,7 @@ from keytrail.events.log import LogPosition
 from keytrail.projections import GraphState, apply
 
 from . import validation as check
+from .queries import clipped
 from .queries import versions as version_ids
 from .timetravel import check_point
 
@@ -207,8 +208,7 @@ def _next_offset(offset: int, limit: int, *totals: int) -> int | None:
 
 
 def _preview(content: str, limit: int = 120) -> str:
-    flat = " ".join(content.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return clipped(" ".join(content.split()), limit)
 
 
 #: Up to this many versions, `history` searches each segment once per version id (a fast byte

@@ -53,6 +53,7 @@ from keytrail.events import (
 )
 from keytrail.events.log import Appender
 from keytrail.projections import relation_id
+from keytrail.projections.keygraph import same_name
 
 from . import validation as check
 from .config import Settings
@@ -149,7 +150,7 @@ def _string(where: str, obj: dict[str, Any], name: str, limit: int) -> str:
     try:
         return check.label(name, value, limit)
     except InvalidInput as exc:
-        raise InvalidInput(where, exc.problem, limit=exc.limit) from None
+        raise InvalidInput(where, f"{name!r} {exc.problem}", limit=exc.limit) from None
 
 
 def parse_memory_jsonl(
@@ -240,7 +241,7 @@ def _write_memory_jsonl(
         for e in entities:
             where = f"{label} line {e.line}"
             key = state.key_for_label(e.name)
-            if key is not None and key.label.casefold() != e.name.casefold():
+            if key is not None and not same_name(key.label, e.name):
                 raise InvalidInput(where, f"{e.name!r} is an alias of the key {key.label!r}")
             if key is None:
                 key_id, label_, key_type = new_key_id(state, taken), e.name, "name"
@@ -426,15 +427,15 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
                 f"{path}.key_type", f"unknown key type {kind!r}", limit=" | ".join(KEY_TYPES)
             )
         aliases = obj.get("aliases", [])
-        if not isinstance(aliases, list) or not all(
-            isinstance(a, str) and a.strip() for a in aliases
-        ):
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
             raise InvalidInput(f"{path}.aliases", "must be a list of non-empty strings")
+        # An alias is a label of the key as much as its concept is: held to the same rules.
+        aliases = [
+            check.label(f"{path}.aliases[{i}]", a, limits.key_chars) for i, a in enumerate(aliases)
+        ]
         if ident in keys:
             raise InvalidInput(path, f"duplicate key id {ident!r}")
-        keys[ident] = _KmKey(
-            ident, concept, str(kind), [" ".join(a.split()) for a in aliases], path
-        )
+        keys[ident] = _KmKey(ident, concept, str(kind), aliases, path)
     memories: dict[str, _KmMemory] = {}
     for ident, path, obj in _entries(doc, "memories", label):
         if ident in memories:

@@ -20,7 +20,7 @@ import msgspec
 
 from keytrail.projections import GraphState, KeyNode, MemoryNode
 from keytrail.projections import Relation as RelationNode
-from keytrail.projections.keygraph import caseless_form
+from keytrail.projections.keygraph import dotless_form
 
 from .queries import newest, visible
 
@@ -243,10 +243,11 @@ def read_graph(
 
 
 def _folded(text: str) -> str:
-    """`caseless_form`, so a word matches whether its accents were typed composed or as
-    combining marks (macOS and pastes often decompose), in the query or in the text; ASCII,
-    the common case over every observation, skips the normalisations."""
-    return text.casefold() if text.isascii() else caseless_form(text)
+    """`dotless_form`, so a word matches whether its accents were typed composed or as
+    combining marks (macOS and pastes often decompose), in the query or in the text, and a
+    Turkish İ as an i; ASCII, the common case over every observation, skips the
+    normalisations."""
+    return text.casefold() if text.isascii() else dotless_form(text)
 
 
 def search_nodes(

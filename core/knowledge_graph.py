@@ -43,6 +43,7 @@ from keytrail.events import (
 )
 from keytrail.events.log import Appender
 from keytrail.projections import GraphState, KeyNode, relation_id
+from keytrail.projections.keygraph import same_name
 
 from . import validation as check
 from .kg_reads import (
@@ -262,7 +263,7 @@ class KnowledgeGraph:
                 key = state.key_for_label(name)
                 if key is not None and key.entity_type is not None:
                     continue  # an existing entity: ignored, like the reference server
-                if key is not None and key.label.casefold() != folded:
+                if key is not None and not same_name(key.label, name):
                     raise InvalidInput(
                         f"entities[{i}].name",
                         f"{name!r} is an alias of the key {key.label!r}; use that name",

@@ -20,6 +20,7 @@ import numpy as np
 
 from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
+from keytrail.projections.text import MARKS
 
 from . import keyrank
 from . import validation as check
@@ -56,7 +57,9 @@ if TYPE_CHECKING:
     from .profiles import Thresholds
     from .reembed import Need
 
-_WORD = re.compile(r"\w+(?:['’]\w+)*")
+#: A word with the combining marks of its letters (MARKS: \w leaves them out, and a Devanagari
+#: name fell apart into letters, or lost a final vowel sign as if it were punctuation)
+_WORD = re.compile(rf"[\w{MARKS}]+(?:['’][\w{MARKS}]+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 #: Runs of scripts written without spaces between words (Thai, kana, CJK ideographs, Hangul)
@@ -67,8 +70,8 @@ _UNSPACED = re.compile(
 _UNSPACED_GRAM = 8
 #: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
 _EDGE_TRIM = 3
-_LEADING_PUNCT = re.compile(r"^[^\w\s]+")
-_TRAILING_PUNCT = re.compile(r"[^\w\s]+$")
+_LEADING_PUNCT = re.compile(rf"^[^\w\s{MARKS}]+")
+_TRAILING_PUNCT = re.compile(rf"[^\w\s{MARKS}]+$")
 PREVIEW_CHARS = 120
 #: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
 DELETED = "it was deleted from the knowledge graph"
@@ -246,11 +249,24 @@ def _trimmed(gram: str) -> Iterable[str]:
     for a in range(min(lead, _EDGE_TRIM) + 1):
         for b in range(min(trail, _EDGE_TRIM) + 1):
             form = gram[a : len(gram) - b]
-            if form.strip():
+            if form.strip() and _emoji_edge(gram, a) and _emoji_edge(gram, len(gram) - b):
                 yield form
                 bare = _POSSESSIVE.sub("", form)
                 if bare != form and bare:
                     yield bare
+
+
+def _emoji_edge(text: str, at: int) -> bool:
+    """Whether cutting `text` at `at` leaves its emoji whole: not beside a zero-width joiner
+    (👩 + ZWJ + 💻 is one emoji), nor between the two regional indicators of a flag."""
+    if at in (0, len(text)):
+        return True
+    if "\u200d" in (text[at - 1], text[at]):
+        return False
+    indicators = 0  # regional indicators just before the cut: an odd count splits a flag
+    while at - indicators > 0 and "\U0001f1e6" <= text[at - indicators - 1] <= "\U0001f1ff":
+        indicators += 1
+    return indicators % 2 == 0 or not "\U0001f1e6" <= text[at] <= "\U0001f1ff"
 
 
 def _ngrams(words: list[str]) -> list[str]:
@@ -1012,5 +1028,20 @@ class _Contents(Sequence[str]):
 
 
 def _preview(content: str) -> str:
-    flat = " ".join(content.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+    return clipped(" ".join(content.split()), PREVIEW_CHARS)
+
+
+def clipped(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut with "…", never inside what shows as one
+    character: not before a combining mark (कि cut after क shows क), nor inside an emoji
+    of several code points (👩 + ZWJ + 💻 cut shows 👩) or a flag, nor before a skin tone."""
+    if len(text) <= width:
+        return text
+    cut = width - 1
+    while cut > 0 and (
+        unicodedata.category(text[cut]).startswith("M")
+        or "\U0001f3fb" <= text[cut] <= "\U0001f3ff"
+        or not _emoji_edge(text, cut)
+    ):
+        cut -= 1
+    return text[:cut] + "…"

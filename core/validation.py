@@ -62,8 +62,9 @@ def related_namespace(field: str, memory_id: str, found: str, namespace: str) ->
 
 
 def label(field: str, value: object, limit: int) -> str:
-    """A key label (or knowledge-graph entity name): whitespace collapsed and NFC-normalised, so
-    "Zoë" typed composed or as e + U+0308 (as some keyboards send it) is one label. The limit
+    """A key label (or knowledge-graph entity name): whitespace collapsed, invisible marks left
+    out and NFC-normalised, so "Zoë" typed composed or as e + U+0308 (as some keyboards send
+    it), or after a byte order mark, is one label. The limit
     counts the label as stored: NFC shortens a decomposed name and lengthens a few characters."""
     if isinstance(value, str):
         value = _normal_label(value)
@@ -79,8 +80,16 @@ def label(field: str, value: object, limit: int) -> str:
     return checked
 
 
+#: Format characters that show nothing and join or break no letters: a byte order mark (a file
+#: saved by Notepad starts with one), zero-width space and word joiner (pasted from web pages
+#: and chat apps), and the left-to-right, right-to-left and Arabic letter marks. In a label they
+#: made a second key that looks exactly like the first and that no one typing it reaches. The
+#: zero-width (non-)joiners stay: they change how Persian, Indic letters and emoji join.
+_INVISIBLE = dict.fromkeys(map(ord, "\ufeff\u200b\u2060\u200e\u200f\u061c"))
+
+
 def _normal_label(value: str) -> str:
-    return unicodedata.normalize("NFC", " ".join(value.split()))
+    return unicodedata.normalize("NFC", " ".join(value.translate(_INVISIBLE).split()))
 
 
 def name(field: str, value: object, limit: int) -> str:

@@ -174,11 +174,18 @@ def caseless_form(text: str) -> str:
     return unicodedata.normalize("NFC", unicodedata.normalize("NFD", text).casefold())
 
 
-class UnnormalisedLabels:
-    """The labels a log wrote before labels were NFC-normalised that are not NFC (decomposed,
-    or half composed as a paste can leave them), by their `caseless_form` -> key id.
+def dotless_form(text: str) -> str:
+    """`caseless_form` with the Turkish capital İ as an i: casefold makes it i + U+0307, which
+    no "Istanbul" or "istanbul" typed on another keyboard is."""
+    return caseless_form(text).replace("i\u0307", "i")
 
-    Stores written since hold none, so this is usually empty. It is built on the first lookup
+
+class UnnormalisedLabels:
+    """The labels a plain lookup of the case-folded label misses, by their `dotless_form` -> key
+    id: those a log wrote before labels were NFC-normalised that are not NFC (decomposed, or
+    half composed as a paste can leave them), and those holding a Turkish İ.
+
+    Most stores hold none, so this is usually empty. It is built on the first lookup
     that needs it and brought up to date on each use: `GraphState.labels` only grows at its end
     (new labels are added with setdefault) unless `labels_dropped` moves, which rebuilds it.
     Where several such labels share a form, the first one folded wins, as `setdefault` does for
@@ -203,10 +210,10 @@ class UnnormalisedLabels:
                 fresh.reverse()
             is_nfc = unicodedata.is_normalized
             for text, key_id in fresh:
-                if not text.isascii() and not is_nfc("NFC", text):
-                    self.forms.setdefault(caseless_form(text), key_id)
+                if not text.isascii() and ("\u0307" in text or not is_nfc("NFC", text)):
+                    self.forms.setdefault(dotless_form(text), key_id)
             self.seen = len(labels)
-        return self.forms.get(caseless_form(label)) if self.forms else None
+        return self.forms.get(dotless_form(label)) if self.forms else None
 
 
 # dict=True: the change journal and the index of unnormalised labels ride on the state object as
@@ -244,7 +251,8 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
 
     def key_for_label(self, label: str) -> KeyNode | None:
         labels = self.labels
-        key_id = labels.get(label.casefold())
+        folded = label.casefold()
+        key_id = labels.get(folded)
         if key_id is None and not label.isascii():
             # A log written before labels were NFC-normalised holds them as typed, most often
             # decomposed (macOS), sometimes half composed (a paste): the NFC label asked for
@@ -253,12 +261,38 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
             key_id = labels.get(unicodedata.normalize("NFD", label).casefold())
             if key_id is None:
                 key_id = labels.get(unicodedata.normalize("NFC", label).casefold())
-            if key_id is None:
-                forms: UnnormalisedLabels | None = self.__dict__.get("_unnormalised")
-                if forms is None:
-                    forms = self.__dict__["_unnormalised"] = UnnormalisedLabels()
-                key_id = forms.key_id(labels, self.labels_dropped, label)
+            if key_id is None and "\u0307" in folded:  # "İstanbul" asked, "Istanbul" stored
+                key_id = labels.get(dotless_form(label))
+        if key_id is None and (not label.isascii() or "i" in folded):
+            # ... or the other way round ("istanbul" asked), or an old unnormalised label
+            forms: UnnormalisedLabels | None = self.__dict__.get("_unnormalised")
+            if forms is None:
+                forms = self.__dict__["_unnormalised"] = UnnormalisedLabels()
+            key_id = forms.key_id(labels, self.labels_dropped, label)
+        if key_id is None:
+            key_id = next(filter(None, map(labels.get, other_apostrophes(folded))), None)
         return self.keys[key_id] if key_id is not None else None
+
+
+def other_apostrophes(folded: str) -> list[str]:
+    """`folded` with its apostrophes typed the other way: O'Brien typed on a keyboard is
+    O’Brien typed with a phone's smart punctuation."""
+    if "'" not in folded and "\u2019" not in folded:
+        return []
+    forms = (folded.replace("\u2019", "'"), folded.replace("'", "\u2019"))
+    return [form for form in forms if form != folded]
+
+
+def name_form(text: str) -> str:
+    """One string for every spelling `key_for_label` takes for one name: any case, composed or
+    decomposed, İ as I, either apostrophe."""
+    return dotless_form(text).replace("\u2019", "'")
+
+
+def same_name(label: str, name: str) -> bool:
+    """Whether `name` spells `label` (the key `key_for_label(name)` found) rather than one of
+    its aliases."""
+    return name_form(label) == name_form(name)
 
 
 def alias_form(text: str) -> str:

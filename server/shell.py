@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
+from keytrail.core.queries import clipped
 
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
@@ -172,4 +173,4 @@ def preview(text: str, width: int = 60, *, escape: bool = True) -> str:
             c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c
             for c in flat
         )
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return clipped(flat, width)

@@ -10,6 +10,7 @@ import pytest
 
 from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.server.cli import main
+from keytrail.server.shell import preview
 
 
 @pytest.fixture
@@ -233,3 +234,30 @@ def test_one_memory_is_said_in_the_singular(home: Path, capsys: pytest.CaptureFi
     keys = out_of(capsys, "keys", *at).splitlines()
     assert keys[1].endswith("school [concept]  2 memories") and keys[2].endswith("  1 memory")
     assert out_of(capsys, "list", "--limit", "1", *at).startswith("2 memories, newest first")
+
+
+@pytest.mark.parametrize(
+    ("word", "whole_cuts"),
+    [
+        ("किताब", ("", "कि", "किता", "किताब")),  # क + vowel sign ि: cut apart, कि showed as क
+        ("👩\u200d💻", ("", "👩\u200d💻")),  # woman + ZWJ + laptop: cut, a plain woman
+        ("🇸🇪", ("", "🇸🇪")),  # two regional indicators: cut, a lone letter
+    ],
+)
+def test_a_preview_never_cuts_a_character_apart(
+    home: Path, word: str, whole_cuts: tuple[str, ...]
+) -> None:
+    """Previews are cut at a width in code points: a letter and its combining mark, or an
+    emoji of several code points, were cut apart, showing another letter or emoji."""
+    store = open_store(home)
+    made = {}
+    for lead in range(60, 121):  # the cut falls at every place of `word` for some of these
+        content = "x" * lead + " " + word + " and more" * 20
+        made[store.remember(content, [f"cut {lead}"]).memory_id] = lead  # no dedup
+    shown = {m.memory_id: m.preview for m in store.list_memories(limit=100).memories}
+    store.close()
+    for memory_id, lead in made.items():
+        content = "x" * lead + " " + word + " and more" * 20
+        for cut in (shown[memory_id], preview(content, 70), preview(content, 90)):
+            kept = cut.removesuffix("…")[lead + 1 :][: len(word)]
+            assert kept in whole_cuts, (lead, cut)

@@ -68,6 +68,18 @@ def test_learned_aliases_are_capped_per_key_and_never_steal_a_label(
     assert store.state.keys[key_id].aliases == [QUERY]
 
 
+def test_a_query_no_label_could_be_is_never_learned(make_store: Callable[..., Store]) -> None:
+    # A key label refuses control characters (a terminal escape would act on the terminal of
+    # whoever lists keys) and text with nothing visible: a learned alias becomes a label too.
+    store = make_store(alias_after_reads=2)
+    memory_id, key_id = shop(store)
+    for query in ("where \x1b[2Jis food", "\u200b\u200b"):
+        for _ in range(2):
+            store.read_memory(memory_id, via_key_id=key_id, query=query)
+    assert events_of(store, KeyAliased) == []
+    assert store.state.keys[key_id].aliases == []
+
+
 def test_an_unused_learned_alias_is_pruned(make_store: Callable[..., Store]) -> None:
     store = make_store(alias_after_reads=2, alias_unused_reads=3)
     memory_id, key_id = shop(store)

@@ -139,6 +139,37 @@ def test_malformed_files_name_the_line_or_path_and_write_nothing(
 
 
 @pytest.mark.parametrize(
+    ("alias", "needles"),
+    [
+        ("D\x1b[2J", ["$.keys.k_dana.aliases[1]", "control character"]),
+        ("D" * 101, ["$.keys.k_dana.aliases[1]", "101 characters", "100 characters"]),
+        ("\u200b", ["$.keys.k_dana.aliases[1]", "empty"]),
+    ],
+)
+def test_keymem_aliases_are_held_to_the_rules_of_labels(
+    store: Store, alias: str, needles: list[str]
+) -> None:
+    # A key's label in the file is checked as remember checks one; its aliases, labels of the
+    # key as much, took anything: a terminal escape, any length, nothing visible.
+    doc = msgspec.json.decode(text("keymem-graph.json"))
+    doc["keys"]["k_dana"]["aliases"].append(alias)
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, msgspec.json.encode(doc).decode(), "graph.json")
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+    assert log_bytes(store.home) == before
+
+
+def test_a_label_refused_in_a_file_names_its_field(store: Store) -> None:
+    # "line 1: is 201 characters long" said neither the name nor the entityType was too long
+    line = '{"type": "entity", "name": "Ann", "entityType": "%s", "observations": []}'
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, line % ("x" * 201), "memory.jsonl")
+    assert str(err.value).startswith("memory.jsonl line 1: 'entityType' is 201 characters long")
+
+
+@pytest.mark.parametrize(
     ("fixture", "where"),
     [("keymem-bad-link.json", "$.links[4].key_id"), ("memory-bad-relation.jsonl", "line 4")],
 )

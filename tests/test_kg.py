@@ -74,6 +74,20 @@ def test_an_existing_key_becomes_an_entity_and_an_alias_is_refused(store: Store)
     assert log_bytes(store.home) == before
 
 
+@pytest.mark.parametrize(
+    ("told", "named"), [("O'Brien", "O’Brien"), ("İstanbul", "Istanbul"), ("Zoe\u0308", "Zoë")]
+)
+def test_a_key_spelled_another_way_becomes_the_entity_not_an_alias(
+    store: Store, told: str, named: str
+) -> None:
+    # The same name typed with the other apostrophe, an İ as I, or decomposed is that key's
+    # name, as another case of it is: the key becomes the entity, under its own label.
+    key = store.remember(f"About {told}", [told], {told: "name"}).keys[0]
+    made = KnowledgeGraph(store).create_entities([EntityInput(named, "thing", ["an observation"])])
+    assert [e.name for e in made.entities] == [key.label]
+    assert store.state.keys[key.key_id].entity_type == "thing"
+
+
 def test_unknown_entities_fail_and_write_nothing(kg: KnowledgeGraph) -> None:
     kg.create_entities([EntityInput("Alice", "person"), EntityInput("Bob", "person")])
     before = log_bytes(kg.store.home)
@@ -187,6 +201,19 @@ def test_search_matches_a_word_however_its_accents_are_encoded(kg: KnowledgeGrap
     assert names(kg.search_nodes("crème")) == ["Zoë"]  # composed query, decomposed text
     assert names(kg.search_nodes("montre\u0301al")) == ["Chloé"]  # and the other way
     assert names(kg.search_nodes("chloe\u0301")) == ["Chloé"]
+
+
+def test_search_finds_a_turkish_capital_i_typed_as_an_i(kg: KnowledgeGraph) -> None:
+    # casefold makes İ into i + U+0307: "istanbul" was no part of "İstanbul", nor the other way
+    kg.create_entities(
+        [
+            EntityInput("Ayşe", "person", ["Lives in İstanbul"]),
+            EntityInput("Emre", "person", ["Moved to Izmir"]),
+        ]
+    )
+    assert names(kg.search_nodes("istanbul")) == ["Ayşe"]
+    assert names(kg.search_nodes("ISTANBUL")) == ["Ayşe"]
+    assert names(kg.search_nodes("İZMİR")) == ["Emre"]
 
 
 def test_read_graph_on_ten_thousand_entities_is_a_bounded_page(store: Store) -> None:

@@ -28,6 +28,8 @@ from keytrail.core.queries import literal_candidates
         (".NET", "about .NET."),
         ("[x]", "what about [x]?"),
         ("(y)", "(y) here"),
+        ("सीता", "कल सीता आई।"),  # Devanagari: vowel signs in the name, a danda after it
+        ("राम", "राम, सीता और लक्ष्मण"),
     ],
 )
 def test_a_name_with_punctuation_is_found_inside_a_sentence(
@@ -54,11 +56,35 @@ def test_a_name_with_punctuation_is_found_inside_a_sentence(
         ("C#", "I love C++"),
         ("AT&T", "AT&Ts"),
         ("Luc", "Jean-Luc called"),  # as before: a part of a hyphenated name is a word of it
+        # A combining mark is part of its letter, never punctuation to trim nor a word break:
+        # Ram is not Rama, Ramu or Ramdas, and आय ("income") is no word of आया ("came").
+        ("राम", "कल रामा आया"),
+        ("राम", "कल रामू आया"),
+        ("राम", "मैं रामदास से मिला"),
+        ("आय", "कल रामा आया"),
+        ("রাম", "রামু এসেছে"),  # Bengali
+        ("Spın", "the Spın̈ band"),  # n + U+0308 has no composed form
     ],
 )
 def test_whole_words_only(store: Store, label: str, query: str) -> None:
     expected = label == "Luc"
     assert (label.casefold() in literal_candidates(query)) is expected
+
+
+@pytest.mark.parametrize(
+    ("label", "query", "expected"),
+    [
+        # A woman is no woman technologist (woman, ZWJ, laptop), nor Sweden the middle of the
+        # flags of the US and Spain: trimming punctuation must not cut an emoji apart.
+        ("👩", "the 👩\u200d💻 called", False),
+        ("💻", "the 👩\u200d💻 called", False),
+        ("🇸🇪", "flags 🇺🇸🇪🇸 here", False),
+        ("🇸🇪", "go 🇸🇪!", True),
+        ("👩\u200d💻", "ask the 👩\u200d💻!", True),
+    ],
+)
+def test_an_emoji_is_matched_whole(label: str, query: str, expected: bool) -> None:
+    assert (label in literal_candidates(query)) is expected
 
 
 @pytest.mark.parametrize(
@@ -93,3 +119,51 @@ def test_a_name_in_such_a_script_is_not_found_where_it_is_not() -> None:
     # the bound could not fail); unbounded, these would be about two million.
     run = "".join(chr(0x4E00 + i) for i in range(2000))
     assert len(literal_candidates(run)) < 2000 * 8 + 10
+
+
+@pytest.mark.parametrize(("label", "typed"), [("O'Brien", "O’Brien"), ("D’Angelo", "D'Angelo")])
+def test_a_name_is_one_whichever_apostrophe_it_is_typed_with(
+    store: Store, label: str, typed: str
+) -> None:
+    """A keyboard types ' and a phone's smart punctuation ’: the same name either way."""
+    key_id = (
+        store.remember(f"a fact about {label}", keys=[label], key_types={label: "name"})
+        .keys[0]
+        .key_id
+    )
+    found = {k.key_id: k.match for k in store.recall(f"Where is {typed}?").keys}
+    assert found.get(key_id) == "literal"
+    again = store.remember(f"more about {typed}", keys=[typed], key_types={typed: "name"})
+    assert [(k.key_id, k.resolution) for k in again.keys] == [(key_id, "existing")]
+    # ... and within one command, before either is stored
+    names = {"O'Hara": "name", "O’Hara": "name"}
+    both = store.remember("Kim O'Hara", keys=list(names), key_types=names).keys
+    assert len(both) == 1
+
+
+@pytest.mark.parametrize(
+    ("label", "typed"),
+    [
+        ("İstanbul", "Istanbul"),
+        ("İstanbul", "ISTANBUL"),
+        ("İstanbul", "istanbul"),
+        ("Istanbul", "İstanbul"),
+        ("İzmir", "izmir"),
+    ],
+)
+def test_a_dotted_capital_i_is_an_i(store: Store, label: str, typed: str) -> None:
+    """casefold turns the Turkish İ into i + U+0307, so "İstanbul" matched no query but one
+    typed with İ, and "Istanbul" remembered beside it made a second key of the same city."""
+    key_id = (
+        store.remember(f"a fact about {label}", keys=[label], key_types={label: "name"})
+        .keys[0]
+        .key_id
+    )
+    found = {k.key_id: k.match for k in store.recall(f"we flew to {typed} today").keys}
+    assert found.get(key_id) == "literal"
+    again = store.remember(f"more about {typed}", keys=[typed], key_types={typed: "name"})
+    assert [(k.key_id, k.resolution) for k in again.keys] == [(key_id, "existing")]
+    # ... and within one command, before either is stored
+    names = {f"{label} Bay": "name", f"{typed} Bay": "name"}
+    both = store.remember("Two spellings", keys=list(names), key_types=names).keys
+    assert len(both) == 1

@@ -440,3 +440,24 @@ def test_label_limits_count_the_normalised_label(make_store: Callable[..., Store
     with pytest.raises(InvalidInput) as refused:
         store.remember("y", ["\ufb2c" * 4])  # each NFC-decomposes to three characters
     assert refused.value.field == "keys[0]"
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "\ufeffAnna",  # a byte order mark, as a file saved by Notepad starts
+        "Anna\u200b",  # a zero-width space, as web pages and chat apps paste them
+        "An\u200bna",
+        "Anna\u2060",  # a word joiner
+        "\u200fAnna\u200e",  # right-to-left and left-to-right marks around a name
+    ],
+)
+def test_a_label_is_the_name_it_shows(store: Store, typed: str) -> None:
+    # Characters that show nothing and join or break nothing made a second key that looks
+    # exactly like "Anna" and that no one typing "Anna" could reach.
+    anna = store.remember("Anna plays the cello", ["Anna"], {"Anna": "name"}).keys[0]
+    again = store.remember("Anna teaches on Mondays", [typed], {typed: "name"}).keys[0]
+    assert (again.key_id, again.label, again.resolution) == (anna.key_id, "Anna", "existing")
+    # A joiner that changes how letters or an emoji join is part of the label.
+    for label in ("می\u200cخواهم", "👩\u200d💻"):
+        assert store.remember("x", [label]).keys[0].label == label
