@@ -17,25 +17,20 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from keytrail.projections.scripts import pattern
+
 from .validation import KeySpec
 
 MAX_NAMES = 4
 MAX_CONCEPTS = 4
 MIN_CONCEPT_CHARS = 4
 
-#: Combining marks that NFC leaves in a word: Python's \w does not match them, so without them
-#: "हिन्दी" (Devanagari vowel signs and virama) fell apart into letters. The common combining
-#: blocks and the Indic scripts' blocks (less their dandas, U+0964-U+0965, which end sentences).
-_MARKS = (
-    "\u0300-\u036f\u0483-\u0489\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"
-    "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed"
-    "\u0900-\u0963\u0966-\u0dff\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-)
 #: what ends a sentence, and so a name: its punctuation, and a line break (transcripts and
 #: notes break lines without any)
 _ENDS = ".!?;:\u0964\u0965\n"
 #: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
-_TOKEN = re.compile(rf"[^\W\d_][\w'’{_MARKS}-]*[\w{_MARKS}]|[^\W\d_]|[{_ENDS}]")
+#: (a `scripts.pattern`: combining marks belong to their word, "हिन्दी" is one)
+_TOKEN = rf"[^\W\d_][\w'’{{marks}}-]*[\w{{marks}}]|[^\W\d_]|[{_ENDS}]"
 #: Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han): a run of
 #: them is a clause, not a word, so it is never a concept.
 _UNSPACED = re.compile(
@@ -131,7 +126,7 @@ def extract_keys(
     no name a query would spell, so it is left out rather than cut.
     """
     # NFC, as check.label makes every label
-    tokens = _TOKEN.findall(unicodedata.normalize("NFC", content))
+    tokens = pattern(_TOKEN).findall(unicodedata.normalize("NFC", content))
     names: list[str] = []
     in_name: set[str] = set()
     run: list[str] = []

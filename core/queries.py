@@ -20,7 +20,7 @@ import numpy as np
 
 from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
-from keytrail.projections.text import MARKS
+from keytrail.projections.scripts import UNSPACED, pattern
 
 from . import keyrank
 from . import validation as check
@@ -57,21 +57,19 @@ if TYPE_CHECKING:
     from .profiles import Thresholds
     from .reembed import Need
 
-#: A word with the combining marks of its letters (MARKS: \w leaves them out, and a Devanagari
+#: A word with the combining marks of its letters (\w leaves them out, and a Devanagari
 #: name fell apart into letters, or lost a final vowel sign as if it were punctuation)
-_WORD = re.compile(rf"[\w{MARKS}]+(?:['’][\w{MARKS}]+)*")
+_WORD = r"[\w{marks}]+(?:['’][\w{marks}]+)*"
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 #: Runs of scripts written without spaces between words (Thai, kana, CJK ideographs, Hangul)
-_UNSPACED = re.compile(
-    r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+"
-)
+_UNSPACED = re.compile(f"[{UNSPACED}]+")
 #: The longest name looked for inside such a run, in characters
 _UNSPACED_GRAM = 8
 #: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
 _EDGE_TRIM = 3
-_LEADING_PUNCT = re.compile(rf"^[^\w\s{MARKS}]+")
-_TRAILING_PUNCT = re.compile(rf"[^\w\s{MARKS}]+$")
+_LEADING_PUNCT = r"^[^\w\s{marks}]+"
+_TRAILING_PUNCT = r"[^\w\s{marks}]+$"
 PREVIEW_CHARS = 120
 #: Why a read by id finds no memory deleted from the knowledge graph (as of then, if past).
 DELETED = "it was deleted from the knowledge graph"
@@ -205,7 +203,8 @@ def literal_candidates(text: str) -> list[str]:
     a trailing 's are candidates too.
     """
     text = unicodedata.normalize("NFC", text)  # as key labels are (core/validation.py)
-    words = _WORD.findall(text.casefold())
+    word = pattern(_WORD)
+    words = word.findall(text.casefold())
     grams = _ngrams(words)
     bare = [_POSSESSIVE.sub("", w) for w in words]
     if bare != words:
@@ -221,7 +220,7 @@ def literal_candidates(text: str) -> list[str]:
     # it ("Jean-Luc?", "(AT&T)"): without these it matched only a query that was nothing else.
     tokens = folded.split()
     seen = set(grams)
-    if any(_WORD.fullmatch(t) is None for t in tokens):
+    if any(word.fullmatch(t) is None for t in tokens):
         for gram in _ngrams(tokens):
             for form in _trimmed(gram):
                 if form not in seen:
@@ -244,8 +243,8 @@ def literal_candidates(text: str) -> list[str]:
 def _trimmed(gram: str) -> Iterable[str]:
     """`gram` with up to _EDGE_TRIM non-word characters cut from either end, and without a
     possessive 's: "jean-luc's?" gives "jean-luc's?", "jean-luc's", "jean-luc", ..."""
-    lead = len(gram) - len(_LEADING_PUNCT.sub("", gram, count=1))
-    trail = len(gram) - len(_TRAILING_PUNCT.sub("", gram, count=1))
+    lead = len(gram) - len(pattern(_LEADING_PUNCT).sub("", gram, count=1))
+    trail = len(gram) - len(pattern(_TRAILING_PUNCT).sub("", gram, count=1))
     for a in range(min(lead, _EDGE_TRIM) + 1):
         for b in range(min(trail, _EDGE_TRIM) + 1):
             form = gram[a : len(gram) - b]

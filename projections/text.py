@@ -37,6 +37,7 @@ import tantivy
 from keytrail.events.errors import StoreError
 
 from .keygraph import GraphState, MemoryNode
+from .scripts import UNSPACED, marks, pattern
 
 #: 2: the keys field holds only labels the content does not already contain
 #: 3: a knowledge-graph delete keeps its document (as_of searches before it find it); an index
@@ -50,31 +51,8 @@ IndexProgress = Callable[[int, int], None]
 PROGRESS_EVERY = 2000
 
 
-def _mark_ranges() -> str:
-    """A regex class body of every combining mark (category M): 2,408 code points, 0.02 s."""
-    marks = [
-        c
-        for span in (range(0x300, 0x20000), range(0xE0100, 0xE01F0))
-        for c in span
-        if unicodedata.category(chr(c))[0] == "M"
-    ]
-    runs: list[tuple[int, int]] = []
-    for c in marks:
-        if runs and runs[-1][1] == c - 1:
-            runs[-1] = (runs[-1][0], c)
-        else:
-            runs.append((c, c))
-    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in runs)
-
-
-#: Combining marks, for a regex class: Python's \w leaves them out, so "हिन्दी" (Devanagari
-#: vowel signs, a virama) or "Zoë" typed as e + U+0308 fell apart into letters.
-MARKS = _mark_ranges()
-#: A word: letters and digits with the marks that belong to them
-_WORD = re.compile(rf"[\w{MARKS}]+")
-#: Scripts written without spaces between words (Thai, kana, CJK ideographs) and Hangul, whose
-#: particles attach to the noun (서울에서): for a regex class, here and in Tantivy's.
-UNSPACED = "\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+#: A word: letters and digits with the marks that belong to them (a `scripts.pattern`)
+_WORD = r"[\w{marks}]+"
 _UNSPACED_RUN = re.compile(f"([{UNSPACED}]+)")
 #: Query words the BM25 path ignores (they match nearly every memory and carry no meaning).
 _STOPWORDS_WORDS = """
@@ -131,7 +109,7 @@ def query_terms(text: str) -> list[str]:
     "京に"), which the `unspaced` field finds wherever the content says them.
     """
     words: list[str] = []
-    for word in _WORD.findall(_nfc(text).lower()):
+    for word in pattern(_WORD).findall(_nfc(text).lower()):
         if word in STOPWORDS:
             continue
         for i, part in enumerate(_UNSPACED_RUN.split(word)):
@@ -148,8 +126,9 @@ def _new_labels(content: str, labels: list[str]) -> list[str]:
     A label the content already says (every extracted key, most names) would only count its
     words twice, so a memory's own speaker or a word it repeats outranks better matches.
     """
-    words = set(_WORD.findall(content.casefold()))
-    return [label for label in labels if not set(_WORD.findall(label.casefold())) <= words]
+    word = pattern(_WORD)
+    words = set(word.findall(content.casefold()))
+    return [label for label in labels if not set(word.findall(label.casefold())) <= words]
 
 
 def _nfc(text: str) -> str:
@@ -169,7 +148,7 @@ def _document(
 
 def _with_tokenizers(index: tantivy.Index) -> tantivy.Index:
     """`index`, able to write and parse its `unspaced` field (registered on every handle)."""
-    one_character = tantivy.Tokenizer.regex(f"[{UNSPACED}][{MARKS}]*")
+    one_character = tantivy.Tokenizer.regex(f"[{UNSPACED}][{marks()}]*")
     index.register_tokenizer("unspaced", tantivy.TextAnalyzerBuilder(one_character).build())
     return index
 
