@@ -344,7 +344,21 @@ class Queries:
 
     def _missing(self, field: str, kind: str, ident: str) -> NotFound:
         """The error for an id this state does not hold (a past view says why)."""
-        return NotFound(field, kind, ident)
+        return NotFound(field, kind, ident, self._mistaken(kind, ident))
+
+    def _mistaken(self, kind: str, ident: str) -> str:
+        """What an id that names no `kind` names instead, if anything: agents pass a key id
+        where a memory id goes, a memory id to read_key, or a key's label as its id; a bare
+        "no key 'Dana'" leaves them guessing."""
+        state = self.state
+        if kind == "memory" and (key := state.keys.get(ident)) is not None:
+            return f"that is the id of the key {key.label!r}, not of a memory"
+        if kind == "key":
+            if ident in state.memories:
+                return "that is a memory id, not a key id"
+            if (key := state.key_for_label(ident)) is not None:
+                return f"key ids look like 'k_…'; the key labelled {ident!r} is {key.id!r}"
+        return ""
 
     def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
         raise NotImplementedError

@@ -279,7 +279,9 @@ class TimeView(Queries):
         # does not came later: say so.
         present = self._forgotten_by
         later = (present.keys if kind == "key" else present.memories).get(ident) is not None
-        return NotFound(field, kind, ident, "not at that point in time" if later else "")
+        if later:
+            return NotFound(field, kind, ident, "not at that point in time")
+        return super()._missing(field, kind, ident)
 
     def _valid_then(self, node: MemoryNode, now: datetime) -> bool:
         assert self.valid_at is not None
