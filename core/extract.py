@@ -34,8 +34,12 @@ _MARKS = (
 #: what ends a sentence, and so a name: its punctuation, and a line break (transcripts and
 #: notes break lines without any)
 _ENDS = ".!?;:\u0964\u0965\n"
+#: what ends a name but no sentence: "Luna, Oliver" are two names, "(Mel)" or "Dana / Sam" too
+_BREAKS = ',()[]{}"“”«»/–—'
 #: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
-_TOKEN = re.compile(rf"[^\W\d_][\w'’{_MARKS}-]*[\w{_MARKS}]|[^\W\d_]|[{_ENDS}]")
+_TOKEN = re.compile(
+    rf"[^\W\d_][\w'’{_MARKS}-]*[\w{_MARKS}]|[^\W\d_]|[{_ENDS}]|[{re.escape(_BREAKS)}]"
+)
 #: Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han): a run of
 #: them is a clause, not a word, so it is never a concept.
 _UNSPACED = re.compile(
@@ -146,6 +150,9 @@ def extract_keys(
             run.clear()
 
     for i, token in enumerate(tokens):
+        if token in _BREAKS:
+            close_run()  # a sentence start stays one: '"Yesterday' opens no name
+            continue
         if token in _ENDS:
             if token == "." and i and _abbreviated(tokens, i - 1):
                 continue  # "Dr." or "St.": the stop ends nothing

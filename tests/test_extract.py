@@ -267,3 +267,14 @@ def test_titles_and_place_abbreviations_keep_names_whole() -> None:
     assert labels("Martin Luther King Jr. spoke.")["Martin Luther King"] == "name"
     # A real sentence end after a lowercase word is still one: "Anna" opens a sentence.
     assert "Anna" in labels("we saw the doctor. Anna came later")
+
+
+def test_a_comma_or_bracket_between_names_ends_each() -> None:
+    """A list of names ("Luna, Oliver and Bailey") gave the name "Luna Oliver": punctuation
+    that ends no sentence still ends a name, so a query for "Oliver" finds each alone."""
+    got = labels("Melanie has 3 pets now: Luna, Oliver and a new one, Bailey.")
+    assert {k for k, v in got.items() if v == "name"} == {"Melanie", "Luna", "Oliver", "Bailey"}
+    got = labels('Caroline (Melanie\'s friend) read "Becoming Nicole" at home.')
+    assert {k for k, v in got.items() if v == "name"} == {"Caroline", "Melanie", "Becoming Nicole"}
+    assert labels("Dana / Sam") == {"Dana": "name", "Sam": "name"}
+    assert labels("We met in Paris, France.")["Paris"] == "name"
