@@ -100,6 +100,23 @@ _CALENDAR = frozenset(
         "october",
         "november",
         "december",
+        # their abbreviations, less those that are names or words too ("Jan", "Sun", "Mar")
+        "mon",
+        "tue",
+        "tues",
+        "wed",
+        "thu",
+        "thur",
+        "thurs",
+        "fri",
+        "feb",
+        "apr",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
     ]
 )
 

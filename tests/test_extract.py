@@ -278,3 +278,11 @@ def test_a_comma_or_bracket_between_names_ends_each() -> None:
     assert {k for k, v in got.items() if v == "name"} == {"Caroline", "Melanie", "Becoming Nicole"}
     assert labels("Dana / Sam") == {"Dana": "name", "Sam": "name"}
     assert labels("We met in Paris, France.")["Paris"] == "name"
+
+
+def test_abbreviated_weekdays_and_months_are_no_names() -> None:
+    """LoCoMo's "Last Fri I finally took my kids to a pottery workshop" gave the name "Fri"."""
+    got = labels("Last Fri I took my kids to a pottery workshop, and on Wed in Sept we met Dana.")
+    assert {k for k, v in got.items() if v == "name"} == {"Dana"}
+    # The ones that are also given names stay names: "Jan" and "Jun" are people too.
+    assert labels("Jan met Jun")["Jan"] == "name"
