@@ -966,7 +966,21 @@ class Queries:
             self.refresh()
             turns = self.state.conversations.get(session_id)
             if not turns:
-                raise NotFound("session_id", "session", session_id)
+                # remember's session_id records no turn: say so, or it reads as a mistyped id
+                now = self.clock()
+                named = sum(
+                    1
+                    for n in self.state.memories.values()
+                    if n.session_id == session_id and self._visible(n, now)
+                )
+                detail = (
+                    f"no turns were recorded in it (record_turn), though {named} "
+                    f"memor{'y was' if named == 1 else 'ies were'} remembered with that "
+                    "session_id"
+                    if named
+                    else ""
+                )
+                raise NotFound("session_id", "session", session_id, detail)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
                 chosen, offset, more = [t for t in turns if t.turn == turn], 0, False
