@@ -478,3 +478,10 @@ def test_an_id_of_the_wrong_kind_or_a_label_says_what_it_is(seeded: dict[str, An
     with pytest.raises(NotFound) as info:
         view(store, as_of=store.state.seq).read_key("Newton")
     assert str(info.value).endswith(f"the key labelled 'Newton' is {newton.id!r}")
+
+
+def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
+    """The error listed the case-folded forms ("['perseid']"), not what the agent typed."""
+    with pytest.raises(InvalidInput) as refused:
+        store.remember("Caroline visited Malmö", ["Caroline", "Malmö"], {"Malmo": "name"})
+    assert str(refused.value) == "key_types: names keys that are not in keys: ['Malmo']"
