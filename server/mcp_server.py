@@ -630,7 +630,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             list[KeyLabel] | None,
             Field(
                 max_length=LIMITS.keys_per_memory,
-                description="New keys; omit to keep the old version's keys.",
+                description="New keys; omit to keep the old version's keys. Pass them when "
+                "the names change (moved from Lyon to Paris: 'Paris', not 'Lyon'): omitted, a "
+                "new name in the content gets no key and no key walk reaches it.",
             ),
         ] = None,
         key_types: KeyTypes = None,
