@@ -47,6 +47,10 @@ _UNSPACED = re.compile(
     "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
 )
 _POSSESSIVE = re.compile(r"['’]s$")
+#: A contraction's clitic ("You're", "I've", "Dana'll"): the word before it is what may be a
+#: name. A negation ("Don't", "Can't") never is one.
+_CLITIC = re.compile(r"['’](?:re|ve|ll|d|m)$", re.IGNORECASE)
+_NEGATION = re.compile(r"n['’]t$", re.IGNORECASE)
 #: Titles written with a full stop ("Dr. Smith"): the stop ends no sentence, and the title is
 #: no part of the name a query would spell ("Smith"), nor a concept.
 _TITLE_WORDS = "mr mrs ms dr prof rev fr capt gen col lt sgt sen rep gov jr sr"
@@ -183,15 +187,17 @@ def extract_keys(
                 run.append(token + ".")  # "St. Louis"
             sentence_start = False
             continue
-        bare = _POSSESSIVE.sub("", token)
-        capitalised = bare[:1].isupper() and bare.casefold() not in ("i", "i'm", "i’m")
+        bare = _CLITIC.sub("", _POSSESSIVE.sub("", token))
+        capitalised = (
+            bare[:1].isupper() and bare.casefold() != "i" and _NEGATION.search(bare) is None
+        )
         if (
             capitalised
             and bare.casefold() not in _CALENDAR
             and not (sentence_start and bare.casefold() in COMMON)
         ):
             run.append(bare)
-            if _POSSESSIVE.search(token):  # "Mel's" ends a name
+            if bare != token:  # "Mel's" or "Dana'll" ends a name
                 close_run()
         else:
             close_run()

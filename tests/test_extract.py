@@ -286,3 +286,17 @@ def test_abbreviated_weekdays_and_months_are_no_names() -> None:
     assert {k for k, v in got.items() if v == "name"} == {"Dana"}
     # The ones that are also given names stay names: "Jan" and "Jun" are people too.
     assert labels("Jan met Jun")["Jan"] == "name"
+
+
+def test_contractions_are_no_names() -> None:
+    """In LoCoMo's chats "I've", "You're", "I'll", "Can't" and "They're" were among the most
+    frequent name keys: the common words are listed without apostrophes, and "I've" is
+    capitalised wherever it stands. The word before the clitic decides, as for "I'm"."""
+    got = labels(
+        "I've been painting with Dana. You're right, I'll call her. Can't wait! "
+        "They're coming, and I'd love it. Don't worry. How're the kids?"
+    )
+    assert {k for k, v in got.items() if v == "name"} == {"Dana"}
+    # A name with a clitic is still the name, and ends there.
+    assert labels("Tomorrow Dana'll bring Sam")["Dana"] == "name"
+    assert "Sam" in labels("Tomorrow Dana'll bring Sam")
