@@ -28,9 +28,11 @@ MIN_CONCEPT_CHARS = 4
 #: what ends a sentence, and so a name: its punctuation, and a line break (transcripts and
 #: notes break lines without any)
 _ENDS = ".!?;:\u0964\u0965\n"
+#: what ends a name but no sentence: "Luna, Oliver" are two names, "(Mel)" or "Dana / Sam" too
+_BREAKS = ',()[]{}"“”«»/–—'
 #: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
 #: (a `scripts.pattern`: combining marks belong to their word, "हिन्दी" is one)
-_TOKEN = rf"[^\W\d_][\w'’{{marks}}-]*[\w{{marks}}]|[^\W\d_]|[{_ENDS}]"
+_TOKEN = rf"[^\W\d_][\w'’{{marks}}-]*[\w{{marks}}]|[^\W\d_]|[{_ENDS}]|[{re.escape(_BREAKS)}]"
 #: Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han): a run of
 #: them is a clause, not a word, so it is never a concept.
 _UNSPACED = re.compile(
@@ -38,6 +40,10 @@ _UNSPACED = re.compile(
     "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
 )
 _POSSESSIVE = re.compile(r"['’]s$")
+#: A contraction's clitic ("You're", "I've", "Dana'll"): the word before it is what may be a
+#: name. A negation ("Don't", "Can't") never is one.
+_CLITIC = re.compile(r"['’](?:re|ve|ll|d|m)$", re.IGNORECASE)
+_NEGATION = re.compile(r"n['’]t$", re.IGNORECASE)
 #: Titles written with a full stop ("Dr. Smith"): the stop ends no sentence, and the title is
 #: no part of the name a query would spell ("Smith"), nor a concept.
 _TITLE_WORDS = "mr mrs ms dr prof rev fr capt gen col lt sgt sen rep gov jr sr"
@@ -91,6 +97,23 @@ _CALENDAR = frozenset(
         "october",
         "november",
         "december",
+        # their abbreviations, less those that are names or words too ("Jan", "Sun", "Mar")
+        "mon",
+        "tue",
+        "tues",
+        "wed",
+        "thu",
+        "thur",
+        "thurs",
+        "fri",
+        "feb",
+        "apr",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
     ]
 )
 
@@ -141,6 +164,9 @@ def extract_keys(
             run.clear()
 
     for i, token in enumerate(tokens):
+        if token in _BREAKS:
+            close_run()  # a sentence start stays one: '"Yesterday' opens no name
+            continue
         if token in _ENDS:
             if token == "." and i and _abbreviated(tokens, i - 1):
                 continue  # "Dr." or "St.": the stop ends nothing
@@ -154,15 +180,17 @@ def extract_keys(
                 run.append(token + ".")  # "St. Louis"
             sentence_start = False
             continue
-        bare = _POSSESSIVE.sub("", token)
-        capitalised = bare[:1].isupper() and bare.casefold() not in ("i", "i'm", "i’m")
+        bare = _CLITIC.sub("", _POSSESSIVE.sub("", token))
+        capitalised = (
+            bare[:1].isupper() and bare.casefold() != "i" and _NEGATION.search(bare) is None
+        )
         if (
             capitalised
             and bare.casefold() not in _CALENDAR
             and not (sentence_start and bare.casefold() in COMMON)
         ):
             run.append(bare)
-            if _POSSESSIVE.search(token):  # "Mel's" ends a name
+            if bare != token:  # "Mel's" or "Dana'll" ends a name
                 close_run()
         else:
             close_run()

@@ -38,7 +38,6 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
-    NotFound,
     ObservationsDeleted,
     RulesChanged,
     StoreCreated,
@@ -479,7 +478,7 @@ def history(store: Store, memory_id: str, limit: int | None = None, offset: int 
     with store._mutex:
         state = store.refresh()
         if memory_id not in state.memories:
-            raise NotFound("memory_id", "memory", memory_id)
+            raise store._missing("memory_id", "memory", memory_id)
         chain = version_ids(state.memories, memory_id)
         members = set(chain)
         events: list[Touch] = []

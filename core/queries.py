@@ -359,7 +359,21 @@ class Queries:
 
     def _missing(self, field: str, kind: str, ident: str) -> NotFound:
         """The error for an id this state does not hold (a past view says why)."""
-        return NotFound(field, kind, ident)
+        return NotFound(field, kind, ident, self._mistaken(kind, ident))
+
+    def _mistaken(self, kind: str, ident: str) -> str:
+        """What an id that names no `kind` names instead, if anything: agents pass a key id
+        where a memory id goes, a memory id to read_key, or a key's label as its id; a bare
+        "no key 'Dana'" leaves them guessing."""
+        state = self.state
+        if kind == "memory" and (key := state.keys.get(ident)) is not None:
+            return f"that is the id of the key {key.label!r}, not of a memory"
+        if kind == "key":
+            if ident in state.memories:
+                return "that is a memory id, not a key id"
+            if (key := state.key_for_label(ident)) is not None:
+                return f"key ids look like 'k_…'; the key labelled {ident!r} is {key.id!r}"
+        return ""
 
     def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:
         raise NotImplementedError
@@ -967,7 +981,21 @@ class Queries:
             self.refresh()
             turns = self.state.conversations.get(session_id)
             if not turns:
-                raise NotFound("session_id", "session", session_id)
+                # remember's session_id records no turn: say so, or it reads as a mistyped id
+                now = self.clock()
+                named = sum(
+                    1
+                    for n in self.state.memories.values()
+                    if n.session_id == session_id and self._visible(n, now)
+                )
+                detail = (
+                    f"no turns were recorded in it (record_turn), though {named} "
+                    f"memor{'y was' if named == 1 else 'ies were'} remembered with that "
+                    "session_id"
+                    if named
+                    else ""
+                )
+                raise NotFound("session_id", "session", session_id, detail)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
                 chosen, offset, more = [t for t in turns if t.turn == turn], 0, False

@@ -1037,7 +1037,7 @@ class Store(Queries, HybridQueries):
         def decide(app: Appender) -> Forgotten:
             node = self.state.memories.get(memory_id)
             if node is None:
-                raise NotFound("memory_id", "memory", memory_id)
+                raise self._missing("memory_id", "memory", memory_id)
             chain = versions(self.state.memories, node.id) if all_versions else [node.id]
             found = [(n, content(n)) for n in (self.state.memories[m] for m in chain)]
             nodes = [n for n, text in found if text is not None]

@@ -279,7 +279,9 @@ class TimeView(Queries):
         # does not came later: say so.
         present = self._forgotten_by
         later = (present.keys if kind == "key" else present.memories).get(ident) is not None
-        return NotFound(field, kind, ident, "not at that point in time" if later else "")
+        if later:
+            return NotFound(field, kind, ident, "not at that point in time")
+        return super()._missing(field, kind, ident)
 
     def _valid_then(self, node: MemoryNode, now: datetime) -> bool:
         assert self.valid_at is not None
@@ -382,9 +384,17 @@ def check_point(
     if parsed < first and from_start:
         return None
     if parsed < first:
+        # A question about the world back then ("where did Dana live in 2023?") reaches for
+        # as_of, which is what the store knew: say which argument answers it.
+        then = (
+            "; as_of is what the store knew then (nothing yet): for what was true in the world "
+            "at that time pass valid_at"
+            if field == "as_of"
+            else ""
+        )
         raise InvalidInput(
             field,
-            f"{parsed.isoformat()} is before the store existed",
+            f"{parsed.isoformat()} is before the store existed{then}",
             limit=f"from {first.isoformat()}",
         )
     return parsed

@@ -167,7 +167,9 @@ def keys(
             specs.append(KeySpec(given, kind))
     if folded_types:
         raise InvalidInput(
-            types_field, f"names keys that are not in {field}: {sorted(folded_types)}"
+            types_field,
+            f"names keys that are not in {field}: "
+            f"{sorted(spelling for spelling, _ in folded_types.values())}",
         )
     return specs
 

@@ -210,6 +210,18 @@ Content = Annotated[
         description="The fact, written to stand alone.",
     ),
 ]
+TurnContent = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=LIMITS.content_chars,
+        description="What was said in the turn, as said (facts to keep go to remember).",
+    ),
+]
+TurnSession = Annotated[
+    SessionStr,
+    Field(description="The conversation (session) the turn belongs to, e.g. 'chat-2025-06-01'."),
+]
 KeyLabel = Annotated[str, Field(min_length=1, max_length=LIMITS.key_chars)]
 Keys = Annotated[
     list[KeyLabel] | None,
@@ -618,7 +630,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             list[KeyLabel] | None,
             Field(
                 max_length=LIMITS.keys_per_memory,
-                description="New keys; omit to keep the old version's keys.",
+                description="New keys; omit to keep the old version's keys. Pass them when "
+                "the names change (moved from Lyon to Paris: 'Paris', not 'Lyon'): omitted, a "
+                "new name in the content gets no key and no key walk reaches it.",
             ),
         ] = None,
         key_types: KeyTypes = None,
@@ -722,7 +736,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     @server.tool(annotations=_hints(title="Record a conversation turn"))
     def record_turn(
-        session_id: SessionStr, role: Role, content: Content
+        session_id: TurnSession, role: Role, content: TurnContent
     ) -> Annotated[CallToolResult, TurnSaved]:
         """Append one turn to a session's conversation log (numbered from 1).
 

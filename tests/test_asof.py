@@ -482,3 +482,18 @@ def test_a_long_tail_leaves_a_snapshot_for_the_next_past_read(tmp_path: Path) ->
     assert view(reader, 12).read_key(key_id) == first  # now loaded from the kept snapshot
     assert view(reader, 14).read_key(key_id).total == first.total + 2
     reader.close()
+
+
+def test_as_of_before_the_store_points_to_valid_at(make_store: Callable[..., Store]) -> None:
+    """An agent asked "where did Dana live in 2023?" follows the instructions' as_of and got
+    only "before the store existed": the error now names valid_at, which answers that."""
+    store = make_store()
+    store.remember("Dana lives in Lyon", ["Dana"], valid_from="2020-01-01T00:00:00Z")
+    with pytest.raises(InvalidInput) as err:
+        view(store, "2023-01-01T00:00:00Z").recall("Dana")
+    assert "before the store existed" in err.value.message
+    assert "valid_at" in err.value.message
+    dana = store.state.key_for_label("Dana")
+    assert dana is not None
+    then = view(store, valid_at="2023-01-01T00:00:00Z").read_key(dana.id)
+    assert [m.memory_id for m in then.memories] == list(store.state.memories)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from keytrail.core import InvalidInput, Store
+from keytrail.core import InvalidInput, NotFound, Store
 from keytrail.core.config import CONVERSATION_PAGE
 
 
@@ -59,3 +59,19 @@ def test_sessions_page_most_recently_active_first(store: Store) -> None:
     with pytest.raises(InvalidInput) as refused:
         store.list_sessions(limit=0)
     assert refused.value.field == "limit"
+
+
+def test_a_session_only_memories_name_says_it_has_no_turns(store: Store) -> None:
+    """remember's session_id ("the conversation this came from") makes no recorded turns:
+    get_conversation of such a session said only "no session 's9'", as for a mistyped id."""
+    store.remember("Caroline joined a mentorship program", ["Caroline"], session_id="s9")
+    store.remember("Caroline mentors a transgender teen", ["Caroline"], session_id="s9")
+    with pytest.raises(NotFound) as info:
+        store.get_conversation("s9")
+    assert str(info.value) == (
+        "session_id: no session 's9': no turns were recorded in it (record_turn), though 2 "
+        "memories were remembered with that session_id"
+    )
+    with pytest.raises(NotFound) as info:
+        store.get_conversation("s10")
+    assert str(info.value) == "session_id: no session 's10'"

@@ -267,3 +267,36 @@ def test_titles_and_place_abbreviations_keep_names_whole() -> None:
     assert labels("Martin Luther King Jr. spoke.")["Martin Luther King"] == "name"
     # A real sentence end after a lowercase word is still one: "Anna" opens a sentence.
     assert "Anna" in labels("we saw the doctor. Anna came later")
+
+
+def test_a_comma_or_bracket_between_names_ends_each() -> None:
+    """A list of names ("Luna, Oliver and Bailey") gave the name "Luna Oliver": punctuation
+    that ends no sentence still ends a name, so a query for "Oliver" finds each alone."""
+    got = labels("Melanie has 3 pets now: Luna, Oliver and a new one, Bailey.")
+    assert {k for k, v in got.items() if v == "name"} == {"Melanie", "Luna", "Oliver", "Bailey"}
+    got = labels('Caroline (Melanie\'s friend) read "Becoming Nicole" at home.')
+    assert {k for k, v in got.items() if v == "name"} == {"Caroline", "Melanie", "Becoming Nicole"}
+    assert labels("Dana / Sam") == {"Dana": "name", "Sam": "name"}
+    assert labels("We met in Paris, France.")["Paris"] == "name"
+
+
+def test_abbreviated_weekdays_and_months_are_no_names() -> None:
+    """LoCoMo's "Last Fri I finally took my kids to a pottery workshop" gave the name "Fri"."""
+    got = labels("Last Fri I took my kids to a pottery workshop, and on Wed in Sept we met Dana.")
+    assert {k for k, v in got.items() if v == "name"} == {"Dana"}
+    # The ones that are also given names stay names: "Jan" and "Jun" are people too.
+    assert labels("Jan met Jun")["Jan"] == "name"
+
+
+def test_contractions_are_no_names() -> None:
+    """In LoCoMo's chats "I've", "You're", "I'll", "Can't" and "They're" were among the most
+    frequent name keys: the common words are listed without apostrophes, and "I've" is
+    capitalised wherever it stands. The word before the clitic decides, as for "I'm"."""
+    got = labels(
+        "I've been painting with Dana. You're right, I'll call her. Can't wait! "
+        "They're coming, and I'd love it. Don't worry. How're the kids?"
+    )
+    assert {k for k, v in got.items() if v == "name"} == {"Dana"}
+    # A name with a clitic is still the name, and ends there.
+    assert labels("Tomorrow Dana'll bring Sam")["Dana"] == "name"
+    assert "Sam" in labels("Tomorrow Dana'll bring Sam")

@@ -90,3 +90,19 @@ def test_tool_descriptions_name_only_served_tools(
                 assert named <= served, (tool.name, named - served)
 
     anyio.run(check)
+
+
+def test_record_turn_describes_a_turn_not_a_fact(make_store: Callable[..., Store]) -> None:
+    """record_turn's `content` said "The fact, written to stand alone." (remember's words): an
+    agent rewrote what the user said into a fact instead of logging the turn as said."""
+    store = make_store()
+
+    async def check() -> None:
+        async with Client(build_server(store, ("keygraph",))) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            params = tools["record_turn"].input_schema["properties"]
+            assert "written to stand alone" not in params["content"]["description"]
+            assert "turn" in params["content"]["description"]
+            assert "session" in params["session_id"].get("description", "")
+
+    anyio.run(check)

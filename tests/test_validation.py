@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 
 from keytrail.core import InvalidInput, NotFound, RememberItem, Store
 from keytrail.core.config import Limits
+from keytrail.core.history import history
+from keytrail.core.timetravel import view
 
 L = Limits()
 
@@ -461,3 +464,45 @@ def test_a_label_is_the_name_it_shows(store: Store, typed: str) -> None:
     # A joiner that changes how letters or an emoji join is part of the label.
     for label in ("می\u200cخواهم", "👩\u200d💻"):
         assert store.remember("x", [label]).keys[0].label == label
+
+
+def test_an_id_of_the_wrong_kind_or_a_label_says_what_it_is(seeded: dict[str, Any]) -> None:
+    """An agent that passes a key id to read_memory, a memory id to read_key or a key's label
+    as its id got only "no key 'Newton'": now the error says what it passed and, for a label,
+    the key id to use instead."""
+    store: Store = seeded["store"]
+    newton = store.state.key_for_label("Newton")
+    assert newton is not None
+    with pytest.raises(NotFound) as info:
+        store.read_key("Newton")
+    assert str(info.value) == (
+        f"key_id: no key 'Newton': key ids look like 'k_…'; the key labelled 'Newton' is "
+        f"{newton.id!r}"
+    )
+    with pytest.raises(NotFound) as info:
+        store.read_key("newton")  # labels match whatever the case
+    assert str(info.value).endswith(f"the key labelled 'newton' is {newton.id!r}")
+    with pytest.raises(NotFound) as info:
+        store.read_key(seeded["a"])
+    assert str(info.value) == f"key_id: no key {seeded['a']!r}: that is a memory id, not a key id"
+    for read in (store.read_memory, store.related, partial(history, store), store.forget):
+        with pytest.raises(NotFound) as info:
+            read(newton.id)
+        assert str(info.value) == (
+            f"memory_id: no memory {newton.id!r}: that is the id of the key 'Newton', "
+            "not of a memory"
+        )
+    # A mistyped id is still just not found, and a past view says the same.
+    with pytest.raises(NotFound) as info:
+        store.read_memory("m_missing")
+    assert str(info.value) == "memory_id: no memory 'm_missing'"
+    with pytest.raises(NotFound) as info:
+        view(store, as_of=store.state.seq).read_key("Newton")
+    assert str(info.value).endswith(f"the key labelled 'Newton' is {newton.id!r}")
+
+
+def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
+    """The error listed the case-folded forms ("['perseid']"), not what the agent typed."""
+    with pytest.raises(InvalidInput) as refused:
+        store.remember("Caroline visited Malmö", ["Caroline", "Malmö"], {"Malmo": "name"})
+    assert str(refused.value) == "key_types: names keys that are not in keys: ['Malmo']"
