@@ -7,7 +7,9 @@ The rule (decided by `read_memory`, under the log lock, right after the read is 
   of K (a `key.aliased` event with `learned=true`), so the next `recall` of Q finds K directly:
   literally, and by the alias's own vector.
 - Not learned: a Q longer than a key label may be or that no label could be (a control
-  character, nothing visible), a Q that already names a key (any key), or
+  character, nothing visible), a Q that already names a key (any key), a Q that holds K's
+  label or one of its aliases as whole words (it finds K by that already: an agent reading
+  three memories through "Caroline" for one question about Caroline taught nothing), or
   when K already holds `Settings.learned_aliases_per_key` learned aliases.
 - A learned alias is used whenever a read through K carries it again. One that went unused for
   `Settings.alias_unused_reads` reads through K is dropped (a `key.unaliased` event).
@@ -23,6 +25,7 @@ from keytrail.projections.keygraph import alias_form
 
 from . import validation as check
 from .config import Settings
+from .queries import literal_candidates
 
 
 def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | None) -> list[Event]:
@@ -51,6 +54,7 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | Non
         and _may_label(alias, settings)
         and state.key_for_label(alias) is None
         and kept < settings.learned_aliases_per_key
+        and not _names(alias, key)
     ):
         events.append(
             KeyAliased(
@@ -61,6 +65,12 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | Non
             )
         )
     return events
+
+
+def _names(query: str, key: KeyNode) -> bool:
+    """Whether `query` holds `key`'s label or one of its aliases as whole words."""
+    words = set(literal_candidates(query))
+    return any(label.casefold() in words for label in (key.label, *key.aliases))
 
 
 def _may_label(alias: str, settings: Settings) -> bool:

@@ -80,6 +80,27 @@ def test_a_query_no_label_could_be_is_never_learned(make_store: Callable[..., St
     assert store.state.keys[key_id].aliases == []
 
 
+def test_a_query_that_names_the_key_already_is_never_learned(
+    make_store: Callable[..., Store],
+) -> None:
+    """An agent answering one question reads several memories through the key the question
+    names ("Caroline"): three reads made the whole question an alias of that key, listed in
+    every recall of it after, though the question found the key by its name already."""
+    store = make_store()
+    question = "Where did Caroline move from 4 years ago?"
+    caroline = store.remember("Caroline moved from Sweden", ["Caroline"], {"Caroline": "name"})
+    key_id = caroline.keys[0].key_id
+    others = [store.remember(f"Caroline fact {i}", ["Caroline"]).memory_id for i in range(2)]
+    for memory_id in (caroline.memory_id, *others):
+        store.read_memory(memory_id, via_key_id=key_id, query=question)
+    assert events_of(store, KeyAliased) == []
+    assert store.state.keys[key_id].aliases == []
+    # A question that does not name it still teaches the key (the rule above is unchanged).
+    for memory_id in (caroline.memory_id, *others):
+        store.read_memory(memory_id, via_key_id=key_id, query="who came from Scandinavia")
+    assert store.state.keys[key_id].aliases == ["who came from Scandinavia"]
+
+
 def test_an_unused_learned_alias_is_pruned(make_store: Callable[..., Store]) -> None:
     store = make_store(alias_after_reads=2, alias_unused_reads=3)
     memory_id, key_id = shop(store)
