@@ -22,7 +22,8 @@ from keytrail.projections.keygraph import name_form
 from keytrail.projections.vectors import Matrix
 
 from . import validation as check
-from .results import KeyOutcome
+from .queries import preview
+from .results import Flag, KeyOutcome
 
 if TYPE_CHECKING:
     from .store import Store
@@ -441,6 +442,13 @@ class Batch:
         if memory_id in self.new_memories:
             return list(self.new_memories[memory_id][0].related_to)
         return list(self.state.memories[memory_id].related_to)
+
+    def flag(self, similar: Similar) -> Flag:
+        """What the caller is told of a memory found near-identical or close: with the start
+        of its text, a stored memory's or one made earlier in this command."""
+        new = self.new_memories.get(similar.memory_id)
+        content = new[0].content if new else self.state.memories[similar.memory_id].content
+        return Flag(similar.memory_id, similar.similarity, preview(content))
 
     def source_of(self, memory_id: str) -> str | None:
         """The `source` of a stored memory or of one made earlier in this command."""

@@ -47,7 +47,7 @@ from keytrail.events.log import LogPosition
 from keytrail.projections import GraphState, apply
 
 from . import validation as check
-from .queries import clipped
+from .queries import preview
 from .queries import versions as version_ids
 from .timetravel import check_point
 
@@ -204,10 +204,6 @@ def _next_offset(offset: int, limit: int, *totals: int) -> int | None:
     """Where the next page starts, or None when no list goes past this one."""
     end = offset + limit
     return end if any(total > end for total in totals) else None
-
-
-def _preview(content: str, limit: int = 120) -> str:
-    return clipped(" ".join(content.split()), limit)
 
 
 #: Up to this many versions, `history` searches each segment once per version id (a fast byte
@@ -527,7 +523,7 @@ def history(store: Store, memory_id: str, limit: int | None = None, offset: int 
                 created_at=m.created_at,
                 valid_from=m.valid_from,
                 supersede_reason=m.supersede_reason,
-                preview=_preview(m.content),
+                preview=preview(m.content),
             )
             for m in (state.memories[mid] for mid in chain)
         ]

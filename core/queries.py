@@ -858,7 +858,7 @@ class Queries:
                     MemorySummary(
                         memory_id=n.id,
                         namespace=n.namespace,
-                        preview=_preview(n.content),
+                        preview=preview(n.content),
                         depth=round(n.depth, 6),
                         access_count=n.access_count,
                         created_at=n.created_at,
@@ -1054,8 +1054,9 @@ class _Contents(Sequence[str]):
         return self._memories[self._ids[index]].content
 
 
-def _preview(content: str) -> str:
-    return clipped(" ".join(content.split()), PREVIEW_CHARS)
+def preview(content: str, limit: int = PREVIEW_CHARS) -> str:
+    """`content` on one line, cut to `limit` characters: what answers show of a text."""
+    return clipped(" ".join(content.split()), limit)
 
 
 def clipped(text: str, width: int) -> str:

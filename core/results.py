@@ -38,6 +38,9 @@ class KeyOutcome:
 class Flag:
     memory_id: str
     similarity: float
+    #: the start of that memory's text, so an agent can judge the flag without reading it (a
+    #: read would deepen a memory it may be about to correct)
+    preview: str
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,6 @@ from .results import (
     PROJECTION_READY,
     Corrected,
     Expired,
-    Flag,
     Forgotten,
     KeyOutcome,
     MemoryView,
@@ -894,12 +893,8 @@ class Store(Queries, HybridQueries):
                     seq=app.next_seq,  # the one event of this command, appended below
                     keys=key_outcomes,
                     expires_at=new.expires_at,
-                    deduplicated=Flag(duplicate.memory_id, duplicate.similarity)
-                    if duplicate
-                    else None,
-                    possible_contradictions=[
-                        Flag(c.memory_id, c.similarity) for c in contradictions
-                    ],
+                    deduplicated=batch.flag(duplicate) if duplicate else None,
+                    possible_contradictions=[batch.flag(c) for c in contradictions],
                 )
             )
         event = self._append(app, MemoryRemembered(memories=news))

@@ -46,6 +46,7 @@ from .shell import (
     is_loopback,
     memories,
     open_store,
+    preview,
     set_up_stdout,
     settings_from,
     short_time,
@@ -249,7 +250,10 @@ def cmd_remember(args: argparse.Namespace) -> int:
         d = result.deduplicated
         print(f"  replaces near-duplicate {d.memory_id} (similarity {d.similarity})")
     for c in result.possible_contradictions:
-        print(f"  possible contradiction: {c.memory_id} (similarity {c.similarity})")
+        print(
+            f"  possible contradiction: {c.memory_id} (similarity {c.similarity}): "
+            f"{preview(c.preview, 70)}"
+        )
     return 0
 
 

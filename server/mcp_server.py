@@ -100,7 +100,8 @@ Remember what will matter later
 Keep it true
 - When a fact changes, `correct` the memory that holds it (find it with recall/read_key) rather
   than remembering a second, contradicting one. The old version is kept as history.
-- When `remember` reports `possible_contradictions`, read them and correct the stale one.
+- When `remember` reports `possible_contradictions`, look at their previews and correct the
+  stale one if they disagree.
 - `forget` only when the user asks you to forget something.
 - For what you knew earlier ("where did the user live, as I knew it last March?"), the reads
   take `as_of` (a time or a seq) and answer as the memory was then; `history(memory_id)` lists
@@ -550,7 +551,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
         Type people and named things as 'name'. A near-duplicate replaces the old memory
         (`deduplicated`); similar-but-different memories come back as
-        `possible_contradictions`: read them and `correct` the stale one. To change a known
+        `possible_contradictions`, each with the start of its text (`preview`): `correct` the
+        stale one if they disagree (most are only related facts). To change a known
         fact use `correct`, not remember. Example:
         remember(content="Dana's daughter Mia starts school in September 2025",
                  keys=["Dana", "Mia", "school", "children"],

@@ -277,7 +277,12 @@ def test_the_same_numbers_in_another_order_are_another_fact(store: Store) -> Non
     swapped = store.remember("The meeting moved from 5pm to 3pm", keys=["meeting"])
     assert swapped.deduplicated is None
     assert [f.memory_id for f in swapped.possible_contradictions] == [first.memory_id]
+    # With the start of its text: the agent can judge the flag without a read that deepens it.
+    assert swapped.possible_contradictions[0].preview == "The meeting moved from 3pm to 5pm"
     assert store.state.memories[first.memory_id].current()
+    retold = store.remember("The meeting moved from 3pm to 5pm", keys=["meeting"])
+    assert retold.deduplicated is not None
+    assert retold.deduplicated.preview == "The meeting moved from 3pm to 5pm"
 
 
 def test_a_retold_fact_is_deduplicated_even_when_a_changed_fact_is_nearer(
