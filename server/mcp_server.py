@@ -155,6 +155,16 @@ def system_prompt(toolsets: Sequence[str], direct_recall: bool = False) -> str:
     return MEMORY_SYSTEM_PROMPT + (DIRECT_RECALL_PROMPT if direct_recall else "")
 
 
+def prompt_description(toolsets: Sequence[str]) -> str:
+    """What `memory_system_prompt` teaches, as the prompt listing says it (of `system_prompt`)."""
+    if "keygraph" not in toolsets:
+        return (
+            "How an agent should use keytrail's knowledge graph: search_nodes and open_nodes "
+            "first, then record entities, relations and observations and keep them true."
+        )
+    return "How an agent should use keytrail: recall first, walk keys, remember and correct."
+
+
 #: What waits on a vector build besides recall, in memory_stats' description: only the tools
 #: served (recall_memories is served when direct recall is on).
 STATS_WAITING = {
@@ -798,9 +808,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         of them, `total` counting all."""
         return _reply(lambda: store.list_sessions(limit, offset))
 
-    @server.prompt(title="How to use the memory")
+    @server.prompt(title="How to use the memory", description=prompt_description(toolsets))
     def memory_system_prompt() -> str:
-        """How an agent should use keytrail: recall first, walk keys, remember and correct."""
         return prompt
 
     register_time_tools(server, store)
