@@ -1,15 +1,17 @@
 """The MCP face of a store: one small tool per core command or query, and a usage prompt.
 
-Tools are plain synchronous functions over `Store`; the SDK runs each call on a worker thread,
-so a slow embedding or an fsync never blocks the event loop (the Store serialises itself with
-its own lock). A `KeytrailError` becomes a `ToolError`: the client sees `isError` with the
-message, which names the field and the limit. Nothing is ever returned as error text. An
-argument a tool does not have is refused the same way (see strict_arguments.py).
+Tools are plain synchronous functions over `Store`; each call runs on a worker thread of the
+tools' own (see `_on_tool_threads`), so a slow embedding or an fsync never blocks the event
+loop (the Store serialises itself with its own lock). A `KeytrailError` becomes a
+`ToolError`: the client sees `isError` with the message, which names the field and the limit.
+Nothing is ever returned as error text. An argument a tool does not have is refused the same
+way (see strict_arguments.py).
 """
 
 import errno
 import functools
 import hmac
+import inspect
 import ipaddress
 import os
 import signal
@@ -17,13 +19,14 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.to_thread
 import msgspec
+from anyio.lowlevel import RunVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -151,6 +154,16 @@ def system_prompt(toolsets: Sequence[str], direct_recall: bool = False) -> str:
     if "keygraph" not in toolsets:
         return KG_SYSTEM_PROMPT
     return MEMORY_SYSTEM_PROMPT + (DIRECT_RECALL_PROMPT if direct_recall else "")
+
+
+def prompt_description(toolsets: Sequence[str]) -> str:
+    """What `memory_system_prompt` teaches, as the prompt listing says it (of `system_prompt`)."""
+    if "keygraph" not in toolsets:
+        return (
+            "How an agent should use keytrail's knowledge graph: search_nodes and open_nodes "
+            "first, then record entities, relations and observations and keep them true."
+        )
+    return "How an agent should use keytrail: recall first, walk keys, remember and correct."
 
 
 #: What waits on a vector build besides recall, in memory_stats' description: only the tools
@@ -390,8 +403,47 @@ def _hints(
     )
 
 
+#: Worker threads for tool calls at once (as many as anyio's default threads); more wait.
+TOOL_THREADS = 40
+_tool_threads: RunVar[anyio.CapacityLimiter] = RunVar("keytrail_tool_threads")
+
+
+def _tool_limiter() -> anyio.CapacityLimiter:
+    """The tool calls' threads of the running event loop."""
+    try:
+        return _tool_threads.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(TOOL_THREADS)
+        _tool_threads.set(limiter)
+        return limiter
+
+
+def _on_tool_threads(tool: Fn) -> Fn:
+    """`tool` (synchronous) run on a tool thread rather than one of anyio's default threads.
+
+    The SDK runs a synchronous tool on a default thread, and the stdio transport reads stdin
+    and writes stdout on those threads too. A call that reports progress while it holds the
+    store waits for the notification to be written; with every default thread taken by calls
+    waiting for the store, nothing could write it, and the server hung for good (40 calls at
+    once were enough). On threads of their own, calls leave the transport its threads.
+    """
+
+    @functools.wraps(tool)
+    async def call(**arguments: Any) -> Any:
+        run = functools.partial(tool, **arguments)
+        return await anyio.to_thread.run_sync(run, limiter=_tool_limiter())
+
+    return cast(Fn, call)
+
+
 class KeytrailServer(StrictArgumentsServer, FlatSchemaServer):
-    """The SDK's MCPServer with flat output schemas and tools that refuse unknown arguments."""
+    """The SDK's MCPServer with flat output schemas and tools that refuse unknown arguments,
+    run on threads of their own (see `_on_tool_threads`)."""
+
+    def add_tool(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            fn = _on_tool_threads(fn)
+        super().add_tool(fn, *args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -772,9 +824,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         of them, `total` counting all."""
         return _reply(lambda: store.list_sessions(limit, offset))
 
-    @server.prompt(title="How to use the memory")
+    @server.prompt(title="How to use the memory", description=prompt_description(toolsets))
     def memory_system_prompt() -> str:
-        """How an agent should use keytrail: recall first, walk keys, remember and correct."""
         return prompt
 
     register_time_tools(server, store)

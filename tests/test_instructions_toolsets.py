@@ -58,6 +58,28 @@ def test_instructions_name_only_served_tools(
     anyio.run(check)
 
 
+@pytest.mark.parametrize(
+    "toolsets", [("keygraph",), ("knowledge_graph",), ("keygraph", "knowledge_graph")]
+)
+def test_the_prompt_listing_describes_the_prompt_served(
+    make_store: Callable[..., Store], toolsets: tuple[str, ...]
+) -> None:
+    # A knowledge-graph-only server listed its prompt as "recall first, walk keys, remember and
+    # correct": tools and keys that server does not have, beside a prompt that names none.
+    keygraph_words = {"recall", "keys", "remember", "correct"}
+    store = make_store()
+
+    async def check() -> None:
+        async with Client(build_server(store, toolsets)) as client:
+            (prompt,) = (await client.list_prompts()).prompts
+            words = set(re.findall(r"[a-z_]+", (prompt.description or "").lower()))
+            served = {t.name for t in (await client.list_tools()).tools}
+            assert bool(words & keygraph_words) == ("recall" in served), prompt.description
+            assert bool(words & set(KG_TOOLS)) == ("keygraph" not in toolsets), prompt.description
+
+    anyio.run(check)
+
+
 def mentioned_tools(text: str) -> set[str]:
     """The tool names a description mentions: `tool`, tool(...), or a name with an underscore
     anywhere (unambiguous); a bare "recall" or "remember" is also an English word."""

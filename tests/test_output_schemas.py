@@ -4,7 +4,7 @@ for the value types of maps, which the server's own output check still enforces.
 import asyncio
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -156,3 +156,164 @@ def test_every_served_tool_lists_a_flat_output_schema(
         assert tool.output_schema is not None, tool.name
         text = json.dumps(tool.output_schema)
         assert "$ref" not in text and "anyOf" not in text, tool.name
+
+
+def test_every_tool_answers_what_its_listed_output_schema_allows_in_every_branch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real answers, checked as a strict client checks them (jsonschema against the listed
+    schema): an empty store, no match, the past, expired, superseded and forgotten memories,
+    deleted entities, last pages and offsets past the end."""
+    import anyio
+    from mcp import Client
+
+    from keytrail.core import HashEmbedder, Settings, Store
+
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")
+    now = [datetime(2026, 3, 1, 9, 0, tzinfo=UTC)]
+
+    def tick() -> datetime:
+        now[0] += timedelta(seconds=1)
+        return now[0]
+
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"), embedder=HashEmbedder(), clock=tick
+    )
+    answered: set[str] = set()
+    broken: list[str] = []
+
+    async def check() -> None:
+        async with Client(build_server(store, ("keygraph", "knowledge_graph"))) as client:
+            listed = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+            validators = {
+                name: validator_for(schema)(schema, registry=Registry())
+                for name, schema in listed.items()
+                if schema is not None
+            }
+
+            async def call(tool: str, /, **args: Any) -> Any:
+                result = await client.session.call_tool(tool, args)
+                assert not result.is_error, (tool, args, result.content)
+                answer = result.structured_content
+                answered.add(tool)
+                broken.extend(
+                    f"{tool}({args}): {error.message} at {list(error.absolute_path)}"
+                    for error in validators[tool].iter_errors(answer)
+                )
+                return answer
+
+            # An empty store
+            for name in ("memory_stats", "list_memories", "browse_keys", "list_sessions"):
+                await call(name)
+            await call("changes")
+            await call("cleanup_expired")
+            await call("recall", query="anything")
+            await call("recall_memories", query="anything", explain=True)
+            await call("read_graph")
+            await call("search_nodes", query="nobody")
+            await call("open_nodes", names=["nobody"])
+            # Memories in every state
+            lyon = await call(
+                "remember",
+                content="Dana lives in Lyon",
+                keys=["Dana", "Lyon", "home"],
+                key_types={"Dana": "name"},
+                session_id="s1",
+                source="chat",
+                valid_from="2025-01-01T00:00:00Z",
+            )
+            start = lyon["seq"]
+            trip = await call(
+                "remember", content="A trip to Rome next week", keys=["Rome"], ttl_seconds=5
+            )
+            tea = await call(
+                "remember",
+                content="Dana likes green tea",
+                keys=["Dana", "tea"],
+                related_to=[lyon["memory_id"]],
+            )
+            await call("remember", content="Dana likes green tea a lot", keys=["Dana", "tea"])
+            await call(
+                "remember_batch",
+                items=[{"content": f"Bob fact {i}", "keys": ["Bob", f"b{i}"]} for i in range(3)],
+            )
+            paris = await call(
+                "correct", memory_id=lyon["memory_id"], content="Dana lives in Paris"
+            )
+            now[0] += timedelta(seconds=60)  # the trip expires
+            keys = (await call("recall", query="Dana Lyon tea", context="where"))["keys"]
+            await call("recall", query="Dana", as_of=start, namespace="default")
+            await call("recall", query="zzz qqq")
+            for key in keys:
+                await call("read_key", key_id=key["key_id"])
+                await call("read_key", key_id=key["key_id"], query="tea", limit=1, offset=1)
+                await call("read_key", key_id=key["key_id"], offset=10**6)
+            for memory in (lyon, paris, tea):
+                await call("read_memory", memory_id=memory["memory_id"])
+                await call(
+                    "read_memory", memory_id=memory["memory_id"], valid_at="2026-01-01T00:00Z"
+                )
+                await call("related", memory_id=memory["memory_id"])
+                await call("history", memory_id=memory["memory_id"], limit=1, offset=1)
+            await call("read_memory", memory_id=lyon["memory_id"], as_of=start)
+            await call("history", memory_id=trip["memory_id"], offset=10**6)
+            await call("cleanup_expired", limit=1)
+            await call("history", memory_id=trip["memory_id"])
+            await call("recall_memories", query="Dana tea", hops=2, explain=True, as_of=start)
+            await call("forget", memory_id=tea["memory_id"], reason="asked")
+            await call("forget", memory_id=paris["memory_id"], all_versions=True)
+            await call("history", memory_id=paris["memory_id"])
+            await call("record_turn", session_id="s1", role="user", content="hi")
+            await call("get_conversation", session_id="s1")
+            await call("get_conversation", session_id="s1", turn=1)
+            await call("get_conversation", session_id="s1", offset=5)
+            await call("list_sessions", limit=1, offset=3)
+            for page in ({}, {"limit": 1, "offset": 1}, {"offset": 10**6}):
+                await call("list_memories", **page)
+                await call("browse_keys", **page)
+                await call("changes", top=1, **page)
+            await call("browse_keys", hubs_only=True)
+            await call("list_memories", as_of=start, valid_at="2024-06-01T00:00:00Z")
+            await call("memory_stats", as_of=start)
+            await call("memory_stats")
+            # The knowledge graph, entities and relations deleted
+            await call(
+                "create_entities",
+                entities=[
+                    {"name": "Ann", "entityType": "person", "observations": ["likes Go"]},
+                    {"name": "Acme", "entityType": "org"},
+                ],
+            )
+            graph_start = (await call("memory_stats"))["seq"]
+            await call(
+                "create_relations",
+                relations=[{"from": "Ann", "to": "Acme", "relationType": "works_at"}],
+            )
+            await call(
+                "add_observations", observations=[{"entityName": "Ann", "contents": ["likes Rust"]}]
+            )
+            for page in ({}, {"limit": 1, "offset": 1}, {"offset": 10**6}):
+                await call("read_graph", **page)
+                await call("search_nodes", query="rust go", **page)
+                await call("read_entity", name="Ann", **page)
+            await call("open_nodes", names=["ann", "ACME", "nobody"])
+            await call(
+                "delete_observations",
+                deletions=[{"entityName": "Ann", "observations": ["likes Go", "not there"]}],
+            )
+            await call(
+                "delete_relations",
+                relations=[{"from": "Ann", "to": "Acme", "relationType": "works_at"}],
+            )
+            await call("delete_entities", entityNames=["Ann", "Nobody"])
+            await call("read_graph", as_of=graph_start)
+            await call("read_entity", name="Ann", as_of=graph_start)
+            await call("changes", since=graph_start)
+            await call("memory_stats")
+            assert answered == set(listed)
+
+    try:
+        anyio.run(check)
+    finally:
+        store.close()
+    assert broken == []

@@ -80,3 +80,29 @@ def test_progress_reaches_a_client_over_stdio(tmp_path: Path) -> None:
 
     anyio.run(call)
     assert seen[0] == 0 and seen[-1] == 140 and seen == sorted(seen)
+
+
+def test_many_calls_reporting_progress_at_once_over_stdio_all_answer(tmp_path: Path) -> None:
+    # Each sync tool runs on a worker thread, and the stdio transport reads and writes through
+    # worker threads too. A call that reports progress while it holds the store waits for the
+    # notification to be written: with every worker thread taken by calls waiting for the
+    # store, nothing could write it, and the server hung for good.
+    calls = 80
+    answered: list[bool] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+    async def one(session: Any) -> None:
+        result = await session.call_tool("changes", {}, progress_callback=on_progress)
+        answered.append(not result.is_error)
+
+    async def test() -> None:
+        async with stdio_session(tmp_path / "store", tmp_path / "err.log") as session:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tasks:
+                    for _ in range(calls):
+                        tasks.start_soon(one, session)
+
+    anyio.run(test)
+    assert answered == [True] * calls
