@@ -935,7 +935,13 @@ class Store(Queries, HybridQueries):
         def decide(app: Appender) -> Corrected:
             old = self._current_memory("memory_id", memory_id, app.at)
             batch = Batch(self)
+            chain = set(versions(self.state.memories, old.id))
             for j, target in enumerate(related or []):
+                if target in chain:
+                    # Edges follow current versions: it would tie the new version to itself.
+                    raise InvalidInput(
+                        f"related_to[{j}]", f"{target!r} is a version of the memory corrected"
+                    )
                 batch.check_related(f"related_to[{j}]", target, old.namespace)
             if specs:
                 links, outcomes = batch.resolve_keys(specs)

@@ -27,11 +27,17 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
         raise InvalidInput(field, f"must be a string, got {type(value).__name__}")
     unicode(field, value)
     stripped = value.strip()
-    if not stripped and not allow_empty:
+    if not allow_empty and not _shows_something(stripped):
         raise InvalidInput(field, "must not be empty")
     if len(value) > limit:
         raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
     return stripped
+
+
+def _shows_something(text: str) -> bool:
+    """Whether `text` holds more than whitespace and format characters (strip() keeps a
+    zero-width space or a byte order mark, which show nothing)."""
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
 
 
 def unicode(field: str, value: str) -> str:
@@ -150,7 +156,15 @@ def keys(
     types = dict(types or {})
     specs: list[KeySpec] = []
     seen: set[str] = set()
-    folded_types = {_normal_label(str(k)).casefold(): (str(k), v) for k, v in types.items()}
+    folded_types: dict[str, tuple[str, str]] = {}
+    for spelling, kind in types.items():
+        folded = _normal_label(str(spelling)).casefold()
+        other = folded_types.setdefault(folded, (str(spelling), kind))
+        if other[1] != kind:
+            raise InvalidInput(
+                types_field,
+                f"gives one key two types: {other[0]!r} {other[1]!r}, {str(spelling)!r} {kind!r}",
+            )
     for i, raw in enumerate(labels):
         given = label(f"{field}[{i}]", raw, limits.key_chars)
         spelling, kind = folded_types.pop(given.casefold(), (given, "concept"))

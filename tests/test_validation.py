@@ -506,3 +506,44 @@ def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
     with pytest.raises(InvalidInput) as refused:
         store.remember("Caroline visited Malmö", ["Caroline", "Malmö"], {"Malmo": "name"})
     assert str(refused.value) == "key_types: names keys that are not in keys: ['Malmo']"
+
+
+def test_key_types_giving_one_key_two_types_are_refused(store: Store) -> None:
+    """{"k2": "name", "K2": "concept"} name one key: the last silently won."""
+    before = log_digest(store.home)
+    with pytest.raises(InvalidInput) as refused:
+        store.remember("a fact", ["k2"], {"k2": "name", "K2": "concept"})
+    assert refused.value.field == "key_types"
+    assert "'k2'" in str(refused.value) and "'K2'" in str(refused.value)
+    assert log_digest(store.home) == before
+    # The same type twice is no conflict.
+    made = store.remember("a fact", ["k2"], {"k2": "name", "K2": "name"})
+    assert made.keys[0].type == "name"
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\ufeff \u200b", "\u2060\u200e"])
+def test_text_of_nothing_visible_is_empty(store: Store, invisible: str) -> None:
+    """strip() keeps zero-width spaces and byte order marks: a query of one "passed" and
+    answered every key as nearest at score 0, and a memory of them was stored."""
+    before = log_digest(store.home)
+    with pytest.raises(InvalidInput, match="must not be empty") as refused:
+        store.recall(invisible)
+    assert refused.value.field == "query"
+    with pytest.raises(InvalidInput, match="must not be empty") as refused:
+        store.remember(invisible, ["topic"])
+    assert refused.value.field == "content"
+    assert log_digest(store.home) == before
+    assert store.remember("👍", ["topic"]).memory_id  # a symbol alone is something to see
+
+
+def test_a_correction_related_to_the_memory_it_corrects_is_refused(store: Store) -> None:
+    """related_to follows current versions, so naming the memory corrected (or an older
+    version of it) tied the new version to itself."""
+    first = store.remember("Dana lives in Lyon", ["Dana"])
+    second = store.correct(first.memory_id, "Dana lives in Paris")
+    before = log_digest(store.home)
+    for target in (second.memory_id, first.memory_id):
+        with pytest.raises(InvalidInput) as refused:
+            store.correct(second.memory_id, "Dana lives in Nice", related_to=[target])
+        assert refused.value.field == "related_to[0]"
+    assert log_digest(store.home) == before
