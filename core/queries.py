@@ -998,10 +998,6 @@ class Queries:
                 raise NotFound("session_id", "session", session_id, detail)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
-                if offset:
-                    raise InvalidInput(
-                        "offset", "pages back from the latest turns; with `turn` omit it"
-                    )
                 chosen, offset, more = [t for t in turns if t.turn == turn], 0, False
             else:
                 chosen, more = newest(turns, limit, offset), offset + limit < len(turns)

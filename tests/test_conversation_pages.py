@@ -75,14 +75,3 @@ def test_a_session_only_memories_name_says_it_has_no_turns(store: Store) -> None
     with pytest.raises(NotFound) as info:
         store.get_conversation("s10")
     assert str(info.value) == "session_id: no session 's10'"
-
-
-def test_one_turn_with_an_offset_is_refused(store: Store) -> None:
-    """get_conversation(turn=3, offset=5) answered turn 3 with `offset: 0`: the offset, which
-    pages the latest turns, was dropped without a word."""
-    for i in range(6):
-        store.record_turn("s1", "user", f"turn {i + 1}")
-    assert [t.turn for t in store.get_conversation("s1", turn=3).turns] == [3]
-    with pytest.raises(InvalidInput) as refused:
-        store.get_conversation("s1", turn=3, offset=5)
-    assert refused.value.field == "offset"

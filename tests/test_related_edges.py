@@ -95,6 +95,7 @@ def test_related_to_a_memory_that_has_expired_is_refused_and_changes_nothing(
     with store:
         trip = store.remember("Dana is in Rome this week", ["Rome"], ttl_seconds=3600)
         home = store.remember("Dana lives in Lyon", ["Lyon"]).memory_id
+        work = store.remember("Dana works at the hospital", ["work"]).memory_id
         now[0] += timedelta(hours=2)
         before = log_bytes(store.home)
         calls: dict[str, Callable[[], object]] = {
@@ -108,7 +109,7 @@ def test_related_to_a_memory_that_has_expired_is_refused_and_changes_nothing(
                 ]
             ),
             "related_to[1]": lambda: store.correct(
-                home, "Dana lives in Lyon again", related_to=[home, trip.memory_id]
+                home, "Dana lives in Lyon again", related_to=[work, trip.memory_id]
             ),
         }
         for field, call in calls.items():
