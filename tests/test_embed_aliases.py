@@ -6,9 +6,10 @@ import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from test_server import call, run, stdio_session
 
-from keytrail.core import Store
+from keytrail.core import InvalidInput, Store
 from keytrail.events import AnyEvent, EventLog, KeyAliased, KeyUnaliased
 from keytrail.projections import fold
 
@@ -73,11 +74,13 @@ def test_a_query_no_label_could_be_is_never_learned(make_store: Callable[..., St
     # whoever lists keys) and text with nothing visible: a learned alias becomes a label too.
     store = make_store(alias_after_reads=2)
     memory_id, key_id = shop(store)
-    for query in ("where \x1b[2Jis food", "\u200b\u200b"):
-        for _ in range(2):
-            store.read_memory(memory_id, via_key_id=key_id, query=query)
+    for _ in range(2):
+        store.read_memory(memory_id, via_key_id=key_id, query="where \x1b[2Jis food")
     assert events_of(store, KeyAliased) == []
     assert store.state.keys[key_id].aliases == []
+    # A query of nothing visible is refused as empty before it is read at all.
+    with pytest.raises(InvalidInput, match="must not be empty"):
+        store.read_memory(memory_id, via_key_id=key_id, query="\u200b\u200b")
 
 
 def test_a_query_that_names_the_key_already_is_never_learned(

@@ -265,11 +265,11 @@ def test_an_interrupted_import_leaves_no_partial_store(
     appended = [0]
     real_append = Appender.append
 
-    def interrupted(self: Appender, event: Any) -> Any:
+    def interrupted(self: Appender, event: Any, **options: Any) -> Any:
         appended[0] += 1
         if appended[0] == 3:
             raise KeyboardInterrupt
-        return real_append(self, event)
+        return real_append(self, event, **options)
 
     monkeypatch.setattr(Appender, "append", interrupted)
     capsys.readouterr()
