@@ -618,6 +618,7 @@ class Queries:
                     memories=[
                         self._memory_ref(memories[mid], score, key.id) for mid, score in page
                     ],
+                    next_offset=next_offset(offset, limit, total),
                 )
             time_factor = self.time_factor
             nodes: list[MemoryNode] = []
@@ -643,6 +644,7 @@ class Queries:
                 total=len(nodes),
                 offset=offset,
                 memories=refs,
+                next_offset=next_offset(offset, limit, len(nodes)),
             )
 
     def _rank_by_columns(
@@ -875,6 +877,7 @@ class Queries:
                     )
                     for n in page
                 ],
+                next_offset=next_offset(offset, limit, len(nodes)),
             )
 
     def memory_stats(self) -> Stats:
@@ -970,6 +973,7 @@ class Queries:
                     )
                     for k, c in counted[offset : offset + limit]
                 ],
+                next_offset=next_offset(offset, limit, len(counted)),
             )
 
     def get_conversation(
@@ -1040,6 +1044,7 @@ class Queries:
                     )
                     for last, sid, turns in sessions[offset : offset + limit]
                 ],
+                next_offset=next_offset(offset, limit, len(sessions)),
             )
 
 
