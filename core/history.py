@@ -47,7 +47,7 @@ from keytrail.events.log import LogPosition
 from keytrail.projections import GraphState, apply
 
 from . import validation as check
-from .queries import preview
+from .queries import next_offset, preview
 from .queries import versions as version_ids
 from .timetravel import check_point
 
@@ -198,12 +198,6 @@ class _Cut(Generic[T]):
         if self.start <= self.total < self.end:
             self.items.append(item)
         self.total += 1
-
-
-def _next_offset(offset: int, limit: int, *totals: int) -> int | None:
-    """Where the next page starts, or None when no list goes past this one."""
-    end = offset + limit
-    return end if any(total > end for total in totals) else None
 
 
 #: Up to this many versions, `history` searches each segment once per version id (a fast byte
@@ -534,7 +528,7 @@ def history(store: Store, memory_id: str, limit: int | None = None, offset: int 
             events=events[offset:end],
             events_total=len(events),
             offset=offset,
-            next_offset=_next_offset(offset, limit, len(events)),
+            next_offset=next_offset(offset, limit, len(events)),
             # A point after the last event that touched the chain goes with that last event.
             trajectory=[point for at, point in trajectory if offset <= min(at, last) < end],
         )
@@ -697,7 +691,7 @@ def changes(
             keys_merged=merged.items,
             keys_merged_total=merged.total,
             offset=offset,
-            next_offset=_next_offset(offset, limit, *(cut.total for cut in cuts)),
+            next_offset=next_offset(offset, limit, *(cut.total for cut in cuts)),
         )
 
 

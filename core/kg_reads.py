@@ -22,7 +22,7 @@ from keytrail.projections import GraphState, KeyNode, MemoryNode
 from keytrail.projections import Relation as RelationNode
 from keytrail.projections.keygraph import dotless_form
 
-from .queries import newest, visible
+from .queries import newest, next_offset, visible
 
 #: The most observations, and the most relations, that read_graph, search_nodes and open_nodes
 #: list for one entity (the store's page limit, if smaller, caps it). An entity an agent writes
@@ -201,18 +201,19 @@ def graph_page(
     cut: int,
     total: int,
     offset: int,
+    limit: int,
 ) -> GraphPage:
-    """`page`'s entities and the relations held for them, each entity cut at `cut`."""
+    """`page`'s entities (of `total`, `limit` from `offset` on) and the relations held for
+    them, each entity cut at `cut`."""
     ids = {k.id for k in page}
     relations, held, per = held_relations(state, ids, held_for(ids), cut)
-    end = offset + len(page)
     return GraphPage(
         entities=[shown_entity(state, k, namespace, now, per[k.id], cut) for k in page],
         relations=relations,
         relations_total=held,
         total=total,
         offset=offset,
-        next_offset=end if end < total else None,
+        next_offset=next_offset(offset, limit, total),
     )
 
 
@@ -239,7 +240,7 @@ def read_graph(
     """A page of entities, oldest first, and the relations going out of them."""
     entities = list(entity_keys(state))
     page = entities[offset : offset + limit]
-    return graph_page(state, page, going_out, namespace, now, cut, len(entities), offset)
+    return graph_page(state, page, going_out, namespace, now, cut, len(entities), offset, limit)
 
 
 def _folded(text: str) -> str:
@@ -275,7 +276,7 @@ def search_nodes(
         or any(hit(n.content) for n in observation_nodes(state, key, namespace, now))
     ]
     page = matched[offset : offset + limit]
-    return graph_page(state, page, touching, namespace, now, cut, len(matched), offset)
+    return graph_page(state, page, touching, namespace, now, cut, len(matched), offset, limit)
 
 
 def open_nodes(
@@ -291,7 +292,8 @@ def open_nodes(
         key = entity_key(state, name)
         if key is not None:
             found.setdefault(key.id, key)
-    return graph_page(state, list(found.values()), between, namespace, now, cut, len(found), 0)
+    opened = list(found.values())  # one page holds them all
+    return graph_page(state, opened, between, namespace, now, cut, len(found), 0, len(found))
 
 
 def read_entity(
@@ -300,10 +302,9 @@ def read_entity(
     """A page of the entity's observations and of the relations going out of or into it."""
     relations, held, _ = held_relations(state, (key.id,), touching({key.id}), limit, offset)
     entity = shown_entity(state, key, namespace, now, held, limit, offset)
-    end = offset + limit
     return EntityPage(
         entity=entity,
         relations=relations,
         offset=offset,
-        next_offset=end if end < max(entity.observations_total, held) else None,
+        next_offset=next_offset(offset, limit, entity.observations_total, held),
     )

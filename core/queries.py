@@ -95,6 +95,14 @@ def newest(items: Sequence[T], limit: int, offset: int = 0) -> list[T]:
     return list(items[max(0, end - limit) : end])
 
 
+def next_offset(offset: int, limit: int, *totals: int) -> int | None:
+    """The `next_offset` of every paged answer: where its next page starts (`offset` +
+    `limit`), or None on its last page, once no list of it (each holding `totals` items in
+    all) goes past this page. Computed here only, so it means the same in every answer."""
+    end = offset + limit
+    return end if any(total > end for total in totals) else None
+
+
 def visible(node: MemoryNode, now: datetime) -> bool:
     """Current (not superseded, forgotten, deleted or expired) at `now`."""
     return node.current() and (node.expires_at is None or node.expires_at > now)
@@ -610,6 +618,7 @@ class Queries:
                     memories=[
                         self._memory_ref(memories[mid], score, key.id) for mid, score in page
                     ],
+                    next_offset=next_offset(offset, limit, total),
                 )
             time_factor = self.time_factor
             nodes: list[MemoryNode] = []
@@ -635,6 +644,7 @@ class Queries:
                 total=len(nodes),
                 offset=offset,
                 memories=refs,
+                next_offset=next_offset(offset, limit, len(nodes)),
             )
 
     def _rank_by_columns(
@@ -867,6 +877,7 @@ class Queries:
                     )
                     for n in page
                 ],
+                next_offset=next_offset(offset, limit, len(nodes)),
             )
 
     def memory_stats(self) -> Stats:
@@ -962,6 +973,7 @@ class Queries:
                     )
                     for k, c in counted[offset : offset + limit]
                 ],
+                next_offset=next_offset(offset, limit, len(counted)),
             )
 
     def get_conversation(
@@ -998,9 +1010,10 @@ class Queries:
                 raise NotFound("session_id", "session", session_id, detail)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
-                chosen, offset, more = [t for t in turns if t.turn == turn], 0, False
+                chosen, offset, following = [t for t in turns if t.turn == turn], 0, None
             else:
-                chosen, more = newest(turns, limit, offset), offset + limit < len(turns)
+                chosen = newest(turns, limit, offset)
+                following = next_offset(offset, limit, len(turns))
             return Conversation(
                 session_id=session_id,
                 total=len(turns),
@@ -1008,7 +1021,7 @@ class Queries:
                     TurnView(turn=t.turn, role=t.role, content=t.content, at=t.at) for t in chosen
                 ],
                 offset=offset,
-                next_offset=offset + limit if more else None,
+                next_offset=following,
             )
 
     def list_sessions(self, limit: int | None = None, offset: int = 0) -> SessionList:
@@ -1031,6 +1044,7 @@ class Queries:
                     )
                     for last, sid, turns in sessions[offset : offset + limit]
                 ],
+                next_offset=next_offset(offset, limit, len(sessions)),
             )
 
 

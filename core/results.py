@@ -109,6 +109,10 @@ class MemoryRef:
 
 @dataclass(frozen=True)
 class KeyPage:
+    """A page of the memories a key leads to, best first, from `offset` on; `total` counts
+    them all. When `next_offset` is not null there are more: call again with
+    offset=next_offset (it is null on the last page)."""
+
     key_id: str
     label: str
     type: str
@@ -116,6 +120,7 @@ class KeyPage:
     total: int
     offset: int
     memories: list[MemoryRef]
+    next_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -171,9 +176,14 @@ class MemorySummary:
 
 @dataclass(frozen=True)
 class MemoryPage:
+    """A page of the current memories, newest first, from `offset` on; `total` counts them
+    all. When `next_offset` is not null there are more: call again with offset=next_offset
+    (it is null on the last page)."""
+
     total: int
     offset: int
     memories: list[MemorySummary]
+    next_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -260,9 +270,14 @@ class KeyListing:
 
 @dataclass(frozen=True)
 class KeyBrowse:
+    """A page of the keys, most-used first, from `offset` on; `total` counts them all. When
+    `next_offset` is not null there are more: call again with offset=next_offset (it is null
+    on the last page)."""
+
     total: int
     offset: int
     keys: list[KeyListing]
+    next_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -288,8 +303,8 @@ class Conversation:
     session_id: str
     total: int
     turns: list[TurnView]
-    offset: int = 0
-    next_offset: int | None = None
+    offset: int
+    next_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -302,6 +317,11 @@ class SessionSummary:
 
 @dataclass(frozen=True)
 class SessionList:
+    """A page of the sessions, most recently active first, from `offset` on; `total` counts
+    them all. When `next_offset` is not null there are more: call again with
+    offset=next_offset (it is null on the last page)."""
+
     total: int
     offset: int
     sessions: list[SessionSummary]
+    next_offset: int | None

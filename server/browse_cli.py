@@ -24,10 +24,10 @@ from .time_cli import add_time_options
 Verb = Callable[..., argparse.ArgumentParser]
 
 
-def say_more(total: int, end: int, detail: str = "") -> None:
-    """The last line of a page that is not the last: how to see the rest (as `history`)."""
-    if end < total:
-        print(f"more: --offset {end}{detail}")
+def say_more(next_offset: int | None, detail: str = "") -> None:
+    """The last line of a page that is not the last: where the next starts (as `history`)."""
+    if next_offset is not None:
+        print(f"more: --offset {next_offset}{detail}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -50,7 +50,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
         print(f"    {preview(m.preview, 90)}")
         print(f"    keys: {', '.join(k.label for k in m.keys) or '-'}")
-    say_more(page.total, page.offset + len(page.memories))
+    say_more(page.next_offset)
     return 0
 
 
@@ -83,7 +83,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         hub = " hub" if k.hub else ""
         aliases = f"  aliases: {', '.join(k.aliases)}" if k.aliases else ""
         print(f"{k.key_id}  {k.label} [{k.type}]  {memories(k.memory_count)}{hub}{aliases}")
-    say_more(page.total, page.offset + len(page.keys))
+    say_more(page.next_offset)
     return 0
 
 
@@ -121,7 +121,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(
             f"{s.session_id}  {s.turns} turns  {short_time(s.first_at)} .. {short_time(s.last_at)}"
         )
-    say_more(result.total, result.offset + len(result.sessions), f" ({result.total} sessions)")
+    say_more(result.next_offset, f" ({result.total} sessions)")
     return 0
 
 
@@ -134,7 +134,7 @@ def cmd_conversation(args: argparse.Namespace) -> int:
     paged = ""
     if args.turn is None and len(result.turns) < result.total:
         shown = f"{result.turns[0].turn}-{result.turns[-1].turn}" if result.turns else "none"
-        more = f"; older: --offset {result.next_offset}" if result.next_offset else ""
+        more = f"; older: --offset {result.next_offset}" if result.next_offset is not None else ""
         paged = f" (showing {shown}{more})"
     print(f"{result.session_id}: {result.total} turns{paged}")
     for t in result.turns:

@@ -332,7 +332,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
             f"keys: {others or '-'}"
         )
-    say_more(page.total, page.offset + len(page.memories))
+    say_more(page.next_offset)
     return 0
 
 

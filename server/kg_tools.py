@@ -332,11 +332,12 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         """Find entities whose name, type or observations contain any word of the query.
 
         Returns the matching entities and the relations touching them, paged like
-        read_graph. Every observation is searched, listed or not.
+        read_graph (call again with offset=next_offset until next_offset is null). Every
+        observation is searched, listed or not.
         {cut}
 
         Example: search_nodes(query="spanish") -> {{"entities": [{{"name": "David Barnett",
-        ...}}], "relations": [...], "total": 1}}
+        ...}}], "relations": [...], "total": 1, "next_offset": null}}
         """
         return _reply(lambda: kg.search_nodes(query, limit, offset, as_of))
 

@@ -528,10 +528,12 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         """List the memories a key leads to, best first: ids, score, depth, their other keys.
 
         No content: choose which to read with read_memory. The `keys` of each memory
-        ({key_id: label}) are the next hops of the walk (Key -> Memory -> Key). Page with
-        limit/offset (`total` says how many). Example:
+        ({key_id: label}) are the next hops of the walk (Key -> Memory -> Key). `total` counts
+        them all; when `next_offset` is not null, call again with offset=next_offset for the
+        next page. Example:
         read_key(key_id="k_9a1b2c3d4e", query="school") -> {"label": "Mia", "total": 2,
-        "memories": [{"memory_id": "m_..", "score": 0.9, "keys": {"k_2f859b7cba": "school"}}]}
+        "memories": [{"memory_id": "m_..", "score": 0.9, "keys": {"k_2f859b7cba": "school"}}],
+        "next_offset": null}
         """
 
         def page() -> KeyPage:
@@ -577,8 +579,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     ) -> Annotated[CallToolResult, KeyBrowse]:
         """List keys with their memory counts, most-used first. For an overview of what is known.
 
-        Example: browse_keys(hubs_only=True) ->
-        {"total": 4, "keys": [{"label": "family", "memory_count": 12, "hub": true, ...}]}
+        `total` counts them all; when `next_offset` is not null, call again with
+        offset=next_offset for the next page. Example: browse_keys(hubs_only=True) ->
+        {"total": 4, "keys": [{"label": "family", "memory_count": 12, "hub": true, ...}],
+        "next_offset": null}
         """
         return _reply(lambda: store.browse_keys(namespace, hubs_only, limit, offset))
 
@@ -756,7 +760,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     ) -> Annotated[CallToolResult, MemoryPage]:
         """Current memories, newest first, with a short preview. For review, not for recall.
 
-        Example: list_memories(limit=10) -> {"total": 57, "memories": [{"preview": "..."}]}
+        `total` counts them all; when `next_offset` is not null, call again with
+        offset=next_offset for the next page. Example: list_memories(limit=10) ->
+        {"total": 57, "memories": [{"preview": "..."}, ...], "offset": 0, "next_offset": 10}
         """
         return _reply(lambda: view(store, as_of, valid_at).list_memories(namespace, limit, offset))
 
@@ -821,7 +827,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         limit: Limit = PAGE, offset: Offset = 0
     ) -> Annotated[CallToolResult, SessionList]:
         """Sessions with recorded turns, most recently active first, with turn counts; a page
-        of them, `total` counting all."""
+        of them, `total` counting all. When `next_offset` is not null, call again with
+        offset=next_offset for the next page."""
         return _reply(lambda: store.list_sessions(limit, offset))
 
     @server.prompt(title="How to use the memory", description=prompt_description(toolsets))

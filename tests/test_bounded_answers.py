@@ -16,8 +16,15 @@ import pytest
 from mcp import Client
 from test_cli import kt
 
-from keytrail.core import HashEmbedder, InvalidInput, RememberItem, Settings, Store
+from keytrail.core import HashEmbedder, InvalidInput, RememberItem, Settings, Store, keyrank
 from keytrail.core.history import Changes, changes, history
+from keytrail.core.knowledge_graph import (
+    EntityInput,
+    KnowledgeGraph,
+    ObservationInput,
+    RelationInput,
+)
+from keytrail.core.timetravel import view
 from keytrail.server.mcp_server import build_server
 
 LISTS = ("added", "corrected", "expired", "forgotten", "keys_merged")
@@ -397,3 +404,166 @@ def test_the_tools_and_their_output_schemas_say_what_the_totals_mean(store: Stor
         for field in fields:
             assert field in tools[name].description, (name, field)
             assert field in described, (name, field)
+
+
+# -- every paged answer --------------------------------------------------------------------------
+
+#: Several pages' worth of everything: what each half of `paged` adds.
+HALF = 10
+
+
+@pytest.fixture
+def paged(tmp_path: Path) -> Iterator[tuple[Store, KnowledgeGraph, int, str]]:
+    """A store (clock held still, so a ranking cannot shift between pages) with more than a
+    small page of every listed thing, half of it after the point `past` (a seq); and a memory
+    read several times in each half."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"),
+        embedder=HashEmbedder(),
+        clock=lambda: now[0],
+    )
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("alice", "person", [])])
+    read = store.remember("the much-read fact about tea", ["tea"]).memory_id
+
+    def fill(first: int) -> None:
+        numbers = range(first, first + HALF)
+        store.remember_batch(
+            [RememberItem(f"fact {i} about tea", ["tea", f"topic {i}"]) for i in numbers]
+        )
+        for i in numbers:
+            store.record_turn(f"session-{i}", "user", "hello")
+            store.record_turn("long", "user", f"turn {i}")
+        kg.create_entities(
+            [EntityInput(f"person {i}", "person", [f"likes tea {i}"]) for i in numbers]
+        )
+        kg.add_observations([ObservationInput("alice", [f"alice fact {i}" for i in numbers])])
+        kg.create_relations([RelationInput("alice", f"person {i}", "knows") for i in numbers])
+        for _ in range(4):
+            store.read_memory(read)
+
+    fill(0)
+    past = store.state.seq
+    now[0] += timedelta(hours=1)
+    fill(HALF)
+    yield store, kg, past, read
+    store.close()
+
+
+def _relation(r: Any) -> tuple[str, str, str]:
+    return (r.from_, r.to, r.relation_type)
+
+
+#: Each paged answer: how to fetch a page (store, graph, past seq or None, the read memory;
+#: then offset, limit), and the items a page holds.
+PAGED: dict[str, tuple[Callable[..., Any], Callable[[Any], list[Any]]]] = {
+    "read_key": (
+        lambda s, kg, at, m, o, n: view(s, at).read_key(
+            s.state.key_for_label("tea").id, limit=n, offset=o
+        ),
+        lambda page: [m.memory_id for m in page.memories],
+    ),
+    "list_memories": (
+        lambda s, kg, at, m, o, n: view(s, at).list_memories(limit=n, offset=o),
+        lambda page: [m.memory_id for m in page.memories],
+    ),
+    "browse_keys": (
+        lambda s, kg, at, m, o, n: view(s, at).browse_keys(limit=n, offset=o),
+        lambda page: [k.key_id for k in page.keys],
+    ),
+    "list_sessions": (
+        lambda s, kg, at, m, o, n: view(s, at).list_sessions(limit=n, offset=o),
+        lambda page: [x.session_id for x in page.sessions],
+    ),
+    "get_conversation": (
+        lambda s, kg, at, m, o, n: view(s, at).get_conversation("long", limit=n, offset=o),
+        lambda page: [t.turn for t in page.turns],
+    ),
+    "history": (
+        lambda s, kg, at, m, o, n: history(s, m, limit=n, offset=o),
+        lambda page: [e.seq for e in page.events],
+    ),
+    "changes": (
+        lambda s, kg, at, m, o, n: changes(s, until=at, limit=n, offset=o),
+        lambda page: page.added + [c.new_id for c in page.corrected],
+    ),
+    "read_graph": (
+        lambda s, kg, at, m, o, n: kg.read_graph(limit=n, offset=o, as_of=at),
+        lambda page: [e.name for e in page.entities] + [_relation(r) for r in page.relations],
+    ),
+    "search_nodes": (
+        lambda s, kg, at, m, o, n: kg.search_nodes("tea", limit=n, offset=o, as_of=at),
+        lambda page: [e.name for e in page.entities],
+    ),
+    "read_entity": (
+        lambda s, kg, at, m, o, n: kg.read_entity("alice", limit=n, offset=o, as_of=at),
+        lambda page: page.entity.observations + [_relation(r) for r in page.relations],
+    ),
+}
+
+
+#: history has no past point: it lists the whole chain's events whatever the time
+WALKS = [
+    (answer, past) for answer in PAGED for past in (False, True) if answer != "history" or not past
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "past"), WALKS, ids=[f"{a}-{'as_of' if p else 'now'}" for a, p in WALKS]
+)
+def test_walking_next_offset_visits_every_item_once_and_ends_with_null(
+    paged: tuple[Store, KnowledgeGraph, int, str], answer: str, past: bool
+) -> None:
+    """Every paged answer carries `next_offset`, meaning the same everywhere: call again with
+    offset=next_offset for the next page; null on the last one. Followed from offset 0, the
+    pages hold exactly the items of one page big enough for all, each once."""
+    store, kg, seq, read = paged
+    fetch, items = PAGED[answer]
+    at = seq if past else None
+    whole = fetch(store, kg, at, read, 0, 200)
+    assert whole.next_offset is None
+    every = items(whole)
+    assert len(every) > 2 * 3, "too few items to need several pages"
+    pages = every_page(lambda offset: fetch(store, kg, at, read, offset, 3))
+    walked = [item for page in pages for item in items(page)]
+    assert sorted(map(repr, walked)) == sorted(map(repr, every))  # each once, none missing
+    assert len(set(map(repr, walked))) == len(walked)
+    assert pages[-1].next_offset is None
+    # Past the end: an empty page whose next_offset is null too.
+    beyond = fetch(store, kg, at, read, 10_000, 3)
+    assert items(beyond) == [] and beyond.next_offset is None
+
+
+def test_a_big_key_pages_by_next_offset_like_a_small_one(store: Store) -> None:
+    """A key with keyrank.COLUMNS_MIN_LINKS memories or more is ranked from its kept columns,
+    another path to the same answer: its pages end with a null next_offset too."""
+    links = keyrank.COLUMNS_MIN_LINKS + 8
+    for first in range(0, links, 100):
+        numbers = range(first, min(first + 100, links))
+        store.remember_batch([RememberItem(f"fact {i} about tea", ["tea"]) for i in numbers])
+    key = store.state.key_for_label("tea")
+    assert key is not None
+    pages = every_page(lambda offset: store.read_key(key.id, limit=200, offset=offset))
+    walked = [m.memory_id for page in pages for m in page.memories]
+    assert len(pages) == 3 and pages[0].total == links
+    assert sorted(walked) == sorted(key.links) and len(set(walked)) == links
+
+
+def test_every_tool_that_takes_an_offset_answers_next_offset(store: Store) -> None:
+    """An agent pages every list the same way: each tool with an `offset` argument says in its
+    output schema (and on every answer) where the next page starts."""
+
+    async def listed() -> dict[str, Any]:
+        server = build_server(store, ("keygraph", "knowledge_graph"))
+        async with Client(server) as client:
+            return {t.name: t for t in (await client.list_tools()).tools}
+
+    tools = anyio.run(listed)
+    paged = sorted(name for name, t in tools.items() if "offset" in t.input_schema["properties"])
+    assert set(paged) == set(PAGED)  # a new paged tool gets its walk above
+    for name in paged:
+        schema = tools[name].output_schema
+        assert "next_offset" in schema["required"], name
+        assert schema["properties"]["next_offset"]["type"] == ["integer", "null"], name
+        assert "next_offset" in tools[name].description, name
