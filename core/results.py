@@ -242,6 +242,10 @@ class Forgotten:
     purged: list[str] = field(default_factory=list)
     #: With all_versions: the other versions forgotten with it.
     other_versions: list[str] = field(default_factory=list)
+    #: Memories not forgotten that hold the same text (a retelling kept as a newer version, the
+    #: same fact in another namespace): its words are still stored there until those are
+    #: forgotten too.
+    same_text_in: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

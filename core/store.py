@@ -1076,11 +1076,17 @@ class Store(Queries, HybridQueries):
                     memory_id=node.id,
                     seq=events[-1].seq,
                 ) from exc
+            hashes = {n.content_hash for n in nodes}
             return Forgotten(
                 memory_id=node.id,
                 seq=events[-1].seq,
                 purged=purged,
                 other_versions=[n.id for n in nodes if n.id != node.id],
+                same_text_in=sorted(
+                    m.id
+                    for m in self.state.memories.values()
+                    if m.content_hash in hashes and m.status != "forgotten"
+                ),
             )
 
         return self._write(decide)

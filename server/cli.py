@@ -371,6 +371,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
         print(f"forgot {result.memory_id} (seq {result.seq})")
         if result.other_versions:
             print(f"  and its other versions {', '.join(result.other_versions)}")
+        if result.same_text_in:
+            print(f"  the same text is still held by {', '.join(result.same_text_in)}")
         for path in result.purged:
             print(f"  content removed from {path}")
     return 0

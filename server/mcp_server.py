@@ -743,10 +743,13 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     ) -> Annotated[CallToolResult, Forgotten]:
         """Forget a memory for good: hidden from every read, and its content erased from every
         file of the store (log, snapshots, vectors, index). Only the id, a hash of the content,
-        the time and `reason` are kept. Only when the user asks; it cannot be undone.
+        the time and `reason` are kept. Only when the user asks; it cannot be undone. Other
+        memories holding the same text (a retelling, the fact in another namespace) are listed
+        in `same_text_in`: forget those too if the words must go.
 
         Example: forget(memory_id="m_3f2a9c1b7d0e", reason="user asked") ->
-        {"memory_id": "m_3f2a9c1b7d0e", "seq": 42, "purged": ["log/000...1.jsonl", ...]}
+        {"memory_id": "m_3f2a9c1b7d0e", "seq": 42, "purged": ["log/000...1.jsonl", ...],
+         "same_text_in": []}
         """
         return _reply(lambda: store.forget(memory_id, reason, all_versions))
 

@@ -357,6 +357,24 @@ def test_forgetting_one_version_keeps_the_others(home: Path) -> None:
     assert store.state.memories[seoul].content == "user lives in Seoul"
 
 
+def test_a_forget_names_the_memories_that_still_hold_the_same_text(home: Path) -> None:
+    """The same fact told again is a new version holding the same words (dedup), and a fact
+    may be told in two namespaces: forgetting one answered as if the words were gone, while
+    they were still stored and read elsewhere."""
+    store = open_store(home)
+    first = store.remember("the door code is 4711", ["door"]).memory_id
+    retold = store.remember("the door code is 4711", ["door"])
+    assert retold.deduplicated is not None and retold.deduplicated.memory_id == first
+    other = store.remember("the door code is 4711", ["door"], namespace="work").memory_id
+    gone = store.forget(first)
+    assert gone.same_text_in == sorted([retold.memory_id, other])
+    assert gone.other_versions == []
+    # Forgetting all of them leaves none to name, and the words are gone from every file.
+    assert store.forget(retold.memory_id, all_versions=True).same_text_in == [other]
+    assert store.forget(other).same_text_in == []
+    assert files_holding(home, "door code is 4711") == []
+
+
 def test_all_versions_through_a_version_forgotten_already_takes_the_rest(home: Path) -> None:
     """Forgetting one version, then the whole fact by the id one holds (the one forgotten):
     all_versions takes every version still holding its text, not a refusal that the id given
