@@ -149,11 +149,23 @@ Direct recall
 """
 
 
+#: Added to MEMORY_SYSTEM_PROMPT when the knowledge-graph tools are served beside the keygraph
+#: ones: an agent told only to walk keys never learns what the other ten tools are for.
+BOTH_TOOLSETS_PROMPT = """
+Knowledge graph (the same memory, seen as entities)
+- An entity is a name key, an observation a memory linked to it, a relation a typed edge
+  between two entities. Use `create_entities`, `add_observations` and `create_relations` when
+  the user or a tool speaks in entities and relations, and `search_nodes`/`open_nodes` to read
+  them back; `recall` and `read_key` find what they stored too.
+"""
+
+
 def system_prompt(toolsets: Sequence[str], direct_recall: bool = False) -> str:
     """The instructions for the tools served: they name only tools the server has."""
     if "keygraph" not in toolsets:
         return KG_SYSTEM_PROMPT
-    return MEMORY_SYSTEM_PROMPT + (DIRECT_RECALL_PROMPT if direct_recall else "")
+    both = BOTH_TOOLSETS_PROMPT if "knowledge_graph" in toolsets else ""
+    return MEMORY_SYSTEM_PROMPT + (DIRECT_RECALL_PROMPT if direct_recall else "") + both
 
 
 def prompt_description(toolsets: Sequence[str]) -> str:

@@ -54,6 +54,9 @@ def test_instructions_name_only_served_tools(
                 assert named, said  # it does tell the agent what to call
                 assert named <= served, named - served
                 assert ("recall_memories" in named) == ("recall_memories" in served)
+                # ... and every tool set served is taught: with both, the graph tools too.
+                assert ("search_nodes" in named) == ("search_nodes" in served)
+                assert ("recall" in named) == ("recall" in served)
 
     anyio.run(check)
 
