@@ -12,6 +12,7 @@ from .shell import (
     OFFSET_HELP,
     PAGE_HELP,
     PAGE_RANGE,
+    counted,
     emit_json,
     memories,
     open_store,
@@ -116,12 +117,13 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if not result.total:
         print("no recorded conversations")
     elif not result.sessions:  # --offset past the end: say so, as `list` and `keys` do
-        print(f"{result.total} sessions (showing none)")
+        print(f"{counted(result.total, 'session')} (showing none)")
     for s in result.sessions:
         print(
-            f"{s.session_id}  {s.turns} turns  {short_time(s.first_at)} .. {short_time(s.last_at)}"
+            f"{s.session_id}  {counted(s.turns, 'turn')}  {short_time(s.first_at)} .. "
+            f"{short_time(s.last_at)}"
         )
-    say_more(result.next_offset, f" ({result.total} sessions)")
+    say_more(result.next_offset, f" ({counted(result.total, 'session')})")
     return 0
 
 
@@ -136,7 +138,7 @@ def cmd_conversation(args: argparse.Namespace) -> int:
         shown = f"{result.turns[0].turn}-{result.turns[-1].turn}" if result.turns else "none"
         more = f"; older: --offset {result.next_offset}" if result.next_offset is not None else ""
         paged = f" (showing {shown}{more})"
-    print(f"{result.session_id}: {result.total} turns{paged}")
+    print(f"{result.session_id}: {counted(result.total, 'turn')}{paged}")
     for t in result.turns:
         head = f"{t.turn:>4}  {short_time(t.at)}  {t.role}: "
         # A turn of several lines keeps the layout: its later lines are indented under its

@@ -140,6 +140,11 @@ def memories(count: int) -> str:
     return f"{count} memory" if count == 1 else f"{count} memories"
 
 
+def counted(count: int, noun: str) -> str:
+    """ "1 turn", "2 turns": a count of a noun whose plural adds an s."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def short_time(at: datetime | str | None) -> str:
     if at is None:
         return "-"

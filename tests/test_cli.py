@@ -177,7 +177,7 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
         ("chat-2", 1),
         ("chat-1", 2),
     ]
-    assert kt(home, "sessions").stdout.startswith("chat-2  1 turns  ")
+    assert kt(home, "sessions").stdout.startswith("chat-2  1 turn  ")
     chat = kt_json(home, "conversation", "chat-1")
     assert chat["total"] == 2
     assert [(t["turn"], t["role"], t["content"]) for t in chat["turns"]] == [

@@ -61,6 +61,18 @@ def test_conversation_indents_the_later_lines_of_a_turn(
     assert len(lines) == 5
 
 
+def test_one_turn_and_one_session_read_in_the_singular(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = open_store(home)
+    store.record_turn("s1", "user", "Hi")
+    store.close()
+    assert out_of(capsys, "conversation", "s1", "--home", str(home)).startswith("s1: 1 turn\n")
+    assert "  1 turn  " in out_of(capsys, "sessions", "--home", str(home))
+    past_the_end = out_of(capsys, "sessions", "--offset", "5", "--home", str(home))
+    assert past_the_end.startswith("1 session (showing none)"), past_the_end
+
+
 def test_correct_prints_the_old_depth_with_two_decimals(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
