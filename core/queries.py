@@ -631,7 +631,7 @@ class Queries:
             if query is not None and nodes:
                 scores = np.array(ranked, dtype=np.float64)
                 sims = self.embed([n.content for n in nodes]) @ self.embedder.embed([query])[0]
-                scores *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
+                scores *= query_factor(sims)
                 ranked = scores.tolist()
             # A stable sort of the negated scores: ties keep link order, as argsort did.
             order = sorted(range(len(ranked)), key=lambda i: -ranked[i])[offset : offset + limit]
@@ -677,8 +677,7 @@ class Queries:
                 texts = _Contents(memories, [ids[r] for r in shown])
                 query_vector = self.embedder.embed([query])[0]
                 sims = self.embed(texts, [digests[r] for r in shown]) @ query_vector
-                factor: np.ndarray = (0.5 + 0.5 * np.clip(sims, 0.0, 1.0)).astype(np.float64)
-                return factor
+                return query_factor(sims)
 
         return columns.page(namespace, now, offset, limit, exact, similarity)
 
@@ -1066,6 +1065,14 @@ class _Contents(Sequence[str]):
         if isinstance(index, slice):
             return [self._memories[i].content for i in self._ids[index]]
         return self._memories[self._ids[index]].content
+
+
+def query_factor(sims: np.ndarray) -> np.ndarray:
+    """What `read_key`'s `query` multiplies each memory's score by, from the cosine of its
+    content with the query (one function for the plain and the column ranking, which must
+    agree to the last bit)."""
+    factor: np.ndarray = (0.5 + 0.5 * np.clip(sims, 0.0, 1.0)).astype(np.float64)
+    return factor
 
 
 def preview(content: str, limit: int = PREVIEW_CHARS) -> str:
