@@ -19,6 +19,9 @@ Stores are kept under --work (default /tmp/keytrail-locomo) and reused, so a sec
 nothing (the vector cache) and only re-runs the queries. recall_memories runs with learn=False,
 so every query sees the same store.
 
+`key_walk` is what an agent gets without `recall_memories`: `recall`, then `read_key` of the
+first three keys with the question as `query`, merged rank by rank (no reads recorded).
+
     KEYTRAIL_EMBED_MODEL_PATH=../shared/models/all-MiniLM-L6-v2-onnx \
         .venv/bin/python tools/bench_locomo.py > locomo.json
 """
@@ -44,7 +47,9 @@ from keytrail.core.queries import visible
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 DEV = (0, 1)  # parameters were chosen looking at these; the others are held out
-METHODS = ("bm25", "dense", "recall_memories", "recall_memories_rrf")
+METHODS = ("bm25", "dense", "recall_memories", "recall_memories_rrf", "key_walk")
+#: Keys of a recall the key walk reads, as an agent reads the first few
+WALK_KEYS = 3
 CATEGORIES = (1, 2, 3, 4)
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 
@@ -152,6 +157,24 @@ def hybrid_rrf(store: Store, query: str, k: int) -> list[str]:
         store.settings = configured
 
 
+def key_walk(store: Store, query: str, k: int) -> list[str]:
+    """An agent's walk without direct recall: `recall` the question's keys, `read_key` each of
+    the first WALK_KEYS with the question as `query`, and take their memories rank by rank (the
+    first of each key, then the second, ...). Reads nothing, so every question sees the same
+    store."""
+    keys = [found.key_id for found in store.recall(query).keys[:WALK_KEYS]]
+    pages = [
+        [m.memory_id for m in store.read_key(key_id, query=query, limit=k).memories]
+        for key_id in keys
+    ]
+    out: list[str] = []
+    for rank in range(k):
+        for page in pages:
+            if rank < len(page) and page[rank] not in out:
+                out.append(page[rank])
+    return out[:k]
+
+
 def score(ranked: list[str], turns_of: dict[str, set[str]], evidence: set[str]) -> dict[str, float]:
     turn_lists = [turns_of.get(mid, set()) for mid in ranked]
     sessions = [{t.split(":")[0] for t in ts} for ts in turn_lists]
@@ -196,6 +219,7 @@ def main() -> int:
         "dense": dense,
         "recall_memories": hybrid,
         "recall_memories_rrf": hybrid_rrf,
+        "key_walk": key_walk,
     }
     assert tuple(methods) == METHODS
     for index in chosen:
