@@ -207,6 +207,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DATA / "locomo-dev.json")
     parser.add_argument("--work", type=Path, default=Path("/tmp/keytrail-locomo"))
     parser.add_argument("--conversations", type=int, nargs="*", help="only these (0-based)")
+    parser.add_argument("--methods", nargs="*", choices=METHODS, help="only these methods")
     args = parser.parse_args()
 
     data = json.loads(args.data.read_text())
@@ -222,6 +223,8 @@ def main() -> int:
         "key_walk": key_walk,
     }
     assert tuple(methods) == METHODS
+    if args.methods:
+        methods = {name: methods[name] for name in args.methods}
     for index in chosen:
         conv = data[index]
         clock = BenchClock()
