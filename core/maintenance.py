@@ -484,19 +484,35 @@ class _Derived:
             return
         for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
             name = f"{VECTORS_DIR}/{sub.name}"
-            found = check_cache(sub)
+            found, pending = check_cache(sub), self.pending
+            if found is not None and found.unzeroed and not pending:
+                # Or a forget under way in another process (it dashes the hash lines, then
+                # zeroes the rows, holding the lock): look again with no appender mid-way.
+                found, pending = self._vector_cache_now(sub)
             if found is None:
                 self.ignored.append(f"{name}: no manifest and no dimension in its name")
                 continue
             # Rows a killed purge erased but had not zeroed: expected while its forget is
             # pending (the next open finishes it, zeroing every erased row).
-            problems = found.problems + ([] if self.pending else found.unzeroed)
+            problems = found.problems + ([] if pending else found.unzeroed)
             self.problems += [f"{name}: {problem}" for problem in problems]
             if found.manifest is None:
                 if not problems:
                     self.checked.append(f"{name} ({found.rows} rows, no coverage recorded)")
                 continue
             self._at(found.manifest.seq, name, partial(self._coverage, name, found))
+
+    def _vector_cache_now(self, folder: Path) -> tuple[CacheCheck | None, set[str]]:
+        """`check_cache(folder)` and the pending purges, read while no appender is mid-way."""
+        found: list[tuple[CacheCheck | None, set[str]]] = []
+
+        def read() -> bool:
+            pending = {p.memory_id for p in forgetting.read_pending(self.home)}
+            found.append((check_cache(folder), pending))
+            return True
+
+        _between_writes(self.home, read)
+        return found[0]
 
     def _coverage(self, name: str, found: CacheCheck, state: GraphState) -> None:
         assert found.manifest is not None

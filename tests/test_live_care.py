@@ -9,6 +9,7 @@ real `keytrail serve` processes.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from test_multi_server import waiters_on
 from keytrail.core import HashEmbedder, Settings, Store, forgetting, maintenance
 from keytrail.core.maintenance import drop_cache, verify
 from keytrail.events import AnyEvent
-from keytrail.projections import GraphState
+from keytrail.projections import GraphState, vectors
 from keytrail.projections import snapshot as snapshots
 
 
@@ -261,6 +262,56 @@ def test_verify_is_clean_when_it_reaches_a_snapshot_a_forget_has_not_purged_yet(
     report = verify(home)
     assert not report.ok
     assert any(gone.memory_id in p and path.name in p for p in report.cache_problems)
+
+
+def test_verify_is_clean_when_it_reads_a_vector_row_a_forget_has_half_erased(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget erases a vector row in two steps, holding the lock: the hash line dashed, then
+    the vector zeroed. verify that read the cache in between saw an erased row "whose vector
+    was not zeroed", though the forget was only half way. It must look again once it is done."""
+    home = tmp_path / "store"
+    other = open_store(home)
+    gone = other.remember("The door code is 4711", ["door"])
+    other.remember("Dana lives in Lyon", ["Lyon"])
+    (cache,) = (home / "cache" / "vectors").iterdir()
+    paused, go = threading.Event(), threading.Event()
+    forgetter = threading.Thread(target=other.forget, args=(gone.memory_id,))
+
+    class PausingOs:
+        """os, but the forget stops right after it has dashed a hash line."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        def fsync(self, fd: int) -> None:
+            os.fsync(fd)
+            erased = b"---" in (cache / "hashes.txt").read_bytes()
+            if threading.current_thread() is forgetter and erased and not paused.is_set():
+                paused.set()
+                assert go.wait(60)
+
+    monkeypatch.setattr(vectors, "os", PausingOs())
+    check_cache = maintenance.check_cache
+
+    def check_while_a_forget_erases(folder: Path) -> vectors.CacheCheck | None:
+        if not forgetter.is_alive() and not paused.is_set():  # after forget.pending was read
+            forgetter.start()
+            assert paused.wait(60)
+            found = check_cache(folder)
+            go.set()
+            return found
+        return check_cache(folder)
+
+    monkeypatch.setattr(maintenance, "check_cache", check_while_a_forget_erases)
+    try:
+        report = verify(home)
+        forgetter.join(60)
+    finally:
+        go.set()
+        other.close()
+    assert paused.is_set()
+    assert report.ok, report.cache_problems
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
