@@ -235,6 +235,7 @@ class _Derived:
     """
 
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.problems: list[str] = []
         self.checked: list[str] = []
         self.ignored: list[str] = []
@@ -312,10 +313,14 @@ class _Derived:
             # A forget by another process after the fold read the memory's line blanks its
             # content in every snapshot: as the log has it, if the final state forgets it.
             blanked = self._blanked_since(snapshot, state)
+            # One under way when the fold read the line (redacted) has yet to blank this file.
+            unpurged = self._unpurged_yet(snapshot, state)
             if msgspec.msgpack.encode(snapshot) != msgspec.msgpack.encode(state):
                 self.problems.append(f"{name}: differs from the log folded to seq {state.seq}")
-            elif blanked:
-                self._later.append(partial(self._forgotten_by_now, name, state.seq, blanked))
+            elif blanked or unpurged:
+                self._later.append(
+                    partial(self._forgotten_by_now, path, name, state.seq, blanked, unpurged)
+                )
             else:
                 self.checked.append(f"{name} (seq {state.seq})")
 
@@ -331,15 +336,73 @@ class _Derived:
                 blanked.add(memory_id)
         return blanked
 
-    def _forgotten_by_now(self, name: str, seq: int, blanked: set[str], final: GraphState) -> None:
+    @staticmethod
+    def _unpurged_yet(snapshot: GraphState, state: GraphState) -> set[str]:
+        """Memories whose content `snapshot` holds and `state` has blank though not forgotten by
+        then (its line redacted by a later forget); in `snapshot`, their content is blanked."""
+        unpurged = set()
+        for memory_id, node in snapshot.memories.items():
+            folded = state.memories.get(memory_id)
+            if (
+                node.content
+                and folded is not None
+                and not folded.content
+                and folded.status != "forgotten"
+            ):
+                node.content = ""
+                unpurged.add(memory_id)
+        return unpurged
+
+    def _forgotten_by_now(
+        self,
+        path: Path,
+        name: str,
+        seq: int,
+        blanked: set[str],
+        unpurged: set[str],
+        final: GraphState,
+    ) -> None:
+        # (A line redacted for a memory never forgotten is a problem of the log, reported as
+        # such: the fold's state cannot have `unpurged` memories that are not forgotten.)
         kept = sorted(m for m in blanked if final.memories[m].status != "forgotten")
+        left = self._held_now(path, seq, unpurged) if unpurged and not kept else []
         if kept:
             self.problems.append(
                 f"{name}: differs from the log folded to seq {seq} (content blank for "
                 f"memories never forgotten: {_some(kept)})"
             )
+        elif left:
+            self.problems.append(
+                f"{name}: differs from the log folded to seq {seq} (still holds the content of "
+                f"forgotten memories: {_some(left)})"
+            )
         else:
             self.checked.append(f"{name} (seq {seq})")
+
+    def _held_now(self, path: Path, seq: int, memory_ids: set[str]) -> list[str]:
+        """Which of `memory_ids` the snapshot at `path` still holds content for, read while no
+        appender is mid-way (a forget blanks every snapshot holding the lock, before it is
+        acknowledged), leaving out those whose purge is pending (the next open finishes it)."""
+        held: list[str] = []
+
+        def read() -> bool:
+            loaded = snapshots.load(path)
+            if loaded is None or loaded.seq != seq:
+                return True  # deleted or replaced since: nothing of it to judge
+            pending = {p.memory_id for p in forgetting.read_pending(self.home)}
+            held.extend(
+                sorted(
+                    m
+                    for m in memory_ids
+                    if m not in pending
+                    and (node := loaded.state.memories.get(m)) is not None
+                    and node.content
+                )
+            )
+            return True
+
+        _between_writes(self.home, read)
+        return held
 
     def _purged(self, snapshot: GraphState, state: GraphState) -> GraphState:
         """`snapshot` with the content of memories whose purge is pending as the log has it."""
@@ -384,12 +447,7 @@ class _Derived:
                 index.close()
             return True
 
-        log = EventLog(home)
-        try:
-            # Never create the lock file (verify writes nothing): without it, no appender is.
-            log.wait_for_lock(read) if log.lock_path.exists() else read()
-        finally:
-            log.close()
+        _between_writes(home, read)
         return found
 
     def _text_ids(self, name: str, ids: set[str], state: GraphState, home: Path) -> None:
@@ -426,19 +484,35 @@ class _Derived:
             return
         for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
             name = f"{VECTORS_DIR}/{sub.name}"
-            found = check_cache(sub)
+            found, pending = check_cache(sub), self.pending
+            if found is not None and found.unzeroed and not pending:
+                # Or a forget under way in another process (it dashes the hash lines, then
+                # zeroes the rows, holding the lock): look again with no appender mid-way.
+                found, pending = self._vector_cache_now(sub)
             if found is None:
                 self.ignored.append(f"{name}: no manifest and no dimension in its name")
                 continue
             # Rows a killed purge erased but had not zeroed: expected while its forget is
             # pending (the next open finishes it, zeroing every erased row).
-            problems = found.problems + ([] if self.pending else found.unzeroed)
+            problems = found.problems + ([] if pending else found.unzeroed)
             self.problems += [f"{name}: {problem}" for problem in problems]
             if found.manifest is None:
                 if not problems:
                     self.checked.append(f"{name} ({found.rows} rows, no coverage recorded)")
                 continue
             self._at(found.manifest.seq, name, partial(self._coverage, name, found))
+
+    def _vector_cache_now(self, folder: Path) -> tuple[CacheCheck | None, set[str]]:
+        """`check_cache(folder)` and the pending purges, read while no appender is mid-way."""
+        found: list[tuple[CacheCheck | None, set[str]]] = []
+
+        def read() -> bool:
+            pending = {p.memory_id for p in forgetting.read_pending(self.home)}
+            found.append((check_cache(folder), pending))
+            return True
+
+        _between_writes(self.home, read)
+        return found[0]
 
     def _coverage(self, name: str, found: CacheCheck, state: GraphState) -> None:
         assert found.manifest is not None
@@ -461,6 +535,16 @@ class _Derived:
             )
         elif not found.problems and not (found.unzeroed and not self.pending):
             self.checked.append(f"{name} ({found.rows} rows, covers seq {state.seq})")
+
+
+def _between_writes(home: Path, read: Callable[[], bool]) -> None:
+    """Run `read` while no appender holds the lock (none is mid-way through a write)."""
+    log = EventLog(home)
+    try:
+        # Never create the lock file (verify writes nothing): without it, no appender is.
+        log.wait_for_lock(read) if log.lock_path.exists() else read()
+    finally:
+        log.close()
 
 
 def _some(items: list[str], shown: int = 3) -> str:
