@@ -57,7 +57,7 @@ _COLUMNS = (
 #: The exact score of a row: (memory node, link weight) -> the plain path's float
 ExactScore = Callable[[MemoryNode, float], float]
 #: read_key with a query: the shown rows (row indices, in link order) -> each one's factor
-#: (0.5 + 0.5·similarity, as float64), computed as the plain path computes it
+#: (`queries.query_factor`, as float64), computed as the plain path computes it
 Similarity = Callable[[np.ndarray], np.ndarray]
 
 

@@ -1067,11 +1067,21 @@ class _Contents(Sequence[str]):
         return self._memories[self._ids[index]].content
 
 
+#: The power of a content's cosine with `read_key`'s query in its score. The query says what the
+#: agent wants now, so it must decide: at 0.5 + 0.5·cosine (a 2× span) three reads of an
+#: unrelated memory through the key, or the time factor's 2×, outranked the memory that
+#: answers. At the 4th power a cosine of 0.6 is 5× one of 0.4, while reads (link weights up to
+#: 3×), depth and recency still order memories about as relevant. On LoCoMo's key walk it took
+#: held-out recall_any@5 from 26.5 to 45.0 (BENCHMARKS.md, "read_key's query factor"); higher
+#: powers gained little more and would leave reading history no say.
+QUERY_POWER = 4
+
+
 def query_factor(sims: np.ndarray) -> np.ndarray:
     """What `read_key`'s `query` multiplies each memory's score by, from the cosine of its
     content with the query (one function for the plain and the column ranking, which must
     agree to the last bit)."""
-    factor: np.ndarray = (0.5 + 0.5 * np.clip(sims, 0.0, 1.0)).astype(np.float64)
+    factor: np.ndarray = (np.clip(sims, 0.0, 1.0) ** QUERY_POWER).astype(np.float64)
     return factor
 
 

@@ -380,3 +380,25 @@ def test_a_content_another_process_forgot_still_ranks_the_memory_that_shares_it(
         assert got.memories[0].memory_id == kept
         assert got == fresh.read_key(hub_id(store), query=text, limit=5)
     assert_same_as_plain(store, query=text)
+
+
+def test_a_query_outranks_a_few_reads_of_an_unrelated_memory(real_store: Store) -> None:
+    """Found by an agent on LoCoMo: after the Sweden memory was read three times through
+    "Caroline", read_key(Caroline, query="What book does Caroline love?") ranked it above the
+    memory that answers. The query's factor (0.5 + 0.5·cosine) spanned 2×, no more than three
+    reads' link weight and the time factor; relevance to the query now decides (cosine⁴), and
+    reads and recency order what is about as relevant."""
+    s = real_store
+    made = s.remember(
+        "Caroline moved here from Sweden four years ago", ["Caroline"], {"Caroline": "name"}
+    )
+    key_id = made.keys[0].key_id
+    book = s.remember(
+        "Caroline's favourite book is Becoming Nicole by Amy Ellis Nutt", ["Caroline"]
+    ).memory_id
+    for _ in range(3):
+        s.read_memory(made.memory_id, via_key_id=key_id)
+    page = s.read_key(key_id, query="What book does Caroline love?")
+    assert page.memories[0].memory_id == book
+    # Without a query the reads decide, as before.
+    assert s.read_key(key_id).memories[0].memory_id == made.memory_id
