@@ -22,7 +22,7 @@ from keytrail.core.knowledge_graph import (
     ObservationInput,
     RelationInput,
 )
-from keytrail.core.queries import visible
+from keytrail.core.queries import QUERY_POWER, visible
 from keytrail.core.timetravel import view
 from keytrail.events import (
     EVENT_TYPES,
@@ -655,7 +655,7 @@ def plain_ranking(
 def plain_ranking_with_query(
     store: Store, key_id: str, namespace: str | None, query: str
 ) -> tuple[int, list[tuple[str, float]]]:
-    """read_key's ranking with a query from scratch: base scores times 0.5 + 0.5·similarity."""
+    """read_key's ranking with a query from scratch: base scores times cosine ** QUERY_POWER."""
     now, memories, links = store.clock(), store.state.memories, store.state.keys[key_id].links
     shown = [
         (mid, weight)
@@ -672,7 +672,7 @@ def plain_ranking_with_query(
         dtype=np.float64,
     )
     sims = store.embed([memories[m].content for m, _ in shown]) @ store.embedder.embed([query])[0]
-    base *= 0.5 + 0.5 * np.clip(sims, 0.0, 1.0)
+    base *= np.clip(sims, 0.0, 1.0) ** QUERY_POWER
     scored = [(m, float(score)) for (m, _), score in zip(shown, base.tolist(), strict=True)]
     return len(scored), sorted(scored, key=lambda ms: -ms[1])
 
