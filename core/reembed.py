@@ -330,10 +330,15 @@ class BackgroundBuild:
             retry = self._error is not None
             attempt = self._attempt
         while True:
+            ready = False
             with self._changed:
                 while True:
+                    now = (self._done, self._total)
                     if self._ready(need):
-                        return
+                        # Say how far it got first: a waiter woken once after several steps
+                        # would otherwise end on an old figure (36 of 68) and never say 68.
+                        ready = True
+                        break
                     if self._error is not None:
                         closed = isinstance(self._error, StoreClosed) or self.store._closing
                         if retry and self._attempt == attempt and not closed:
@@ -342,11 +347,15 @@ class BackgroundBuild:
                         raise ProjectionUnavailable(
                             name_of(self.store.embedder), _cause(self._error)
                         ) from self._error
-                    now = (self._done, self._total)
                     if progress is not None and self._total and now != heard:
                         break
                     self._changed.wait()
+            if ready:
+                if progress is not None and heard is not None and now != heard:
+                    progress(*now)
+                return
             heard = now
+            assert progress is not None
             progress(*now)
 
     def state(self) -> ProjectionState:

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -653,3 +654,29 @@ def test_a_batch_that_waits_for_the_build_reports_progress_that_only_increases(
     assert all(t is not None and p <= t for p, t, _ in heard)
     built = heard[first_embedding - 1][0]
     assert heard[-1][:2] == (built + 80, built + 80)  # 40 contents and 40 new labels
+
+
+def test_a_waiter_woken_after_several_steps_says_how_far_the_build_got() -> None:
+    """A waiter woken once after the build's last steps returned on the figure it had heard
+    before (36 of 68), so a client's progress never reached 68 of 68 (seen in CI, under load).
+    Here the build moves on and finishes between two wake-ups of the waiter."""
+    from keytrail.core.reembed import BackgroundBuild
+
+    build = BackgroundBuild(store=object())  # type: ignore[arg-type]  # never started
+    heard: list[tuple[int, int]] = []
+    build._progress(36, 68)
+    waiter = threading.Thread(
+        target=build.wait, args=("all", lambda d, t: heard.append((d, t))), daemon=True
+    )
+    waiter.start()
+    deadline = time.monotonic() + SAFETY
+    while not heard and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert heard == [(36, 68)]
+    with build._changed:  # the last steps and the end, before the waiter runs again
+        build._done, build._total = 68, 68
+        build._keys_ready = build._finished = True
+        build._changed.notify_all()
+    waiter.join(SAFETY)
+    assert not waiter.is_alive()
+    assert heard == [(36, 68), (68, 68)]
