@@ -11,6 +11,7 @@ import itertools
 import re
 import secrets
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -141,9 +142,14 @@ class LinksByNamespace:
 class Batch:
     """Decisions of one command, aware of what earlier items of the same batch created."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, now: datetime) -> None:
         self.store = store
         self.state = store.state
+        #: the command's time (its event's `at`): expiry is judged at it, as the event and
+        #: `correct`'s own check judge it, not at this process's clock, which may be behind
+        #: the log's last time (another process's clock runs ahead; the log's times never go
+        #: back)
+        self.now = now
         self.new_keys: dict[str, KeyLink] = {}  # folded label -> link of a key new in this batch
         self.new_names: dict[str, KeyLink] = {}  # the same by name_form
         self.new_key_vectors: list[tuple[str, Matrix]] = []
@@ -175,7 +181,7 @@ class Batch:
         if new is not None:
             found = new[0].namespace
         else:
-            found = self.store._visible_memory(field, memory_id, self.store.clock()).namespace
+            found = self.store._visible_memory(field, memory_id, self.now).namespace
         check.related_namespace(field, memory_id, found, namespace)
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
@@ -355,7 +361,7 @@ class Batch:
         possible contradiction, never silently deduplicated.
         """
         store = self.store
-        now = store.clock()
+        now = self.now
         memories = self.state.memories
         candidates: dict[str, str] = {}  # memory id -> content
         # The rarest keys first, each key's newest links first, and a bound on both: a hub key

@@ -833,7 +833,7 @@ class Store(Queries, HybridQueries):
         self, app: Appender, checked: list[_Checked], vectors: Matrix, single: bool
     ) -> list[Remembered]:
         """Decide each item in turn; `vectors` starts with one row per item's content."""
-        batch = Batch(self)
+        batch = Batch(self, app.at)
         batch.match_labels(k for item in checked for k in item.keys)
         news: list[NewMemory] = []
         outcomes: list[Remembered] = []
@@ -934,7 +934,7 @@ class Store(Queries, HybridQueries):
 
         def decide(app: Appender) -> Corrected:
             old = self._current_memory("memory_id", memory_id, app.at)
-            batch = Batch(self)
+            batch = Batch(self, app.at)
             chain = set(versions(self.state.memories, old.id))
             for j, target in enumerate(related or []):
                 if target in chain:

@@ -143,3 +143,23 @@ def test_related_of_an_expired_memory_is_refused_as_read_memory_refuses_it(
             assert info.value.field == "memory_id"
         past = view(store, before).related(trip.memory_id)
         assert {r.memory_id for r in past.related} == {other.memory_id}
+
+
+def test_expiry_of_a_related_to_target_is_judged_at_the_events_time(tmp_path: Path) -> None:
+    """Another process whose clock runs ahead has written later events: this one's command
+    is recorded at that later time (a log's times never go back), and a target expired by
+    then was still accepted, judged by this process's own clock, while `correct` of the same
+    memory was refused as expired (found by the stress hunt)."""
+    behind = [datetime(2026, 1, 1, tzinfo=UTC)]
+    ahead = [behind[0] + timedelta(seconds=100)]
+    slow = clocked_store(tmp_path, behind)
+    trip = slow.remember("Dana is in Rome", ["Rome"], ttl_seconds=50).memory_id
+    fast = clocked_store(tmp_path, ahead)
+    fast.remember("Dana flew home", ["flight"])  # recorded at 100 s: the trip has expired
+    with pytest.raises(NotFound) as refused:
+        slow.remember("Dana bought a souvenir", ["shopping"], related_to=[trip])
+    assert refused.value.field == "related_to[0]"
+    with pytest.raises(NotFound):
+        slow.correct(trip, "Dana is in Milan")
+    slow.close()
+    fast.close()
