@@ -150,8 +150,8 @@ class Batch:
         #: the log's last time (another process's clock runs ahead; the log's times never go
         #: back)
         self.now = now
-        self.new_keys: dict[str, KeyLink] = {}  # folded label -> link of a key new in this batch
-        self.new_names: dict[str, KeyLink] = {}  # the same by name_form
+        #: name_form of a label -> the link of a key this command made (or aliased) for it
+        self.new_keys: dict[str, KeyLink] = {}
         self.new_key_vectors: list[tuple[str, Matrix]] = []
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
@@ -197,7 +197,7 @@ class Batch:
             if (
                 spec.type == "concept"
                 and folded not in self._matched
-                and folded not in self.new_keys
+                and name_form(spec.label) not in self.new_keys
                 and self.state.key_for_label(spec.label) is None
             ):
                 labels.setdefault(folded, spec.label)
@@ -218,8 +218,7 @@ class Batch:
         seen: set[str] = set()
         self.match_labels(specs)  # nothing left to match when the batch matched them all first
         for spec in specs:
-            folded = spec.label.casefold()
-            known = self._known_key(spec.label, folded)
+            known = self._known_key(spec.label)
             if known is not None:
                 # A stored key, or one an earlier item of this command made: promoted as if it
                 # were stored, and said with the key's label (the label given may be an alias).
@@ -246,14 +245,13 @@ class Batch:
             outcomes.append(outcome)
         return links, outcomes
 
-    def _known_key(self, label: str, folded: str) -> tuple[str, str] | None:
-        """(id, type) of the key `label` names, stored or made earlier in this command."""
+    def _known_key(self, label: str) -> tuple[str, str] | None:
+        """(id, type) of the key `label` names, stored or made earlier in this command (in
+        any spelling `key_for_label` takes: case, the other apostrophe, İ as I)."""
         existing = self.state.key_for_label(label)
         if existing is not None:
             return existing.id, existing.type
-        first = self.new_keys.get(folded)
-        if first is None:  # spelled another way (the other apostrophe, İ as I)
-            first = self.new_names.get(name_form(label))
+        first = self.new_keys.get(name_form(label))
         return (first.key_id, first.type) if first is not None else None
 
     def _new_or_alias(self, spec: check.KeySpec, initial: float) -> tuple[KeyLink, KeyOutcome]:
@@ -276,8 +274,7 @@ class Batch:
                     fingerprint=store.embedder.fingerprint,
                     weight=initial,
                 )
-                self.new_keys[spec.label.casefold()] = link
-                self.new_names.setdefault(name_form(spec.label), link)
+                self.new_keys[name_form(spec.label)] = link
                 self.new_key_vectors.append((best_id, vector))
                 return link, KeyOutcome(
                     best_id,
@@ -294,8 +291,7 @@ class Batch:
             resolution="new",
             weight=initial,
         )
-        self.new_keys[spec.label.casefold()] = link
-        self.new_names.setdefault(name_form(spec.label), link)
+        self.new_keys[name_form(spec.label)] = link
         if spec.type == "concept":
             self.new_key_vectors.append((link.key_id, store.embed([spec.label])[0]))
         return link, KeyOutcome(link.key_id, spec.label, spec.type, "new")

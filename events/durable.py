@@ -2,9 +2,10 @@
 
 On Linux fsync(2) is enough. On macOS it only hands the data to the drive, whose cache can still
 lose it at a power cut; `F_FULLFSYNC` asks the drive to write it down (Go's `File.Sync` and
-Rust's `sync_all` do the same there). It costs milliseconds per call on a Mac, which is why only
-the log (the one source of truth) and what erases from it use these; caches rebuilt from the log
-keep plain fsync.
+Rust's `sync_all` do the same there). Each call then waits for the drive itself, so the log
+(the one source of truth), what erases from it and atomic file replacement (forget's pending
+record, snapshots) use these, while the vector cache, rebuilt from the log if lost, keeps plain
+fsync.
 """
 
 from __future__ import annotations

@@ -135,14 +135,14 @@ def emit_json(value: Any, out: TextIO | None = None) -> None:
     out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """ "1 turn", "2 turns": a count as a person reads it (`plural` where it is no noun + s)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
+
+
 def memories(count: int) -> str:
-    """ "1 memory", "2 memories": a count as a person reads it."""
-    return f"{count} memory" if count == 1 else f"{count} memories"
-
-
-def counted(count: int, noun: str) -> str:
-    """ "1 turn", "2 turns": a count of a noun whose plural adds an s."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+    """ "1 memory", "2 memories"."""
+    return counted(count, "memory", "memories")
 
 
 def short_time(at: datetime | str | None) -> str:
@@ -155,17 +155,24 @@ def short_time(at: datetime | str | None) -> str:
     return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
-def shown_text(text: str) -> str:
-    """A whole text for the terminal: its control characters escaped as in `preview`, but its
-    line breaks and tabs kept, so a memory of several lines still reads as several lines."""
+def _escaped(text: str, keep: str = "") -> str:
+    """`text` with its control characters (a terminal escape, a bell: a memory holds whatever
+    an agent was told) shown escaped (`\\x1b`), not sent to the terminal to act on; those in
+    `keep` stay as they are."""
     if text.isprintable():
         return text
     return "".join(
         c.encode("unicode_escape").decode()
-        if c not in "\n\t" and unicodedata.category(c) == "Cc"
+        if c not in keep and unicodedata.category(c) == "Cc"
         else c
         for c in text
     )
+
+
+def shown_text(text: str) -> str:
+    """A whole text for the terminal: its control characters escaped as in `preview`, but its
+    line breaks and tabs kept, so a memory of several lines still reads as several lines."""
+    return _escaped(text, keep="\n\t")
 
 
 def preview(text: str, width: int = 60, *, escape: bool = True) -> str:
@@ -174,8 +181,5 @@ def preview(text: str, width: int = 60, *, escape: bool = True) -> str:
     not sent to the terminal to act on; `escape=False` for a caller that repr()s the preview."""
     flat = " ".join(text.split())
     if escape:
-        flat = "".join(
-            c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c
-            for c in flat
-        )
+        flat = _escaped(flat)
     return clipped(flat, width)
