@@ -3,10 +3,13 @@
 Loading the command line takes about a quarter of a second (numpy, tantivy, the MCP SDK), and
 a Ctrl-C in that time raised KeyboardInterrupt out of the import, before `cli.main` could catch
 it: a traceback instead of one line and status 130. Nothing has been opened or written then.
+
+It is also the one place that runs before numpy loads, so it chooses numpy's BLAS threads.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -14,8 +17,30 @@ from collections.abc import Sequence
 #: here without loading all that this waits out.
 EXIT_INTERRUPTED = 130
 
+#: What numpy's BLAS (OpenBLAS in the wheels, MKL in some builds) reads its thread count from.
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Run numpy's matrix products on one thread, unless the environment says otherwise.
+
+    By default BLAS splits a product over every core and its threads then spin for a while
+    waiting for the next: a `remember` used twice its own time in CPU, and a bulk remember on
+    a 16-core server 7 cores for nothing. keytrail's products are matrix-vector ones, bound
+    by memory rather than arithmetic, and it shares its machine with the agent and the user:
+    on a busy machine one thread was the faster too (BENCHMARKS, "BLAS threads"). A variable
+    already set (these or OMP_NUM_THREADS) wins. Only before numpy loads does it take effect.
+    """
+    if "numpy" in sys.modules or any(
+        name in os.environ for name in (*BLAS_THREADS, "OMP_NUM_THREADS")
+    ):
+        return
+    for name in BLAS_THREADS:
+        os.environ[name] = "1"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    one_blas_thread()
     try:
         from .cli import main as run
     except KeyboardInterrupt:

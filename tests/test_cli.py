@@ -563,6 +563,39 @@ def test_the_console_script_runs_the_command_line(tmp_path: Path, hash_cli: None
     assert entry.main(["remember", "Anna lives in Lyon", "--home", str(tmp_path / "s")]) == 0
 
 
+BLAS_PROBE = """
+import os, sys
+from keytrail.server import entry
+try:
+    entry.main(["--version"])  # loads the command line, numpy with it
+except SystemExit:
+    pass
+assert "numpy" in sys.modules
+print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="BLAS starts one thread a core")
+def test_the_console_script_runs_numpy_on_one_thread_unless_told() -> None:
+    """By default numpy's BLAS started a thread per core, which spun after every product: a
+    remember burned twice its time in CPU. The user's own setting still wins."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+
+    def probe(**extra: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", BLAS_PROBE],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.split()[-2:]  # after the version line
+
+    assert probe() == ["1", "1"]  # the main thread alone
+    assert probe(OPENBLAS_NUM_THREADS="2") == ["2", "2"]
+
+
 def run_main(argv: list[str]) -> int:
     """cli.main in this process; a KeyboardInterrupt escaping it fails the test (pytest would
     take it for the user's Ctrl-C and stop the whole run)."""

@@ -12,6 +12,9 @@ remember spends outside fsync: keytrail's own work.
 
 With `--hub` every memory also carries the key "user", as an agent's memories often do, and
 the reads through that hub (recall, read_key, related, recall_memories) are timed as well.
+
+numpy's products run on one thread, as in the `keytrail` command, unless OPENBLAS_NUM_THREADS
+(or MKL_NUM_THREADS, OMP_NUM_THREADS) says otherwise (`tools/bench_blas.py` compares).
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from keytrail.core import HashEmbedder, Settings, Store
-from keytrail.events import EventLog
-from keytrail.events.log import LogPosition
-from keytrail.projections import fold
+from keytrail.server.entry import one_blas_thread
+
+one_blas_thread()  # as the `keytrail` command does, before numpy loads
+
+from keytrail.core import HashEmbedder, Settings, Store  # noqa: E402
+from keytrail.events import EventLog  # noqa: E402
+from keytrail.events.log import LogPosition  # noqa: E402
+from keytrail.projections import fold  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(5000)]
 
