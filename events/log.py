@@ -591,15 +591,17 @@ class Appender:
             if written and written[-1] != start[0]:
                 sync_dir(log.dir)
         except BaseException as exc:
-            cut = self._cut_back(start, [n for n in written if n != start[0]])
-            if isinstance(exc, OSError):
-                raise _append_failed(
-                    written[-1] if written else str(start[0]), exc, cut=cut
-                ) from exc
+            cut = self._cut_back(start)
+            # A failed write raised append's own StoreError, true of its line alone: whether
+            # the lines before it are gone is only known here.
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and (cause is exc or not cut):
+                where = written[-1] if written else start[0] or segment_name(start[2] + 1)
+                raise _append_failed(where, cause, cut=cut) from cause
             raise
         return stamped
 
-    def _cut_back(self, start: tuple[str | None, int, int, datetime], started: list[str]) -> bool:
+    def _cut_back(self, start: tuple[str | None, int, int, datetime]) -> bool:
         """Undo an `append_all` that failed: cut the segment it began in back to its offset,
         remove the segments it started, and put the cursor back. Whether that worked."""
         log = self._log
@@ -608,11 +610,11 @@ class Appender:
         # hold, so a cut that failed folds the lines it left rather than skip them.
         log._tail = None
         log._segment, log._offset, log._seq, log._at = start
-        name, offset = start[0], start[1]
+        name, offset, seq = start[0], start[1], start[2]
         try:
-            for started_name in started:
-                with suppress(FileNotFoundError):
-                    os.unlink(log.dir / started_name)
+            for started in log.segments(fresh=True):
+                if int(started.split(".")[0]) > seq:  # named by its first seq: one of ours
+                    os.unlink(log.dir / started)
             if name is not None:
                 os.truncate(log.dir / name, offset)
         except OSError:

@@ -411,12 +411,14 @@ def test_a_chain_is_found_in_its_segment_in_one_pass_not_one_search_per_version(
     assert len(plan.contents) == len(chain)
 
 
+@pytest.mark.parametrize("failing", ["sync", "fifth write"])
 def test_a_failed_sync_of_a_chains_forget_records_nothing_and_tells_so(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    home: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
-    """The chain's events are synced once, after all are written: if that sync fails, none of
-    them is kept (a new segment they started included), the caller is told nothing was
-    recorded, the store still holds every version, and a retry forgets them."""
+    """The chain's events are synced once, after all are written: if that sync fails, or a
+    write before it, none of them is kept (a new segment they started included), the caller
+    is told nothing was recorded, the store still holds every version, and a retry forgets
+    them."""
     from keytrail.core import StoreError
     from keytrail.events import log as event_log
 
@@ -427,11 +429,23 @@ def test_a_failed_sync_of_a_chains_forget_records_nothing_and_tells_so(
     before = {p.name: p.read_bytes() for p in (home / "log").glob("*.jsonl")}
     state = encoded(store.state)
 
+    writes: list[int] = []
+    pwrite = os.pwrite
+
     def sync_failed(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
+    def fifth_write_failed(fd: int, data: bytes, offset: int) -> int:
+        writes.append(offset)
+        if len(writes) == 5:  # the fifth of six lines, in the segment the fourth started
+            raise OSError(28, "No space left on device")
+        return pwrite(fd, data, offset)
+
     with monkeypatch.context() as broken:
-        broken.setattr(event_log, "sync_file", sync_failed)
+        if failing == "sync":
+            broken.setattr(event_log, "sync_file", sync_failed)
+        else:
+            broken.setattr(os, "pwrite", fifth_write_failed)
         with pytest.raises(StoreError, match="nothing was recorded"):
             store.forget(memory_id, all_versions=True)
     assert {p.name: p.read_bytes() for p in (home / "log").glob("*.jsonl")} == before
