@@ -75,7 +75,7 @@ def summary(event: AnyEvent) -> str:
         via = f" via {data['via_key_id']}" if data.get("via_key_id") else ""
         return f"{data['memory_id']}{via}"
     if tag == "memory.forgotten":
-        return f"{data['memory_id']} {data.get('reason') or ''}".strip()
+        return f"{data['memory_id']} {shown_label(data.get('reason') or '')}".strip()
     if tag == "memories.expired":
         return ", ".join(data["memory_ids"])
     if tag == "turn.recorded":

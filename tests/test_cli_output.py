@@ -193,6 +193,8 @@ def test_bidirectional_controls_in_texts_and_labels_are_shown_escaped(
     store._write(lambda app: store._append(app, KeyAliased(key_id=key, alias="Ly\u202eon")))
     store.read_memory(told.memory_id, via_key_id=key, query="Lyon \u202eagain")
     store.record_turn("s1", "user", content)
+    gone = store.remember("a fact to forget", ["other"]).memory_id
+    store.forget(gone, reason="asked \u202eti tegrof\u202c \x1b[8mhidden")
     store.close()
     at = ["--home", str(home)]
     verbs = [
@@ -216,6 +218,8 @@ def test_bidirectional_controls_in_texts_and_labels_are_shown_escaped(
     assert "keys: Lyon \\u202enoyL (" in read
     keys = out_of(capsys, "keys", *at)
     assert "Lyon \\u202enoyL [" in keys and "aliases: Ly\\u202eon" in keys
+    log = out_of(capsys, "log", "--memory", gone, *at)
+    assert "asked \\u202eti tegrof\\u202c \\x1b[8mhidden" in log and "\x1b" not in log
 
 
 # -- the verbs take what their MCP tools take ---------------------------------------------------
