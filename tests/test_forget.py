@@ -361,8 +361,13 @@ def test_forgetting_a_long_chain_syncs_the_log_once_not_once_per_version(
             memory_id = store.correct(memory_id, f"{tag} version {i}").memory_id
         calls: list[int] = []
         real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            calls.append(fd)
+            real_fsync(fd)
+
         with monkeypatch.context() as counting:
-            counting.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+            counting.setattr(os, "fsync", fsync)
             gone = store.forget(memory_id, all_versions=True)
         assert len(gone.other_versions) == versions - 1
         forgotten = [
