@@ -39,7 +39,8 @@ class Limits:
 
     content_chars: int = 20_000
     keys_per_memory: int = 24
-    key_chars: int = 100
+    #: characters of a key label or alias: as many as an entity name, since an entity is a key
+    key_chars: int = 200
     batch_items: int = 500
     related_to: int = 32
     source_chars: int = 200

@@ -1022,7 +1022,7 @@ class Store(Queries, HybridQueries):
         file of the store (see core/forgetting.py). The log keeps an audit record.
 
         With `all_versions`, every version of it (what it corrected or deduplicated, and what
-        replaced it) is forgotten too, one `memory.forgotten` event each.
+        replaced it) is forgotten too, one `memory.forgotten` event each, synced together.
         """
         reason = check.text("reason", reason, self.settings.limits.source_chars, allow_empty=True)
 
@@ -1057,12 +1057,15 @@ class Store(Queries, HybridQueries):
             forgetting.check_redactable(self.log, [(e.memory_id, e.created_seq) for e in entries])
             # Recorded before the events, so a crash anywhere after is finished on next open.
             forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])
-            events = [
-                self._append(
-                    app, MemoryForgotten(memory_id=n.id, content_hash=n.content_hash, reason=reason)
-                )
-                for n in nodes
-            ]
+            # One fsync for the whole chain, not one per version (3,000 versions took ~10 s):
+            # all its events are recorded before the caller hears of any, or none are.
+            events = app.append_all(
+                [
+                    MemoryForgotten(memory_id=n.id, content_hash=n.content_hash, reason=reason)
+                    for n in nodes
+                ]
+            )
+            self._fold(events)
             try:
                 if self._vector_cache is not None:
                     self._vector_cache.flush()

@@ -23,7 +23,7 @@ import fcntl
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -524,7 +524,8 @@ class Appender:
         """Stamp `event` with the next seq and the record time, write it, fsync, return it.
 
         `sync=False` leaves the fsync out: only for a log no one reads yet (an import's
-        staging), whose writer syncs it whole (`sync_log`) before anyone may read it.
+        staging), whose writer syncs it whole (`sync_log`) before anyone may read it, and for
+        `append_all`, which syncs before it returns.
         """
         log = self._log
         at = max(self.at, log._at)
@@ -562,6 +563,63 @@ class Appender:
         log._segment, log._offset = name, offset + len(line)
         log._seq, log._at = stamped.seq, stamped.at
         return stamped
+
+    def append_all(self, events: Sequence[Event]) -> list[AnyEvent]:
+        """Append `events` as `append` does, with one fsync per segment written, not one per
+        event: all of them are recorded, or (the write or the sync failed) none.
+
+        A failure cuts every segment back to where the first event began (a segment they
+        started is removed) and raises as `append` does; until the sync, a reader may see
+        lines that are then cut, as it may between `append`'s write and its fsync.
+        """
+        log = self._log
+        start = (log._segment, log._offset, log._seq, log._at)
+        written: list[str] = []  # segments written to, in order
+        stamped: list[AnyEvent] = []
+        try:
+            for event in events:
+                stamped.append(self.append(event, sync=False))
+                assert log._segment is not None
+                if not written or written[-1] != log._segment:
+                    written.append(log._segment)
+            for name in written:
+                fd = os.open(log.dir / name, os.O_RDONLY)
+                try:
+                    sync_file(fd)
+                finally:
+                    os.close(fd)
+            if written and written[-1] != start[0]:
+                sync_dir(log.dir)
+        except BaseException as exc:
+            cut = self._cut_back(start)
+            # A failed write raised append's own StoreError, true of its line alone: whether
+            # the lines before it are gone is only known here.
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and (cause is exc or not cut):
+                where = written[-1] if written else start[0] or segment_name(start[2] + 1)
+                raise _append_failed(where, cause, cut=cut) from cause
+            raise
+        return stamped
+
+    def _cut_back(self, start: tuple[str | None, int, int, datetime]) -> bool:
+        """Undo an `append_all` that failed: cut the segment it began in back to its offset,
+        remove the segments it started, and put the cursor back. Whether that worked."""
+        log = self._log
+        log._close_writer()
+        # The cursor goes back whatever happens: the next lock reads from there what the files
+        # hold, so a cut that failed folds the lines it left rather than skip them.
+        log._tail = None
+        log._segment, log._offset, log._seq, log._at = start
+        name, offset, seq = start[0], start[1], start[2]
+        try:
+            for started in log.segments(fresh=True):
+                if int(started.split(".")[0]) > seq:  # named by its first seq: one of ours
+                    os.unlink(log.dir / started)
+            if name is not None:
+                os.truncate(log.dir / name, offset)
+        except OSError:
+            return False
+        return True
 
 
 def sync_log(root: Path) -> None:

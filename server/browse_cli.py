@@ -18,6 +18,7 @@ from .shell import (
     open_store,
     preview,
     short_time,
+    shown_label,
     shown_text,
 )
 from .time_cli import add_time_options
@@ -50,7 +51,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"  read {m.access_count}x{expires}"
         )
         print(f"    {preview(m.preview, 90)}")
-        print(f"    keys: {', '.join(k.label for k in m.keys) or '-'}")
+        print(f"    keys: {', '.join(shown_label(k.label) for k in m.keys) or '-'}")
     say_more(page.next_offset)
     return 0
 
@@ -64,7 +65,7 @@ def cmd_related(args: argparse.Namespace) -> int:
     if not result.related:
         print(f"nothing related to {result.memory_id}")
     for r in result.related:
-        why = [k.label for k in r.shared_keys]
+        why = [shown_label(k.label) for k in r.shared_keys]
         if r.related_edge:
             why.append("related_to")
         print(f"{r.memory_id}  score {r.score:.3f}  depth {r.depth:.2f}  via: {', '.join(why)}")
@@ -82,8 +83,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     print(f"{page.total} {what}, most memories first (showing {shown})")
     for k in page.keys:
         hub = " hub" if k.hub else ""
-        aliases = f"  aliases: {', '.join(k.aliases)}" if k.aliases else ""
-        print(f"{k.key_id}  {k.label} [{k.type}]  {memories(k.memory_count)}{hub}{aliases}")
+        aliases = f"  aliases: {', '.join(map(shown_label, k.aliases))}" if k.aliases else ""
+        label = shown_label(k.label)
+        print(f"{k.key_id}  {label} [{k.type}]  {memories(k.memory_count)}{hub}{aliases}")
     say_more(page.next_offset)
     return 0
 

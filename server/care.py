@@ -43,7 +43,7 @@ from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
-from .shell import emit_json, existing_home, open_store, preview, settings_from
+from .shell import emit_json, existing_home, open_store, preview, settings_from, shown_label
 
 EMBED_BATCH = 256
 
@@ -65,7 +65,7 @@ def summary(event: AnyEvent) -> str:
     if tag == "memory.remembered":
         parts = []
         for m in data["memories"]:
-            keys = ", ".join(k["label"] for k in m["keys"])
+            keys = ", ".join(shown_label(k["label"]) for k in m["keys"])
             parts.append(f"{m['memory_id']} [{m['namespace']}] {_content(m['content'])} ({keys})")
         return "; ".join(parts)
     if tag == "memory.corrected":
@@ -75,7 +75,7 @@ def summary(event: AnyEvent) -> str:
         via = f" via {data['via_key_id']}" if data.get("via_key_id") else ""
         return f"{data['memory_id']}{via}"
     if tag == "memory.forgotten":
-        return f"{data['memory_id']} {data.get('reason') or ''}".strip()
+        return f"{data['memory_id']} {shown_label(data.get('reason') or '')}".strip()
     if tag == "memories.expired":
         return ", ".join(data["memory_ids"])
     if tag == "turn.recorded":
@@ -98,11 +98,14 @@ def summary(event: AnyEvent) -> str:
 def kg_summary(tag: str, data: dict[str, Any]) -> str:
     """One line for the knowledge-graph and import events."""
     if tag == "entities.created":
-        names = ", ".join(f"{e['name']} [{e['entity_type']}]" for e in data["entities"])
+        names = ", ".join(
+            f"{shown_label(e['name'])} [{shown_label(e['entity_type'])}]" for e in data["entities"]
+        )
         return f"{names}; {len(data.get('observations', []))} observations"
     if tag in ("relations.added", "relations.removed"):
         return ", ".join(
-            f"{r['from_key']} -{r['relation_type']}-> {r['to_key']}" for r in data["relations"]
+            f"{r['from_key']} -{shown_label(r['relation_type'])}-> {r['to_key']}"
+            for r in data["relations"]
         )
     if tag == "observations.deleted":
         deleted = ", ".join(data["memory_ids"])

@@ -50,6 +50,7 @@ from .shell import (
     set_up_stdout,
     settings_from,
     short_time,
+    shown_label,
     shown_text,
 )
 from .time_cli import add_time_options, add_time_verbs
@@ -245,7 +246,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
         print("  no keys (none given, none found in the content): no key leads to it")
     for k in result.keys:
         extra = f" -> alias of {k.merged_into} ({k.similarity})" if k.merged_into else ""
-        print(f"  key {k.key_id}  {k.label} [{k.type}] {k.resolution}{extra}")
+        print(f"  key {k.key_id}  {shown_label(k.label)} [{k.type}] {k.resolution}{extra}")
     if result.deduplicated:
         d = result.deduplicated
         print(f"  replaces near-duplicate {d.memory_id} (similarity {d.similarity})")
@@ -290,7 +291,7 @@ def cmd_correct(args: argparse.Namespace) -> int:
         f"{result.old_depth:.2f} x{result.weaken_factor})"
     )
     for k in result.keys:
-        print(f"  key {k.key_id}  {k.label} [{k.type}] {k.resolution}")
+        print(f"  key {k.key_id}  {shown_label(k.label)} [{k.type}] {k.resolution}")
     return 0
 
 
@@ -311,7 +312,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
     for m in matches:
         hub = " hub" if m.hub else ""
         print(
-            f"{m.key_id}  {m.label} [{m.type}] {m.match} {m.score:.3f}  "
+            f"{m.key_id}  {shown_label(m.label)} [{m.type}] {m.match} {m.score:.3f}  "
             f"{memories(m.memory_count)}{hub}"
         )
     return 0
@@ -325,9 +326,9 @@ def cmd_read_key(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(page)
         return 0
-    print(f"{page.key_id}  {page.label} [{page.type}]  {memories(page.total)}")
+    print(f"{page.key_id}  {shown_label(page.label)} [{page.type}]  {memories(page.total)}")
     for ref in page.memories:
-        others = ", ".join(ref.keys.values())
+        others = ", ".join(map(shown_label, ref.keys.values()))
         print(
             f"  {ref.memory_id}  score {ref.score:.3f}  depth {ref.depth:.2f}  "
             f"keys: {others or '-'}"
@@ -348,7 +349,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         f"{memory.memory_id} [{memory.namespace}] {shown_status(memory)}  depth {memory.depth:.2f}"
     )
     print(shown_text(memory.content))
-    print("keys: " + ", ".join(f"{k.label} ({k.key_id})" for k in memory.keys))
+    print("keys: " + ", ".join(f"{shown_label(k.label)} ({k.key_id})" for k in memory.keys))
     if memory.supersedes:
         print(f"supersedes {memory.supersedes}")
     return 0

@@ -155,15 +155,21 @@ def short_time(at: datetime | str | None) -> str:
     return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
+#: Bidirectional-text controls: format characters, not control ones, yet printed raw they make
+#: the terminal show a line other than the one stored (an override reverses what follows it:
+#: "Trojan Source"). Escaped as control characters are.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _escaped(text: str, keep: str = "") -> str:
     """`text` with its control characters (a terminal escape, a bell: a memory holds whatever
-    an agent was told) shown escaped (`\\x1b`), not sent to the terminal to act on; those in
-    `keep` stay as they are."""
-    if text.isprintable():
+    an agent was told) and bidirectional controls shown escaped (`\\x1b`, `\\u202e`), not sent
+    to the terminal to act on; those in `keep` stay as they are."""
+    if text.isprintable():  # neither a control nor a format character in it
         return text
     return "".join(
         c.encode("unicode_escape").decode()
-        if c not in keep and unicodedata.category(c) == "Cc"
+        if c not in keep and (unicodedata.category(c) == "Cc" or c in _BIDI)
         else c
         for c in text
     )
@@ -173,6 +179,11 @@ def shown_text(text: str) -> str:
     """A whole text for the terminal: its control characters escaped as in `preview`, but its
     line breaks and tabs kept, so a memory of several lines still reads as several lines."""
     return _escaped(text, keep="\n\t")
+
+
+def shown_label(label: str) -> str:
+    """A key label, alias or entity name for the terminal, escaped as a text is."""
+    return _escaped(label)
 
 
 def preview(text: str, width: int = 60, *, escape: bool = True) -> str:

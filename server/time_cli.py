@@ -15,6 +15,7 @@ from .shell import (
     open_store,
     preview,
     short_time,
+    shown_label,
     shown_text,
 )
 
@@ -78,7 +79,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     more = f" (more: --offset {result.next_offset})" if result.next_offset is not None else ""
     print(f"events {shown(result.offset, len(result.events))} of {result.events_total}{more}:")
     for e in result.events:
-        line = f"  seq {e.seq:<6} {short_time(e.at)}  {e.memory_id}  {e.what}"
+        line = f"  seq {e.seq:<6} {short_time(e.at)}  {e.memory_id}  {shown_label(e.what)}"
         if e.query:
             line += f'  query "{shown_text(e.query)}"'
         if e.reason:
@@ -88,7 +89,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(line)
     print("depth and link weights after these events:")
     for t in result.trajectory:
-        weights = "  ".join(f"{label} {w:.2f}" for label, w in t.weights.items())
+        weights = "  ".join(f"{shown_label(label)} {w:.2f}" for label, w in t.weights.items())
         print(
             f"  seq {t.seq:<6} {t.memory_id}  depth {t.depth:.3f}  reads {t.access_count}  "
             f"{weights}"
@@ -157,7 +158,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     print(f"  keys merged {count(result.keys_merged_total, result.keys_merged)}")
     for m in result.keys_merged:
         sim = f" ({m.similarity:.3f})" if m.similarity is not None else ""
-        print(f"    seq {m.seq}  {m.alias!r} -> {m.label} {m.key_id}{sim}")
+        print(f"    seq {m.seq}  {m.alias!r} -> {shown_label(m.label)} {m.key_id}{sim}")
     if result.next_offset is not None:
         print(f"more: --offset {result.next_offset}")
     return 0

@@ -276,7 +276,7 @@ def test_errors_are_one_line_and_exit_2(home: Path) -> None:
     proc = kt(home, "read", "m_missing", ok=False)
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: memory_id: no memory 'm_missing'\n"
-    proc = kt(home, "remember", "a fact", "-k", "x" * 101, ok=False)
+    proc = kt(home, "remember", "a fact", "-k", "x" * 201, ok=False)
     assert proc.returncode == 2 and proc.stderr.startswith("keytrail: error: keys[0]:")
     assert "Traceback" not in proc.stderr
     proc = kt(home.parent / "nothing-here", "log", ok=False)

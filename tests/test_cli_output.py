@@ -175,6 +175,53 @@ def test_whole_texts_show_control_characters_escaped_and_keep_their_lines(
         assert "\x1b" not in out and "\x07" not in out and "\r" not in out
 
 
+def test_bidirectional_controls_in_texts_and_labels_are_shown_escaped(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A right-to-left override (U+202E) or isolate (U+2066-2069) is a format character, not a
+    control one: printed raw, it makes the terminal show a line other than the one stored
+    (Trojan Source), "pay \u202eyppa" reads as "pay appy". Texts and key labels show them
+    escaped in every verb that prints them, as control characters are."""
+    from keytrail.events import KeyAliased
+
+    label = "Lyon \u202enoyL"
+    content = "pay \u202etxet desrever\u202c and \u2066isolated\u2069 in Lyon"
+    store = open_store(home)
+    told = store.remember(content, [label])
+    store.remember("another fact about the city", [label])
+    key = told.keys[0].key_id
+    store._write(lambda app: store._append(app, KeyAliased(key_id=key, alias="Ly\u202eon")))
+    store.read_memory(told.memory_id, via_key_id=key, query="Lyon \u202eagain")
+    store.record_turn("s1", "user", content)
+    gone = store.remember("a fact to forget", ["other"]).memory_id
+    store.forget(gone, reason="asked \u202eti tegrof\u202c \x1b[8mhidden")
+    store.close()
+    at = ["--home", str(home)]
+    verbs = [
+        ["remember", "a third fact", "-k", label],
+        ["read", told.memory_id],
+        ["conversation", "s1"],
+        ["history", told.memory_id],
+        ["list"],
+        ["recall", "Lyon"],
+        ["read-key", key],
+        ["keys"],
+        ["related", told.memory_id],
+        ["log"],
+    ]
+    for verb in verbs:
+        out = out_of(capsys, *verb, *at)
+        assert not {"\u202e", "\u202c", "\u2066", "\u2069"} & set(out), (verb, out)
+        assert "\\u202e" in out, (verb, out)
+    read = out_of(capsys, "read", told.memory_id, *at)
+    assert "pay \\u202etxet desrever\\u202c and \\u2066isolated\\u2069 in Lyon" in read
+    assert "keys: Lyon \\u202enoyL (" in read
+    keys = out_of(capsys, "keys", *at)
+    assert "Lyon \\u202enoyL [" in keys and "aliases: Ly\\u202eon" in keys
+    log = out_of(capsys, "log", "--memory", gone, *at)
+    assert "asked \\u202eti tegrof\\u202c \\x1b[8mhidden" in log and "\x1b" not in log
+
+
 # -- the verbs take what their MCP tools take ---------------------------------------------------
 
 

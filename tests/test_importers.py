@@ -142,7 +142,7 @@ def test_malformed_files_name_the_line_or_path_and_write_nothing(
     ("alias", "needles"),
     [
         ("D\x1b[2J", ["$.keys.k_dana.aliases[1]", "control character"]),
-        ("D" * 101, ["$.keys.k_dana.aliases[1]", "101 characters", "100 characters"]),
+        ("D" * 201, ["$.keys.k_dana.aliases[1]", "201 characters", "200 characters"]),
         ("\u200b", ["$.keys.k_dana.aliases[1]", "empty"]),
     ],
 )

@@ -74,6 +74,26 @@ def test_an_existing_key_becomes_an_entity_and_an_alias_is_refused(store: Store)
     assert log_bytes(store.home) == before
 
 
+def test_an_entity_named_as_long_as_names_may_be_is_a_key_remember_takes(store: Store) -> None:
+    """An entity name may be 200 characters (kg_name_chars), a key label was held to 100: the
+    entity's own key was refused as `remember(keys=[name])`. The two limits agree now."""
+    name = "The " + "Very " * 25 + "Long Steering Council"  # 150 characters
+    assert len(name) == 150
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput(name, "organisation", ["meets on Mondays"])])
+    told = store.remember("The committee moved its meeting to Tuesday", [name])
+    entity = store.state.key_for_label(name)
+    assert entity is not None and [k.key_id for k in told.keys] == [entity.id]
+    assert kg.open_nodes([name]).entities[0].observations == [
+        "meets on Mondays",
+        "The committee moved its meeting to Tuesday",
+    ]
+    with pytest.raises(InvalidInput) as refused:
+        store.remember("too long a key", ["k" * 201])
+    assert refused.value.field == "keys[0]" and "200" in str(refused.value)
+    assert store.settings.limits.key_chars == store.settings.limits.kg_name_chars
+
+
 @pytest.mark.parametrize(
     ("told", "named"), [("O'Brien", "O’Brien"), ("İstanbul", "Istanbul"), ("Zoe\u0308", "Zoë")]
 )

@@ -239,7 +239,7 @@ def test_an_argument_breaking_its_schema_is_named_with_its_limit_and_nothing_els
                     client, store, "remember", {**remember, "namespace": "Bad Space!"}
                 ),
                 "keys[1]": await refused(
-                    client, store, "remember", {**remember, "keys": ["Dana", "x" * 101]}
+                    client, store, "remember", {**remember, "keys": ["Dana", "x" * 201]}
                 ),
                 "items[1].content": await refused(
                     client, store, "remember_batch", {"items": [remember, {"keys": ["Dana"]}]}
@@ -255,8 +255,8 @@ def test_an_argument_breaking_its_schema_is_named_with_its_limit_and_nothing_els
                 "ttl_seconds: Input should be greater than or equal to 1 (got -5)"
             )
             assert "(got 'Bad Space!')" in said["namespace"]
-            assert "at most 100 characters" in said["keys[1]"]
-            assert "x" * 101 not in said["keys[1]"]  # a long value is not echoed back
+            assert "at most 200 characters" in said["keys[1]"]
+            assert "x" * 201 not in said["keys[1]"]  # a long value is not echoed back
             assert said["items[1].content"].endswith("items[1].content: Field required")
 
     anyio.run(test)

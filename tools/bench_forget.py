@@ -8,6 +8,8 @@ Runs with the hashing embedder. Prints one JSON object:
 - `forget_ms`: p50/max of `forget` (append the audit event, rewrite the segment holding the
   memory's line, blank the snapshot, erase the vector row), next to `remember_ms` on the same
   store; `segment_mb` is the size of the segments rewritten.
+- `chain_forget_ms` (with `--chain N`): one `forget(all_versions=True)` of a fact corrected
+  N - 1 times (N versions), and the fsyncs it made (`chain_forget_fsyncs`).
 - `follow_latency_ms`: from just before another process calls `remember` to the moment a
   `follow()` loop in this process has decoded the event (includes the writer's fsync), with the
   safety poll off, so only file-system notifications wake it.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -90,6 +93,34 @@ def bench_forget(home: Path, memories: int, sample: int, rng: random.Random) -> 
     }
 
 
+def bench_chain(home: Path, versions: int) -> dict[str, Any]:
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    memory_id = store.remember("the fact, version 0", ["fact"]).memory_id
+    for i in range(1, versions):
+        memory_id = store.correct(memory_id, f"the fact, version {i}").memory_id
+    fsyncs = 0
+    real = os.fsync
+
+    def counted(fd: int) -> None:
+        nonlocal fsyncs
+        fsyncs += 1
+        real(fd)
+
+    os.fsync = counted  # every durable write ends in os.fsync on Linux
+    try:
+        t = time.perf_counter()
+        gone = store.forget(memory_id, all_versions=True)
+        took = time.perf_counter() - t
+    finally:
+        os.fsync = real
+    store.close()
+    return {
+        "chain_versions": len(gone.other_versions) + 1,
+        "chain_forget_ms": round(took * 1000, 1),
+        "chain_forget_fsyncs": fsyncs,
+    }
+
+
 def bench_follow(home: Path, probes: int) -> dict[str, Any]:
     Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()).close()
     latencies: list[float] = []
@@ -130,10 +161,15 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=20, help="timed forgets")
     parser.add_argument("--probes", type=int, default=100, help="appends the follower times")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--chain", type=int, default=0, help="also forget a fact of this many versions at once"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         result = bench_forget(Path(tmp) / "forget", args.memories, args.sample, rng)
+        if args.chain:
+            result.update(bench_chain(Path(tmp) / "chain", args.chain))
         result.update(bench_follow(Path(tmp) / "follow", args.probes))
     json.dump(result, sys.stdout, indent=2)
     print()
