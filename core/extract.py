@@ -24,6 +24,9 @@ from .validation import KeySpec
 MAX_NAMES = 4
 MAX_CONCEPTS = 4
 MIN_CONCEPT_CHARS = 4
+#: the longest label extraction makes, below the limit on a key the caller names (200, as an
+#: entity's name may be): a longer run of capitalised words is a title or shouted text
+MAX_EXTRACTED_CHARS = 100
 
 #: what ends a sentence, and so a name: its punctuation, and a line break (transcripts and
 #: notes break lines without any)
@@ -145,8 +148,8 @@ def extract_keys(
     """Name and concept keys for `content` (possibly none, for a text of only common words).
 
     The key limits a caller's keys are held to hold here too: at most `max_keys` keys, and a
-    label longer than `max_chars` (a long run of capitalised words: a title, shouted text) is
-    no name a query would spell, so it is left out rather than cut.
+    label longer than `max_chars` or MAX_EXTRACTED_CHARS (a long run of capitalised words: a
+    title, shouted text) is no name a query would spell, so it is left out rather than cut.
     """
     # NFC, as check.label makes every label
     tokens = pattern(_TOKEN).findall(unicodedata.normalize("NFC", content))
@@ -217,6 +220,6 @@ def extract_keys(
     specs = [KeySpec(n, "name") for n in names[:MAX_NAMES]]
     seen = {s.label.casefold() for s in specs}
     specs += [KeySpec(spelt[c], "concept") for c in concepts if c not in seen]
-    if max_chars is not None:
-        specs = [s for s in specs if len(s.label) <= max_chars]
+    longest = MAX_EXTRACTED_CHARS if max_chars is None else min(max_chars, MAX_EXTRACTED_CHARS)
+    specs = [s for s in specs if len(s.label) <= longest]
     return specs if max_keys is None else specs[:max_keys]

@@ -100,6 +100,11 @@ def test_extracted_keys_keep_the_key_limits(make_store: Callable[..., Store]) ->
     shouted = " ".join(["Alpha", "Beta", "Gamma", "Delta"] * 10) + " met here."
     got = store.remember(shouted)
     assert all(len(k.label) <= store.settings.limits.key_chars for k in got.keys)
+    # Given keys may be 200 characters (as long as an entity's name); extraction stays at 100.
+    run = " ".join(["Alpha", "Beta", "Gamma", "Delta"] * 6)  # 131 characters
+    assert store.settings.limits.key_chars >= len(run)
+    got = store.remember(f"Yesterday {run} met the violinists.")
+    assert got.keys and all(len(k.label) <= 100 for k in got.keys)
     many = store.remember("Caroline met Melanie and Zoë in Paris to discuss painting")
     assert 1 <= len(many.keys) <= 3
     for node in store.state.memories.values():

@@ -453,6 +453,8 @@ def test_label_limits_count_the_normalised_label(make_store: Callable[..., Store
         "An\u200bna",
         "Anna\u2060",  # a word joiner
         "\u200fAnna\u200e",  # right-to-left and left-to-right marks around a name
+        "\u202eAnna\u202c",  # a right-to-left override (would show "annA") and its end
+        "\u2067Anna\u2069",  # a right-to-left isolate
     ],
 )
 def test_a_label_is_the_name_it_shows(store: Store, typed: str) -> None:
