@@ -716,6 +716,7 @@ class HybridQueries:
         explain: bool = False,
         learn: bool = True,
         as_of: object | None = None,
+        valid_at: object | None = None,
     ) -> MemoryRecall:
         """Memories (with content) for a query, by BM25 + keys + content fused and expanded.
 
@@ -723,7 +724,8 @@ class HybridQueries:
         With `learn`, the links that led to returned memories are strengthened and explored
         links to memories not returned weakened, as one `links.adjusted` event.
         `as_of` (a log seq or ISO-8601 time) answers from the store as it stood then: the past
-        state, the key and content rows that existed, text hits created by then; it records
+        state, the key and content rows that existed, text hits created by then; `valid_at`
+        (ISO-8601) answers with the version of each fact true in the world then. Either records
         nothing.
         """
         from .timetravel import TimeView, view
@@ -742,7 +744,8 @@ class HybridQueries:
             raise InvalidInput("learn", "must be true or false")
         self.wait_for_vectors("all")  # the content path reads every memory's vector
         query_vector = self.embedder.embed([query])[0]
-        past = view(self, as_of) if as_of is not None else None  # type: ignore[arg-type]
+        timed = as_of is not None or valid_at is not None
+        past = view(self, as_of, valid_at) if timed else None  # type: ignore[arg-type]
         with self._mutex:
             self.refresh()
             source = past if isinstance(past, TimeView) else self

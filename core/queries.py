@@ -1006,6 +1006,8 @@ class Queries:
                     if named
                     else ""
                 )
+                if not detail:
+                    raise self._missing("session_id", "session", session_id)
                 raise NotFound("session_id", "session", session_id, detail)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -278,7 +278,12 @@ class TimeView(Queries):
         # An id the present holds (the state whose forgets hold here too) but this past state
         # does not came later: say so.
         present = self._forgotten_by
-        later = (present.keys if kind == "key" else present.memories).get(ident) is not None
+        held: dict[str, Mapping[str, object]] = {
+            "key": present.keys,
+            "memory": present.memories,
+            "session": present.conversations,
+        }
+        later = ident in held[kind]
         if later:
             return NotFound(field, kind, ident, "not at that point in time")
         return super()._missing(field, kind, ident)

@@ -74,7 +74,9 @@ def cmd_related(args: argparse.Namespace) -> int:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        page = store.browse_keys(args.namespace, args.hubs, args.limit, args.offset)
+        page = view(store, args.as_of, args.valid_at).browse_keys(
+            args.namespace, args.hubs, args.limit, args.offset
+        )
     if args.json:
         emit_json(page)
         return 0
@@ -112,7 +114,7 @@ def cmd_cleanup_expired(args: argparse.Namespace) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.list_sessions(args.limit, args.offset)
+        result = view(store, args.as_of).list_sessions(args.limit, args.offset)
     if args.json:
         emit_json(result)
         return 0
@@ -131,7 +133,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 def cmd_conversation(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        result = store.get_conversation(args.session_id, args.turn, args.limit, args.offset)
+        result = view(store, args.as_of).get_conversation(
+            args.session_id, args.turn, args.limit, args.offset
+        )
     if args.json:
         emit_json(result)
         return 0
@@ -175,6 +179,7 @@ def add_browse_verbs(verb: Verb) -> None:
     )
     p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=50))
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    add_time_options(p)
 
     p = verb(
         "cleanup-expired",
@@ -197,6 +202,8 @@ def add_browse_verbs(verb: Verb) -> None:
     )
     p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=50))
     p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    # Turns are what was said when: no valid time (as memory_stats, `stats`).
+    add_time_options(p, valid_at=False)
 
     p = verb(
         "conversation",
@@ -209,3 +216,4 @@ def add_browse_verbs(verb: Verb) -> None:
     p.add_argument(
         "--offset", type=int, default=0, help="how many of the newest turns to skip (default 0)"
     )
+    add_time_options(p, valid_at=False)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .shell import TOP_K_HELP, emit_json, open_store, preview
+from .time_cli import add_time_options
 
 # Here rather than in hybrid_tools: importing that module imports mcp_server, whose tool
 # schemas read the limits from the environment before `serve` has applied its flags.
@@ -22,6 +23,7 @@ def cmd_recall_memories(args: argparse.Namespace) -> int:
             args.explain,
             not args.no_learn,
             as_of=args.as_of,
+            valid_at=args.valid_at,
         )
     if args.json:
         emit_json(result)
@@ -93,10 +95,4 @@ def add_hybrid_verbs(
         action="store_true",
         help="do not record the Hebbian link update",
     )
-    p.add_argument(
-        "--as-of",
-        dest="as_of",
-        metavar="SEQ|TIME",
-        help="answer as the store stood right after this log seq or ISO-8601 time "
-        "(records nothing)",
-    )
+    add_time_options(p)

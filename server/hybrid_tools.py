@@ -26,7 +26,7 @@ from .mcp_server import (
     _once_built,
     _reply,
 )
-from .time_tools import AsOf
+from .time_tools import AsOf, ValidAt
 
 _OFF = ("", "0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on")
@@ -74,6 +74,7 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
             bool, Field(description="Break each score down (fusion, signals, hop, date, session).")
         ] = False,
         as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, MemoryRecall]:
         """Memories with their content for a query, in one call (no key walk needed).
 
@@ -91,7 +92,9 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
         def answer() -> MemoryRecall:
             # A missing or far-behind index is built first, with progress the client can see.
             store.catch_up_text_index(steps.step("indexing text"))
-            return store.recall_memories(query, top_k, namespace, hops, explain, as_of=as_of)
+            return store.recall_memories(
+                query, top_k, namespace, hops, explain, as_of=as_of, valid_at=valid_at
+            )
 
         # The content path reads every memory's vector: a projection being built in the
         # background is waited for (with progress) before the text index is caught up.

@@ -588,6 +588,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ] = False,
         limit: Limit = PAGE,
         offset: Offset = 0,
+        as_of: AsOf = None,
+        valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, KeyBrowse]:
         """List keys with their memory counts, most-used first. For an overview of what is known.
 
@@ -596,7 +598,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         {"total": 4, "keys": [{"label": "family", "memory_count": 12, "hub": true, ...}],
         "next_offset": null}
         """
-        return _reply(lambda: store.browse_keys(namespace, hubs_only, limit, offset))
+        return _reply(
+            lambda: view(store, as_of, valid_at).browse_keys(namespace, hubs_only, limit, offset)
+        )
 
     @server.tool(annotations=_hints(title="Remember a fact"))
     def remember(
@@ -828,6 +832,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         offset: Annotated[
             int, Field(ge=0, le=10**9, description="How many of the newest turns to skip.")
         ] = 0,
+        as_of: AsOf = None,
     ) -> Annotated[CallToolResult, Conversation]:
         """The latest turns of a session, in order (or the one turn asked for); `total` counts
         them all. For older turns call again with offset=next_offset, until it is null.
@@ -835,16 +840,16 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         Example: get_conversation(session_id="chat-2025-06-01") -> {"total": 48, "turns":
         [...turns 29-48...], "offset": 0, "next_offset": 20}
         """
-        return _reply(lambda: store.get_conversation(session_id, turn, limit, offset))
+        return _reply(lambda: view(store, as_of).get_conversation(session_id, turn, limit, offset))
 
     @server.tool(annotations=_hints(title="List conversations", **read_only))
     def list_sessions(
-        limit: Limit = PAGE, offset: Offset = 0
+        limit: Limit = PAGE, offset: Offset = 0, as_of: AsOf = None
     ) -> Annotated[CallToolResult, SessionList]:
         """Sessions with recorded turns, most recently active first, with turn counts; a page
         of them, `total` counting all. When `next_offset` is not null, call again with
         offset=next_offset for the next page."""
-        return _reply(lambda: store.list_sessions(limit, offset))
+        return _reply(lambda: view(store, as_of).list_sessions(limit, offset))
 
     @server.prompt(title="How to use the memory", description=prompt_description(toolsets))
     def memory_system_prompt() -> str:

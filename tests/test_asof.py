@@ -129,6 +129,7 @@ def reads(
     out: list[Any] = [outcome(queries.memory_stats)]
     out += [outcome(lambda q=q: queries.recall(q, 5)) for q in QUERIES]
     out += [outcome(lambda ns=ns: queries.list_memories(ns)) for ns in (None, "work")]
+    out += [outcome(lambda ns=ns: queries.browse_keys(ns)) for ns in (None, "work")]
     for key_id in key_ids:
         out.append(outcome(lambda k=key_id: queries.read_key(k)))
         out.append(outcome(lambda k=key_id: queries.read_key(k, "apple", "default")))
@@ -279,6 +280,25 @@ def test_a_past_read_through_a_key_made_later_says_so(make_store: Callable[..., 
         read_memory_at(store, apple.memory_id, "k_0000000000", as_of=seq)
     assert never.value.field == "via_key_id" and "point in time" not in str(never.value)
     assert store.refresh().seq == seq + 1  # refused past reads recorded nothing
+
+
+def test_conversations_as_of_a_past_point(make_store: Callable[..., Store]) -> None:
+    """Sessions and turns as they stood then; a session whose first turn came later says so,
+    as an id made later does on the other reads."""
+    store = make_store()
+    store.record_turn("chat-1", "user", "Hi")
+    seq = store.state.seq
+    store.record_turn("chat-1", "assistant", "Hello")
+    store.record_turn("chat-2", "user", "Later")
+    past = view(store, seq)
+    assert [(s.session_id, s.turns) for s in past.list_sessions().sessions] == [("chat-1", 1)]
+    assert [t.content for t in past.get_conversation("chat-1").turns] == ["Hi"]
+    with pytest.raises(NotFound, match="not at that point in time"):
+        past.get_conversation("chat-2")
+    with pytest.raises(NotFound) as never:
+        past.get_conversation("chat-9")
+    assert "point in time" not in str(never.value)
+    assert store.list_sessions().total == 2  # the present is unchanged by reading the past
 
 
 def test_keys_that_did_not_exist_yet_are_not_matched(make_store: Callable[..., Store]) -> None:

@@ -318,6 +318,159 @@ def test_mcp_as_of_history_and_changes(tmp_path: Path) -> None:
     anyio.run(scenario)
 
 
+def told_over_time(store: Store) -> dict[str, Any]:
+    """Dana's home (Lyon, then Paris from June 2025), a key and turns added after seq `before`."""
+    lyon = store.remember(
+        "Dana lives in Lyon",
+        ["Dana", "Lyon"],
+        {"Dana": "name", "Lyon": "name"},
+        valid_from="2020-01-01T00:00:00Z",
+    )
+    store.record_turn("chat-1", "user", "Hi")
+    before = store.state.seq
+    store.remember("Dana likes green tea", ["Dana", "tea"])
+    store.record_turn("chat-1", "assistant", "Hello")
+    store.record_turn("chat-2", "user", "Later")
+    paris = store.correct(
+        lyon.memory_id,
+        "Dana lives in Paris",
+        ["Dana", "Paris"],
+        {"Paris": "name"},
+        valid_from="2025-06-01T00:00:00Z",
+    )
+    return {"before": before, "lyon": lyon.memory_id, "paris": paris.memory_id}
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+
+
+#: Points every read refuses, with what it says (as for recall, list_memories, ...).
+BAD_POINTS = [
+    (0, "outside the log"),
+    ("1990-01-01T00:00:00Z", "before the store existed"),
+    ("2999-01-01T00:00:00Z", "in the future"),
+    ("yesterday", "not an ISO-8601 time"),
+]
+WHERE = "where does Dana live"
+IN_2024 = "2024-01-01T00:00:00Z"
+
+
+def test_mcp_keys_conversations_and_direct_recall_as_of_a_past_point(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """browse_keys, get_conversation and list_sessions take as_of (browse_keys valid_at too),
+    recall_memories valid_at beside its as_of: each answers as of then, writes nothing and
+    refuses a bad point as the other reads do."""
+    from mcp import Client
+
+    from keytrail.server.mcp_server import build_server
+
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")
+    store = make_store()
+    told = told_over_time(store)
+    before = told["before"]
+    ids = [m.memory_id for m in store.recall_memories(WHERE).memories]  # records the links
+    assert told["paris"] in ids and told["lyon"] not in ids
+    written = log_bytes(store.home)
+
+    async def scenario() -> None:
+        async with Client(build_server(store)) as client:
+
+            async def call(tool: str, /, **args: Any) -> Any:
+                result = await client.session.call_tool(tool, args)
+                assert not result.is_error, (tool, args, result.content)
+                return result.structured_content
+
+            async def refused(tool: str, args: dict[str, Any], says: str) -> None:
+                result = await client.session.call_tool(tool, args)
+                assert result.is_error, (tool, args)
+                assert says in result.content[0].text, (tool, args, result.content)  # type: ignore[union-attr]
+
+            def labels(page: Any) -> set[str]:
+                return {k["label"] for k in page["keys"]}
+
+            assert labels(await call("browse_keys")) == {"Dana", "tea", "Paris"}
+            assert labels(await call("browse_keys", as_of=before)) == {"Dana", "Lyon"}
+            assert labels(await call("browse_keys", valid_at=IN_2024)) == {"Dana", "Lyon"}
+
+            now = await call("list_sessions")
+            assert [s["session_id"] for s in now["sessions"]] == ["chat-2", "chat-1"]
+            then = await call("list_sessions", as_of=before)
+            assert [(s["session_id"], s["turns"]) for s in then["sessions"]] == [("chat-1", 1)]
+            assert (await call("get_conversation", session_id="chat-1"))["total"] == 2
+            past = await call("get_conversation", session_id="chat-1", as_of=before)
+            assert [t["content"] for t in past["turns"]] == ["Hi"]
+            await refused(
+                "get_conversation",
+                {"session_id": "chat-2", "as_of": before},
+                "not at that point in time",
+            )
+
+            valid = await call("recall_memories", query=WHERE, valid_at=IN_2024)
+            assert [m["memory_id"] for m in valid["memories"]] == [told["lyon"]]
+            assert valid["seq"] is None
+
+            for tool, args in [
+                ("browse_keys", {}),
+                ("list_sessions", {}),
+                ("get_conversation", {"session_id": "chat-1"}),
+            ]:
+                for point, says in BAD_POINTS:
+                    await refused(tool, {**args, "as_of": point}, says)
+            for tool, args in [("browse_keys", {}), ("recall_memories", {"query": WHERE})]:
+                await refused(tool, {**args, "valid_at": "soon"}, "valid_at")
+            # A conversation's turns are no facts with a valid time: refused, not ignored.
+            await refused("list_sessions", {"valid_at": IN_2024}, "valid_at")
+
+    anyio.run(scenario)
+    assert log_bytes(store.home) == written, "a read of the past appended something"
+
+
+def test_cli_keys_sessions_conversation_and_recall_memories_as_of(
+    tmp_path: Path, hash_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from keytrail.core import HashEmbedder, Settings
+    from keytrail.server.cli import main
+
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    told = told_over_time(store)
+    store.close()
+    before = str(told["before"])
+
+    def out(*args: str) -> str:
+        capsys.readouterr()
+        assert main([*args, "--home", str(home)]) == 0
+        return capsys.readouterr().out
+
+    def labels(*args: str) -> set[str]:
+        return {k["label"] for k in json.loads(out("keys", *args, "--json"))["keys"]}
+
+    assert labels() == {"Dana", "tea", "Paris"}
+    assert labels("--as-of", before) == {"Dana", "Lyon"}
+    assert labels("--valid-at", IN_2024) == {"Dana", "Lyon"}
+    assert out("keys", "--as-of", before).startswith("2 keys")
+    assert out("sessions", "--as-of", before).startswith("chat-1  1 turn ")
+    assert "chat-2" in out("sessions")
+    assert out("conversation", "chat-1", "--as-of", before).startswith("chat-1: 1 turn\n")
+    assert out("conversation", "chat-1").startswith("chat-1: 2 turns\n")
+    valid = json.loads(out("recall-memories", WHERE, "--valid-at", IN_2024, "--json"))
+    assert [m["memory_id"] for m in valid["memories"]] == [told["lyon"]]
+    for verb in (["sessions"], ["conversation", "chat-1"]):
+        with pytest.raises(SystemExit) as usage:  # no valid time to a conversation
+            main([*verb, "--valid-at", IN_2024, "--home", str(home)])
+        assert usage.value.code == 2
+        assert "unrecognized arguments: --valid-at" in capsys.readouterr().err
+    for verb in (["keys"], ["sessions"], ["conversation", "chat-1"], ["recall-memories", WHERE]):
+        for point, says in BAD_POINTS:
+            with pytest.raises(SystemExit) as refused:
+                main([*verb, "--as-of", str(point), "--home", str(home)])
+            assert refused.value.code == 2
+            err = capsys.readouterr().err
+            assert err.startswith("keytrail: error: --as-of: ") and says in err, (verb, err)
+
+
 def test_history_of_knowledge_graph_observations(make_store: Callable[..., Store]) -> None:
     from keytrail.core.importers import import_text
     from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput

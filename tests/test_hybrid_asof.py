@@ -83,8 +83,8 @@ def test_as_of_the_latest_point_is_not_moved_by_a_write_landing_meanwhile(
     coffee = store.remember("Alice drinks black coffee at night", ["coffee", "Alice"])
     assert [m.memory_id for m in made.list_memories().memories] == [tea.memory_id]
 
-    def landing(store_: Store, as_of: object) -> object:
-        chosen = view(store_, as_of)
+    def landing(store_: Store, as_of: object, valid_at: object = None) -> object:
+        chosen = view(store_, as_of, valid_at)
         other.remember("Alice drinks mint tea after lunch", ["tea", "Alice"])
         return chosen
 
@@ -92,3 +92,36 @@ def test_as_of_the_latest_point_is_not_moved_by_a_write_landing_meanwhile(
     found = store.recall_memories("what does Alice drink", as_of=latest + 1, learn=False)
     assert coffee.memory_id in [m.memory_id for m in found.memories]
     assert len(found.memories) == 2  # tea and coffee, not the mint tea written meanwhile
+
+
+def test_recall_memories_valid_at_answers_with_what_was_true_then(
+    make_store: Callable[..., Store],
+) -> None:
+    """valid_at, as on the other reads: the version of each fact true in the world at that
+    time, and none not yet true then; it records nothing."""
+    store = make_store()
+    lyon = store.remember(
+        "Dana lives in Lyon",
+        ["Dana", "Lyon"],
+        {"Dana": "name", "Lyon": "name"},
+        valid_from="2020-01-01T00:00:00Z",
+    )
+    paris = store.correct(
+        lyon.memory_id,
+        "Dana lives in Paris",
+        ["Dana", "Paris"],
+        {"Paris": "name"},
+        valid_from="2025-06-01T00:00:00Z",
+    )
+    store.remember("Dana lives next to a bakery", ["Dana", "bakery"])  # true from now on
+    question = "where does Dana live"
+    now = store.recall_memories(question, learn=False)
+    assert lyon.memory_id not in [m.memory_id for m in now.memories]
+
+    written = log_bytes(store.home)
+    then = store.recall_memories(question, valid_at="2024-01-01T00:00:00Z")
+    assert [m.memory_id for m in then.memories] == [lyon.memory_id]
+    assert then.seq is None
+    later = store.recall_memories(question, valid_at="2025-07-01T00:00:00Z")
+    assert [m.memory_id for m in later.memories] == [paris.memory_id]
+    assert log_bytes(store.home) == written, "a read at a valid time appended something"

@@ -420,12 +420,13 @@ class StoreVersusModel(RuleBasedStateMachine):
         if m is None:
             return
         model = self.model
-        if m.forgotten:
+        chain = model.version_chain(m.id) if all_versions else [m.id]
+        gone = [mid for mid in chain if not model.memories[mid].forgotten]
+        if not gone:
+            # A forgotten version with all_versions still forgets the others of its chain.
             self._refused(NotFound, self.store.forget, m.id, all_versions=all_versions)
             return
         done = self.store.forget(m.id, all_versions=all_versions)
-        chain = model.version_chain(m.id) if all_versions else [m.id]
-        gone = [mid for mid in chain if not model.memories[mid].forgotten]
         model.seq += len(gone)  # one memory.forgotten each
         assert done.seq == model.seq
         assert sorted(done.other_versions) == sorted(mid for mid in gone if mid != m.id)

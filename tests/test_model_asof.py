@@ -8,8 +8,9 @@ now (with a zone, with `Z`, without one: UTC). Every answer must equal the model
 point, read at that moment (README "Time travel"): versions current then, depths, reads and link
 weights as they were, only the keys that existed, expiry judged at the point's time, and a
 memory forgotten since hidden there too (counted as forgotten). The reads: list_memories,
-read_key (a key made later: "not at that point in time"), memory_stats, read_memory (refusals
-included), related and recall. A point outside the log is refused and writes nothing.
+browse_keys, read_key (a key made later: "not at that point in time"), memory_stats,
+read_memory (refusals included), related and recall. A point outside the log is refused and
+writes nothing.
 
 Processes are restarted as in test_model_processes.py (closed: a snapshot at the head; killed:
 opened from the latest one any process wrote, every 5 events), and past reads build their states
@@ -181,6 +182,12 @@ class PastReads(SharedHome):
         as_of, past = self._point(*at)
         with self._then(p, as_of, past):
             self._stats_agree()
+
+    @rule(p=process, at=point, ns=some_namespace)
+    def browse_keys_then(self, p: int, at: tuple[str, int], ns: str | None) -> None:
+        as_of, past = self._point(*at)
+        with self._then(p, as_of, past):
+            self._browse_agrees(ns)
 
     @rule(p=process, at=point, label=st.sampled_from(LABELS), ns=some_namespace)
     def recall_then(self, p: int, at: tuple[str, int], label: str, ns: str | None) -> None:

@@ -194,6 +194,9 @@ class SharedHome(StoreVersusModel):
     def browse_keys(self, p: int, ns: str | None) -> None:
         """Keys with current memories, most-used first: each process keeps these counts."""
         self._as(p)
+        self._browse_agrees(ns)
+
+    def _browse_agrees(self, ns: str | None) -> None:
         page = self.store.browse_keys(namespace=ns, limit=200)
         counts = {name: self._count(name, ns) for name in self.model.key_ids}
         want = sorted(

@@ -102,7 +102,7 @@ def test_every_unknown_argument_is_named(store: Store) -> None:
             assert "unknown arguments 'limt', 'namspace' for recall" in message
             message = await refused(client, store, "list_sessions", {"now": "2026"})
             assert message.endswith(
-                "unknown argument 'now' for list_sessions; accepted: limit, offset"
+                "unknown argument 'now' for list_sessions; accepted: limit, offset, as_of"
             )
             # An unknown tool is still the SDK's own error.
             assert "Unknown tool" in await refused(client, store, "no_such_tool", {"x": 1})
