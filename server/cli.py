@@ -11,6 +11,7 @@ left>` and exits with status 130 (see INTERRUPTED).
 import argparse
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -746,7 +747,13 @@ def said_of_flag(
     ]
     if len(flags) != 1 or getattr(args, dest, None) is None:
         return exc.message
-    return InvalidInput(flags[0], exc.problem, limit=exc.limit).message
+    # The problem may point to another argument by its field name ("pass valid_at"): say it
+    # as this verb's flag too. Only names with an underscore, which no English word has.
+    problem = exc.problem
+    for action in verbs.choices[args.command]._actions:
+        if "_" in action.dest and action.option_strings:
+            problem = re.sub(rf"\b{action.dest}\b", action.option_strings[-1], problem)
+    return InvalidInput(flags[0], problem, limit=exc.limit).message
 
 
 def main(argv: Sequence[str] | None = None) -> int:

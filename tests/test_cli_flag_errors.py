@@ -66,6 +66,15 @@ def test_a_key_the_via_flag_names_that_does_not_exist(
     assert err == "keytrail: error: --via: no key 'k_nope'\n"
 
 
+def test_another_argument_a_message_points_to_is_named_as_its_flag(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A past before the store points to valid_at, which a person types as --valid-at.
+    err = refused(home, capsys, "list", "--as-of", "2001-01-01")
+    assert err.startswith("keytrail: error: --as-of: 2001-01-01T00:00:00+00:00 is before")
+    assert "pass --valid-at" in err and "valid_at" not in err
+
+
 def test_a_positional_argument_keeps_its_name(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
