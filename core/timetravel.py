@@ -145,8 +145,12 @@ class PastStates:
             self._blank(state)
         if keep is not None:
             # Outside our lock: keeping takes the store's mutex and log lock, and a caller may
-            # hold that mutex while it asks for a past state.
-            self._keep(state, keep)
+            # hold that mutex while it asks for a past state. Only a shortcut: a store that
+            # cannot be written (a read-only backup) or a full disk still has its answer.
+            try:
+                self._keep(state, keep)
+            except OSError as exc:
+                self._store._snapshot_unsaved(exc)
         return state
 
     def _blank(self, state: GraphState) -> None:

@@ -517,3 +517,37 @@ def test_as_of_before_the_store_points_to_valid_at(make_store: Callable[..., Sto
     assert dana is not None
     then = view(store, valid_at="2023-01-01T00:00:00Z").read_key(dana.id)
     assert [m.memory_id for m in then.memories] == list(store.state.memories)
+
+
+def test_a_past_read_answers_where_its_state_cannot_be_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A past read that folds a long tail keeps its state as a snapshot: only a shortcut. On a
+    store that cannot be written (a read-only backup) or a full disk, `list --as-of` failed
+    with "cannot write", though it said such a store answers it."""
+    import errno
+
+    clock = Clock()
+    home = tmp_path / "s"
+    store = open_at(home, clock, 4)
+    for i in range(30):
+        clock.now += timedelta(seconds=1)
+        store.remember(f"fact number {i}", ["facts"])
+    store.close()
+    shutil.rmtree(home / "cache")  # no snapshot to start from: a past read folds it all
+    plain = open_at(home, clock, 10**9)  # folds without keeping
+    want = view(plain, 25).list_memories(limit=50)
+    plain.close()
+    shutil.rmtree(home / "cache")
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    reader = open_at(home, clock, 4)
+    monkeypatch.setattr(snapshots, "save", refused)
+    assert view(reader, 25).list_memories(limit=50) == want
+    assert snapshots.archived_name(25) not in [p.name for p in reader.snapshot_files()]
+    monkeypatch.undo()
+    reader.past._cache.clear()
+    assert view(reader, 25).list_memories(limit=50) == want  # and kept, once it can be
+    assert snapshots.archived_name(25) in [p.name for p in reader.snapshot_files()]
