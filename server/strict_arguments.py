@@ -302,6 +302,34 @@ def _listed(types: str | list[str]) -> list[str]:
     return [types] if isinstance(types, str) else list(types)
 
 
+#: Keywords whose values map names to subschemas: their keys are names, not keywords.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+#: Keywords whose values are data, not schemas: kept as they are.
+_SCHEMA_DATA = frozenset({"default", "enum", "const", "examples", "required"})
+
+
+def untitled(schema: Any) -> Any:
+    """`schema` without the titles pydantic derives from names ("As Of" for `as_of`,
+    "read_keyArguments"): they say nothing the name does not, and a client hands every
+    tool's input schema to the model in each conversation (about 2,000 characters of 19,000).
+    """
+    if isinstance(schema, list):
+        return [untitled(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_DATA:
+            out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: untitled(sub) for name, sub in value.items()}
+        else:
+            out[key] = untitled(value)
+    return out
+
+
 class StrictArgumentsServer(MCPServer[Any]):
     """An MCPServer whose tools refuse unknown arguments and say so in their input schemas."""
 
@@ -320,7 +348,12 @@ class StrictArgumentsServer(MCPServer[Any]):
     async def list_tools(self) -> list[Tool]:
         return [
             tool.model_copy(
-                update={"input_schema": {**tool.input_schema, "additionalProperties": False}}
+                update={
+                    "input_schema": {
+                        **untitled(tool.input_schema),
+                        "additionalProperties": False,
+                    }
+                }
             )
             for tool in await super().list_tools()
         ]

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from keytrail.core import Store
 from keytrail.server.mcp_server import build_server
-from keytrail.server.strict_arguments import StrictArgumentsServer
+from keytrail.server.strict_arguments import StrictArgumentsServer, untitled
 
 ALL_TOOLSETS = ("keygraph", "knowledge_graph")
 
@@ -128,6 +128,38 @@ def test_every_tool_publishes_and_enforces_no_additional_properties(
                 assert (f"accepted: {accepted}" if accepted else "no arguments") in message
 
     anyio.run(test)
+
+
+def test_input_schemas_carry_no_titles_the_names_already_say(
+    store: Store, direct_recall: None
+) -> None:
+    """A client hands every input schema to the model in each conversation: pydantic's titles
+    ("As Of" for as_of) were about a tenth of them. A property named "title" would stay."""
+
+    def titles(node: object, path: str) -> list[str]:
+        if isinstance(node, list):
+            return [t for i, item in enumerate(node) for t in titles(item, f"{path}[{i}]")]
+        if not isinstance(node, dict):
+            return []
+        found = [path] if isinstance(node.get("title"), str) else []
+        for key, value in node.items():
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                found += [t for n, sub in value.items() for t in titles(sub, f"{path}.{n}")]
+            elif key not in ("default", "enum", "const", "required"):
+                found += titles(value, f"{path}.{key}")
+        return found
+
+    async def test() -> None:
+        async with session(store) as client:
+            tools = (await client.list_tools()).tools
+            assert {"remember_batch", "recall_memories", "create_entities"} <= {
+                t.name for t in tools
+            }
+            assert [t for tool in tools for t in titles(tool.input_schema, tool.name)] == []
+
+    anyio.run(test)
+    kept = untitled({"properties": {"title": {"type": "string", "title": "Title"}}})
+    assert kept == {"properties": {"title": {"type": "string"}}}
 
 
 def test_a_tool_set_change_updates_what_is_accepted() -> None:
