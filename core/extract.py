@@ -31,8 +31,16 @@ MAX_EXTRACTED_CHARS = 100
 #: what ends a sentence, and so a name: its punctuation, and a line break (transcripts and
 #: notes break lines without any)
 _ENDS = ".!?;:\u0964\u0965\n"
-#: what ends a name but no sentence: "Luna, Oliver" are two names, "(Mel)" or "Dana / Sam" too
-_BREAKS = ',()[]{}"“”«»/–—'
+#: what ends a name but no sentence: "Luna, Oliver" are two names, "(Mel)" or "Dana / Sam" too,
+#: and a hyphen standing alone, the dash a keyboard types ("Books - A way to relax")
+_BREAKS = ',()[]{}"“”«»/–—-'
+#: Words that are never a name alone, wherever they stand ('"Summer Sounds"- The playing'
+#: made a name "The", which every question with "the" in it then matched); in a longer name
+#: they stay ("The Hobbit", "Plan A").
+_NEVER_A_NAME_WORDS = """
+    a an the and or but nor of in on at to for from with by as if so than then this that these
+    those it its is was are were be"""
+_NEVER_A_NAME = frozenset(_NEVER_A_NAME_WORDS.split())
 #: a word opens with a letter of any script ("Émile", "Łódź"), never a digit or underscore
 #: (a `scripts.pattern`: combining marks belong to their word, "हिन्दी" is one)
 _TOKEN = rf"[^\W\d_][\w'’{{marks}}-]*[\w{{marks}}]|[^\W\d_]|[{_ENDS}]|[{re.escape(_BREAKS)}]"
@@ -159,6 +167,8 @@ def extract_keys(
     sentence_start = True
 
     def close_run() -> None:
+        if len(run) == 1 and run[0].casefold() in _NEVER_A_NAME:
+            run.clear()
         if run:
             label = _POSSESSIVE.sub("", " ".join(run))
             if label.casefold() not in {n.casefold() for n in names}:

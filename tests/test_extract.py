@@ -305,3 +305,16 @@ def test_contractions_are_no_names() -> None:
     # A name with a clitic is still the name, and ends there.
     assert labels("Tomorrow Dana'll bring Sam")["Dana"] == "name"
     assert "Sam" in labels("Tomorrow Dana'll bring Sam")
+
+
+def test_a_function_word_alone_is_no_name_and_a_lone_hyphen_ends_one() -> None:
+    # From a LoCoMo turn: "The" became a name key that every question with "the" matched.
+    got = labels('Melanie: "Summer Sounds"- The playing was great')
+    assert "The" not in got and got["Summer Sounds"] == "name"
+    assert "And" not in labels("Caroline said - And then it rained")
+    # A hyphen typed as a dash ended no name: "Books A" was one.
+    assert "Books A" not in labels("Books - A great way to relax")
+    # Inside a longer name, or a hyphenated one, they stay.
+    got = labels("I read The Hobbit, then Plan A failed; Jean-Luc met Anna-Lena")
+    assert {got.get(n) for n in ("The Hobbit", "Plan A", "Jean-Luc", "Anna-Lena")} == {"name"}
+    assert labels("We met Will at the park").get("Will") == "name"
