@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 
@@ -34,3 +35,16 @@ def sync_dir(path: Path | str) -> None:
         sync_file(fd)
     finally:
         os.close(fd)
+
+
+def outdate(fd: int, replaced_mtime_ns: int) -> None:
+    """Give the file at `fd`, written to replace one of the same size whose mtime was
+    `replaced_mtime_ns`, an mtime in a later whole second (ahead of the clock if need be).
+
+    `rsync -a` onto an earlier copy (and `cp -u`) skips a file whose size and mtime in whole
+    seconds are what it copied: a redaction made in the second of that copy would never reach
+    it, and the backup would keep the content erased here.
+    """
+    now = time.time_ns()
+    later = max(now, (replaced_mtime_ns // 1_000_000_000 + 1) * 1_000_000_000)
+    os.utime(fd, ns=(now, later))

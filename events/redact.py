@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from .codec import _CRC_LEN, _CRC_PREFIX, DecodeError, _crc, decode_line
-from .durable import sync_dir, sync_file
+from .durable import outdate, sync_dir, sync_file
 from .errors import CorruptLog
 from .types import (
     AnyEvent,
@@ -206,6 +206,7 @@ def apply_redaction(plan: SegmentRedaction) -> bool:
     """
     if not plan.lines:
         return False
+    replaced_mtime_ns = os.stat(plan.path).st_mtime_ns
     data = bytearray(plan.path.read_bytes())
     for offset, line in plan.lines.items():
         data[offset : offset + len(line)] = line
@@ -216,6 +217,7 @@ def apply_redaction(plan: SegmentRedaction) -> bool:
         written = 0
         while written < len(data):
             written += os.write(fd, view[written:])
+        outdate(fd, replaced_mtime_ns)  # same size: a backup by size and time must see it
         sync_file(fd)
     finally:
         os.close(fd)

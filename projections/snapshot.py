@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from keytrail.events.durable import sync_dir, sync_file
+from keytrail.events.durable import outdate, sync_dir, sync_file
 from keytrail.events.errors import StoreError
 from keytrail.events.types import EPOCH, FoldRules
 
@@ -297,12 +297,17 @@ def materialize(state: GraphState) -> GraphState:
     return state
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so a reader sees the old file or the whole new one, never half."""
+def write_atomic(path: Path, data: bytes, *, replaced_mtime_ns: int | None = None) -> None:
+    """Write `data` to `path` so a reader sees the old file or the whole new one, never half.
+
+    `replaced_mtime_ns`: the mtime of the file of the same size it replaces (see `outdate`).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
+        if replaced_mtime_ns is not None:
+            outdate(f.fileno(), replaced_mtime_ns)
         sync_file(f.fileno())
     os.replace(tmp, path)
     sync_dir(path.parent)

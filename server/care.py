@@ -513,7 +513,8 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    home = Settings.from_env(home=args.home).home
+    settings = Settings.from_env(home=args.home)
+    home = settings.home
     refuse_nested_store(home)  # before reading and checking a file that may be large
     label = args.input if args.input not in (None, "-") else "<stdin>"
     if args.input in (None, "-") and sys.stdin.isatty():
@@ -585,7 +586,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         staging = home / IMPORT_STAGING
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            _write_staged(staging, events)
+            _write_staged(staging, events, settings.segment_bytes)
             with log.lock() as app:
                 # A process that made the store meanwhile keeps it; this import is refused.
                 _require_empty(log, app.pending, home)
@@ -616,9 +617,11 @@ def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
         )
 
 
-def _write_staged(staging: Path, events: list[AnyEvent]) -> None:
+def _write_staged(staging: Path, events: list[AnyEvent], segment_bytes: int) -> None:
     bar = ProgressBar("import")
-    staged = EventLog(staging)
+    # Split as the store's own appends would be: one segment of the whole log would make
+    # every forget in it rewrite all of it.
+    staged = EventLog(staging, segment_bytes=segment_bytes)
     try:
         with staged.lock() as app:
             for i, event in enumerate(events, 1):

@@ -400,6 +400,29 @@ def test_export_then_import_into_an_empty_store(home: Path, tmp_path: Path) -> N
     )
 
 
+def test_import_splits_the_log_as_the_configured_segment_size_says(
+    home: Path, tmp_path: Path
+) -> None:
+    # A store restored from an export gets the segments KEYTRAIL_SEGMENT_BYTES asks for, as the
+    # store it came from had: one segment of the whole log would make every forget in it
+    # rewrite, and read into memory, all of it.
+    for i in range(6):
+        kt(home, "remember", f"fact {i} " + "x" * 200, "-k", "topic")
+    dump = tmp_path / "export.jsonl"
+    kt(home, "export", "-o", str(dump))
+    restored = tmp_path / "restored"
+    subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "import", str(dump)],
+        env={**env_for(restored), "KEYTRAIL_SEGMENT_BYTES": "2000"},
+        cwd=str(REPO),
+        capture_output=True,
+        check=True,
+    )
+    sizes = [p.stat().st_size for p in sorted((restored / "log").glob("*.jsonl"))]
+    assert len(sizes) > 1 and max(sizes) <= 2000, sizes
+    assert kt(restored, "export").stdout == dump.read_text()
+
+
 def test_log_follow_sees_another_process_append(home: Path, tmp_path: Path) -> None:
     kt(home, "remember", "first fact", "-k", "one")
     out_path = tmp_path / "follow.out"

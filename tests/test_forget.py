@@ -4,6 +4,7 @@ verifies and replays, readers are undisturbed, and an interrupted purge is finis
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -181,6 +182,33 @@ def test_a_redacted_line_keeps_its_length_and_decodes_without_the_content() -> N
     redacted = redact_line(hand, {"m_a"})
     assert redacted is not None and len(redacted) == len(hand) and b"secret" not in redacted
     assert decode_line(redacted).memories[0].content == ""  # type: ignore[union-attr]
+
+
+def test_an_incremental_backup_sees_every_file_a_forget_rewrote_as_changed(home: Path) -> None:
+    # `rsync -a` onto an earlier backup (like `cp -u`) skips a file whose size and mtime, in
+    # whole seconds, are those it copied. A redaction keeps the size; left in the same second
+    # as the copy (a segment synced, then a forget within that second), the backup would keep
+    # the content for good. The files' times are set ahead, so that this does not depend on
+    # when the clock's second turns.
+    # One line a segment: the forget's own line goes to a new one, and the redacted segment
+    # keeps its size.
+    store = open_store(home, snapshot_every=10**6, segment_bytes=1)
+    memory_id = store.remember(SECRET, ["bank"]).memory_id
+    (home / "log" / "torn").mkdir()
+    torn = home / "log" / "torn" / "00000000000000000003.jsonl.10.torn"
+    torn.write_bytes(b"x" + forms(SECRET)[1] + b"y")
+    rewritten = [home / "log" / "00000000000000000002.jsonl", torn]
+    ahead = (int(time.time()) + 30) * 10**9 + 500_000_000
+    for path in rewritten:
+        os.utime(path, ns=(ahead, ahead))
+    seen = {path: path.stat() for path in rewritten}
+    store.forget(memory_id, reason="user asked")
+    assert files_holding(home, SECRET) == []
+    for path in rewritten:
+        now = path.stat()
+        assert now.st_size == seen[path].st_size
+        # A later second than the copy saw: the clock's own may still be the copy's second.
+        assert now.st_mtime_ns // 10**9 > seen[path].st_mtime_ns // 10**9, path.name
 
 
 def test_readers_are_undisturbed_by_a_rewrite(home: Path) -> None:
