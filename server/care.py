@@ -250,7 +250,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         lines += [f"cache ignored (costs a replay, not answers): {c}" for c in ignored]
         if report.purges_pending:
             ids = ", ".join(report.purges_pending)
-            lines.append(f"purge unfinished (the next open finishes it): {ids}")
+            lines.append(
+                "purge unfinished (a forget running in another process finishes it; one cut "
+                f"short is finished by the next open or write): {ids}"
+            )
         if report.unchecked_lines:
             lines.append(
                 "no checksum, so damage to them cannot be seen (written by hand, or damaged "

@@ -48,3 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{start}keytrail: interrupted while starting: nothing was done", file=sys.stderr)
         return EXIT_INTERRUPTED
     return run(argv)
+
+
+if __name__ == "__main__":  # `python -m keytrail.server.entry`, as the console script runs it
+    sys.exit(main())

@@ -586,6 +586,16 @@ def test_the_console_script_runs_the_command_line(tmp_path: Path, hash_cli: None
     assert entry.main(["remember", "Anna lives in Lyon", "--home", str(tmp_path / "s")]) == 0
 
 
+def test_the_entry_module_runs_as_a_script(tmp_path: Path) -> None:
+    # It did nothing and exited 0: the module had no __main__ block.
+    done = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.entry", "stats", "--home", str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "no keytrail store" in done.stderr, done.stderr
+
+
 BLAS_PROBE = """
 import os, sys
 from keytrail.server import entry
