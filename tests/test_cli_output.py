@@ -182,14 +182,25 @@ def test_bidirectional_controls_in_texts_and_labels_are_shown_escaped(
     control one: printed raw, it makes the terminal show a line other than the one stored
     (Trojan Source), "pay \u202eyppa" reads as "pay appy". Texts and key labels show them
     escaped in every verb that prints them, as control characters are."""
-    from keytrail.events import KeyAliased
+    from keytrail.core.store import content_hash
+    from keytrail.events import KeyAliased, KeyLink, MemoryRemembered, NewMemory
 
     label = "Lyon \u202enoyL"
     content = "pay \u202etxet desrever\u202c and \u2066isolated\u2069 in Lyon"
     store = open_store(home)
-    told = store.remember(content, [label])
+    # Labels drop these characters now; a store written before holds them as typed.
+    old = NewMemory(
+        memory_id="m_0123456789ab",
+        namespace="default",
+        content="a fact told before",
+        content_hash=content_hash("a fact told before"),
+        keys=[KeyLink(key_id="k_0123456789", label=label, resolution="new")],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[old])))
+    told = store.remember(content, ["Lyon noyL"])
     store.remember("another fact about the city", [label])
     key = told.keys[0].key_id
+    assert key == "k_0123456789"
     store._write(lambda app: store._append(app, KeyAliased(key_id=key, alias="Ly\u202eon")))
     store.read_memory(told.memory_id, via_key_id=key, query="Lyon \u202eagain")
     store.record_turn("s1", "user", content)
@@ -197,8 +208,9 @@ def test_bidirectional_controls_in_texts_and_labels_are_shown_escaped(
     store.forget(gone, reason="asked \u202eti tegrof\u202c \x1b[8mhidden")
     store.close()
     at = ["--home", str(home)]
+    remembered = out_of(capsys, "remember", "a third fact", "-k", label, *at)
+    assert "k_0123456789  Lyon \\u202enoyL [concept] existing" in remembered, remembered
     verbs = [
-        ["remember", "a third fact", "-k", label],
         ["read", told.memory_id],
         ["conversation", "s1"],
         ["history", told.memory_id],
@@ -217,7 +229,7 @@ def test_bidirectional_controls_in_texts_and_labels_are_shown_escaped(
     assert "pay \\u202etxet desrever\\u202c and \\u2066isolated\\u2069 in Lyon" in read
     assert "keys: Lyon \\u202enoyL (" in read
     keys = out_of(capsys, "keys", *at)
-    assert "Lyon \\u202enoyL [" in keys and "aliases: Ly\\u202eon" in keys
+    assert "Lyon \\u202enoyL [" in keys and "Ly\\u202eon" in keys.split("aliases: ")[1]
     log = out_of(capsys, "log", "--memory", gone, *at)
     assert "asked \\u202eti tegrof\\u202c \\x1b[8mhidden" in log and "\x1b" not in log
 
