@@ -51,6 +51,12 @@ class Limits:
     #: characters of a knowledge-graph entity name, entity type or relation type
     kg_name_chars: int = 200
 
+    @property
+    def entity_name_chars(self) -> int:
+        """Characters of an entity's name: its key's label too, so no more than a key's
+        (KEYTRAIL_MAX_KEY_CHARS set lower made entities no `remember(keys=[name])` took)."""
+        return min(self.kg_name_chars, self.key_chars)
+
     def default_page(self, preferred: int = DEFAULT_PAGE) -> int:
         """The page a paginated call answers when no `limit` is given: `preferred`, or the
         page limit if that is lower (a default the store would refuse is no default)."""

@@ -174,7 +174,7 @@ def parse_memory_jsonl(
         _unicode(where, obj)
         kind = obj.get("type")
         if kind == "entity":
-            name = _string(where, obj, "name", limits.kg_name_chars)
+            name = _string(where, obj, "name", limits.entity_name_chars)
             entity_type = _string(where, obj, "entityType", limits.kg_name_chars)
             observations = obj.get("observations", [])
             if not isinstance(observations, list):
@@ -198,8 +198,8 @@ def parse_memory_jsonl(
         elif kind == "relation":
             relations.append(
                 _Relation(
-                    _string(where, obj, "from", limits.kg_name_chars),
-                    _string(where, obj, "to", limits.kg_name_chars),
+                    _string(where, obj, "from", limits.entity_name_chars),
+                    _string(where, obj, "to", limits.entity_name_chars),
                     _string(where, obj, "relationType", limits.kg_name_chars),
                     number,
                 )

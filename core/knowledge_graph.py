@@ -190,9 +190,12 @@ class KnowledgeGraph:
 
     # -- checks (nothing written on bad input) ---------------------------------------------
 
-    def _name(self, field: str, value: object) -> str:
-        limit = self.store.settings.limits.kg_name_chars
-        return check.label(field, value, limit)
+    def _name(self, field: str, value: object, *, entity: bool = True) -> str:
+        """An entity's name (its key's label), or with `entity=False` a type's."""
+        limits = self.store.settings.limits
+        return check.label(
+            field, value, limits.entity_name_chars if entity else limits.kg_name_chars
+        )
 
     def _list(self, field: str, value: object, what: str) -> Sequence[Any]:
         limit = self.store.settings.limits.batch_items
@@ -227,7 +230,7 @@ class KnowledgeGraph:
             (
                 self._name(f"relations[{i}].from", r.from_),
                 self._name(f"relations[{i}].to", r.to),
-                self._name(f"relations[{i}].relationType", r.relation_type),
+                self._name(f"relations[{i}].relationType", r.relation_type, entity=False),
             )
             for i, r in enumerate(items)
         ]
@@ -240,7 +243,7 @@ class KnowledgeGraph:
         checked = [
             (
                 self._name(f"entities[{i}].name", e.name),
-                self._name(f"entities[{i}].entityType", e.entity_type),
+                self._name(f"entities[{i}].entityType", e.entity_type, entity=False),
                 self._contents(f"entities[{i}].observations", e.observations),
             )
             for i, e in enumerate(items)

@@ -47,7 +47,9 @@ KG_TOOLS = (
 )
 
 Name = Annotated[str, Field(min_length=1, max_length=LIMITS.kg_name_chars)]
-EntityName = Annotated[Name, Field(description="The name of an entity (any case).")]
+#: An entity's name is its key's label, held to the shorter of the two limits
+NameOfEntity = Annotated[str, Field(min_length=1, max_length=LIMITS.entity_name_chars)]
+EntityName = Annotated[NameOfEntity, Field(description="The name of an entity (any case).")]
 Observation = Annotated[
     str,
     Field(min_length=1, max_length=LIMITS.content_chars, description="One atomic fact."),
@@ -61,7 +63,7 @@ Many = Field(min_length=1, max_length=LIMITS.batch_items)
 
 class EntityArg(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: Annotated[Name, Field(description="The name of the entity")]
+    name: Annotated[NameOfEntity, Field(description="The name of the entity")]
     entityType: Annotated[
         Name, Field(description="The type of the entity, e.g. person, organization, event")
     ]
@@ -73,9 +75,10 @@ class RelationArg(BaseModel):
     # the published schema (additionalProperties: false) does not allow.
     model_config = ConfigDict(extra="forbid")
     from_: Annotated[
-        Name, Field(alias="from", description="The name of the entity where the relation starts")
+        NameOfEntity,
+        Field(alias="from", description="The name of the entity where the relation starts"),
     ]
-    to: Annotated[Name, Field(description="The name of the entity where the relation ends")]
+    to: Annotated[NameOfEntity, Field(description="The name of the entity where the relation ends")]
     relationType: Annotated[
         Name, Field(description="The type of the relation, in active voice, e.g. works_at")
     ]
@@ -84,7 +87,7 @@ class RelationArg(BaseModel):
 class ObservationArg(BaseModel):
     model_config = ConfigDict(extra="forbid")
     entityName: Annotated[
-        Name, Field(description="The name of the entity to add the observations to")
+        NameOfEntity, Field(description="The name of the entity to add the observations to")
     ]
     contents: Annotated[
         list[Observation],
@@ -95,7 +98,7 @@ class ObservationArg(BaseModel):
 class DeletionArg(BaseModel):
     model_config = ConfigDict(extra="forbid")
     entityName: Annotated[
-        Name, Field(description="The name of the entity holding the observations")
+        NameOfEntity, Field(description="The name of the entity holding the observations")
     ]
     observations: Annotated[
         list[Observation],

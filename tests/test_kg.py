@@ -94,6 +94,30 @@ def test_an_entity_named_as_long_as_names_may_be_is_a_key_remember_takes(store: 
     assert store.settings.limits.key_chars == store.settings.limits.kg_name_chars
 
 
+def test_an_entity_name_is_held_to_a_key_limit_set_lower(make_store: Callable[..., Store]) -> None:
+    """KEYTRAIL_MAX_KEY_CHARS set below the entity name limit made entities whose key no
+    `remember(keys=[name])` took; a name is held to the shorter limit, a type is not."""
+    from keytrail.core.config import Limits
+    from keytrail.core.importers import import_text
+
+    store = make_store(limits=Limits(key_chars=50))
+    kg = KnowledgeGraph(store)
+    seq = store.state.seq
+    with pytest.raises(InvalidInput) as refused:
+        kg.create_entities([EntityInput("N" * 51, "person", [])])
+    assert refused.value.field == "entities[0].name" and "50" in str(refused.value)
+    with pytest.raises(InvalidInput) as refused:
+        kg.create_relations([RelationInput("Ann", "B" * 51, "knows")])
+    assert refused.value.field == "relations[0].to"
+    assert store.state.seq == seq
+    kg.create_entities([EntityInput("N" * 50, "t" * 120, [])])  # a type may be longer
+    store.remember("a fact", ["N" * 50])
+    line = '{"type": "entity", "name": "%s", "entityType": "person", "observations": []}'
+    with pytest.raises(InvalidInput) as refused:
+        import_text(store, line % ("M" * 51), "graph.jsonl")
+    assert "50" in str(refused.value)
+
+
 @pytest.mark.parametrize(
     ("told", "named"), [("O'Brien", "O’Brien"), ("İstanbul", "Istanbul"), ("Zoe\u0308", "Zoë")]
 )
