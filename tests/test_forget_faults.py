@@ -92,9 +92,12 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
     acked: set[str] = set()
     kills = interrupted = 0
     deadline = time.monotonic() + 25
-    for it in range(16):
+    # 16 kills (10 once past the deadline), and on a loaded machine, where a forgetter gets
+    # little done before its kill, more until the forgets have run enough to prove something.
+    for it in range(48):
         remaining = [m for m in contents if m not in forgotten_in_log(home)]
-        if time.monotonic() > deadline and kills >= 10:
+        enough = len(contents) - len(remaining) > 10
+        if enough and (kills >= 16 or (time.monotonic() > deadline and kills >= 10)):
             break
         if len(remaining) < 6:  # forgets got through them all: give the next one work
             add_secrets(5)
