@@ -999,16 +999,16 @@ class Queries:
                     for n in self.state.memories.values()
                     if n.session_id == session_id and self._visible(n, now)
                 )
-                detail = (
+                if not named:
+                    raise self._missing("session_id", "session", session_id)
+                raise NotFound(
+                    "session_id",
+                    "session",
+                    session_id,
                     f"no turns were recorded in it (record_turn), though {named} "
                     f"memor{'y was' if named == 1 else 'ies were'} remembered with that "
-                    "session_id"
-                    if named
-                    else ""
+                    "session_id",
                 )
-                if not detail:
-                    raise self._missing("session_id", "session", session_id)
-                raise NotFound("session_id", "session", session_id, detail)
             if turn is not None:
                 turn = check.count("turn", turn, 1, len(turns))
                 chosen, offset, following = [t for t in turns if t.turn == turn], 0, None

@@ -86,19 +86,19 @@ def label(field: str, value: object, limit: int) -> str:
     return checked
 
 
+#: The bidirectional-text controls: the direction marks (Arabic letter, left-to-right,
+#: right-to-left), embeddings and overrides (U+202A-202E) and isolates (U+2066-2069). Printed
+#: raw, they make a terminal show a line other than the one stored ("Trojan Source").
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
 #: Format characters that show nothing and join or break no letters: a byte order mark (a file
 #: saved by Notepad starts with one), zero-width space and word joiner (pasted from web pages
 #: and chat apps), and the left-to-right, right-to-left and Arabic letter marks. In a label they
 #: made a second key that looks exactly like the first and that no one typing it reaches. The
 #: zero-width (non-)joiners stay: they change how Persian, Indic letters and emoji join. The
-#: direction embeddings, overrides and isolates (U+202A-202E, U+2066-2069) go too: in a label
-#: they only make it show as something other than what it is (a reversed name).
-_INVISIBLE = dict.fromkeys(
-    map(
-        ord,
-        "\ufeff\u200b\u2060\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
-    )
-)
+#: direction embeddings, overrides and isolates go too: in a label they only make it show as
+#: something other than what it is (a reversed name).
+_INVISIBLE = dict.fromkeys(map(ord, "\ufeff\u200b\u2060" + BIDI_CONTROLS))
 
 
 def _normal_label(value: str) -> str:

@@ -28,13 +28,18 @@ def sync_file(fd: int) -> None:
     os.fsync(fd)
 
 
-def sync_dir(path: Path | str) -> None:
-    """Make the entries of directory `path` (a file created or renamed in it) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def sync_path(path: Path | str, flags: int = 0) -> None:
+    """Flush what was written to the file at `path`, through any descriptor, to stable storage."""
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         sync_file(fd)
     finally:
         os.close(fd)
+
+
+def sync_dir(path: Path | str) -> None:
+    """Make the entries of directory `path` (a file created or renamed in it) durable."""
+    sync_path(path, os.O_DIRECTORY)
 
 
 def outdate(fd: int, replaced_mtime_ns: int) -> None:

@@ -33,7 +33,7 @@ from typing import Any, NoReturn, Protocol
 import msgspec
 
 from .codec import DecodeError, Upcaster, decode_line, encode_line
-from .durable import sync_dir, sync_file
+from .durable import sync_dir, sync_file, sync_path
 from .errors import CorruptLog, LockBusy, NoStore, StoreError
 from .types import EPOCH, AnyEvent, Event
 
@@ -583,11 +583,7 @@ class Appender:
                 if not written or written[-1] != log._segment:
                     written.append(log._segment)
             for name in written:
-                fd = os.open(log.dir / name, os.O_RDONLY)
-                try:
-                    sync_file(fd)
-                finally:
-                    os.close(fd)
+                sync_path(log.dir / name)
             if written and written[-1] != start[0]:
                 sync_dir(log.dir)
         except BaseException as exc:
@@ -627,11 +623,7 @@ def sync_log(root: Path) -> None:
     log_dir = Path(root) / "log"
     for path in sorted(log_dir.iterdir()):
         if _SEGMENT_RE.match(path.name):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                sync_file(fd)
-            finally:
-                os.close(fd)
+            sync_path(path)
     sync_dir(log_dir)
 
 

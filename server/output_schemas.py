@@ -31,9 +31,9 @@ from mcp.types import Tool
 #: Keywords that only annotate: dropped from output schemas (descriptions are kept).
 _NOISE = frozenset({"title", "default"})
 #: Keywords whose values are data or names, not subschemas: copied as they are.
-_DATA = frozenset({"required", "enum", "const", "examples", "dependentRequired"})
+SCHEMA_DATA = frozenset({"required", "enum", "const", "examples", "dependentRequired", "default"})
 #: Keywords whose values map names to subschemas.
-_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs"})
 _DEFS_PREFIX = "#/$defs/"
 #: Value types a map may have for `_scalar_map_as_object`, as its description names them.
 _SCALARS = {
@@ -71,9 +71,9 @@ def _flatten(node: Any, defs: dict[str, Any], seen: tuple[str, ...]) -> Any:
     for key, value in node.items():
         if key in _NOISE or key == "$defs":
             continue
-        if key in _SCHEMA_MAPS:
+        if key in SCHEMA_MAPS:
             out[key] = {name: _flatten(sub, defs, seen) for name, sub in value.items()}
-        elif key in _DATA:
+        elif key in SCHEMA_DATA:
             out[key] = value
         else:
             out[key] = _flatten(value, defs, seen)

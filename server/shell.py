@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
+from keytrail.core.validation import BIDI_CONTROLS
 
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
@@ -155,10 +156,9 @@ def short_time(at: datetime | str | None) -> str:
     return f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
 
 
-#: Bidirectional-text controls: format characters, not control ones, yet printed raw they make
-#: the terminal show a line other than the one stored (an override reverses what follows it:
-#: "Trojan Source"). Escaped as control characters are.
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+#: Format characters, not control ones, yet printed raw they make the terminal show a line
+#: other than the one stored (an override reverses what follows it): escaped as controls are.
+_BIDI = frozenset(BIDI_CONTROLS)
 
 
 def _escaped(text: str, keep: str = "") -> str:

@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from keytrail.core import KeytrailError
 
+from .output_schemas import SCHEMA_DATA, SCHEMA_MAPS
+
 
 class UnknownArguments(KeytrailError, ToolError):
     """A tool call named arguments the tool does not have. Nothing ran, nothing was written.
@@ -302,12 +304,6 @@ def _listed(types: str | list[str]) -> list[str]:
     return [types] if isinstance(types, str) else list(types)
 
 
-#: Keywords whose values map names to subschemas: their keys are names, not keywords.
-_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
-#: Keywords whose values are data, not schemas: kept as they are.
-_SCHEMA_DATA = frozenset({"default", "enum", "const", "examples", "required"})
-
-
 def untitled(schema: Any) -> Any:
     """`schema` without the titles pydantic derives from names ("As Of" for `as_of`,
     "read_keyArguments"): they say nothing the name does not, and a client hands every
@@ -321,9 +317,9 @@ def untitled(schema: Any) -> Any:
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
-        if key in _SCHEMA_DATA:
+        if key in SCHEMA_DATA:
             out[key] = value
-        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+        elif key in SCHEMA_MAPS and isinstance(value, dict):
             out[key] = {name: untitled(sub) for name, sub in value.items()}
         else:
             out[key] = untitled(value)

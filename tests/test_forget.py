@@ -465,7 +465,7 @@ def test_a_failed_sync_of_a_chains_forget_records_nothing_and_tells_so(
     writes: list[int] = []
     pwrite = os.pwrite
 
-    def sync_failed(fd: int) -> None:
+    def sync_failed(path: object) -> None:
         raise OSError(5, "Input/output error")
 
     def fifth_write_failed(fd: int, data: bytes, offset: int) -> int:
@@ -476,7 +476,7 @@ def test_a_failed_sync_of_a_chains_forget_records_nothing_and_tells_so(
 
     with monkeypatch.context() as broken:
         if failing == "sync":
-            broken.setattr(event_log, "sync_file", sync_failed)
+            broken.setattr(event_log, "sync_path", sync_failed)
         else:
             broken.setattr(os, "pwrite", fifth_write_failed)
         with pytest.raises(StoreError, match="nothing was recorded"):
