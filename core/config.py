@@ -164,6 +164,10 @@ class Settings:
     #: disk grows with the graph, not with the graph times the number of intervals
     snapshot_keep: int = 100
     segment_bytes: int = 64 * 1024 * 1024
+    #: threads the local embedding model (fastembed's ONNX runtime) runs on; 0: one per core.
+    #: One by default: a query or a remember embeds a text or a few, which a second thread does
+    #: not speed up, while its threads spin between calls (BENCHMARKS, "Embedding threads").
+    embed_threads: int = 1
     #: MCP tool sets to serve: "keygraph" (associative memory), "knowledge_graph" (entities)
     toolsets: tuple[str, ...] = ("keygraph",)
     #: namespace of knowledge-graph observations; None: the default namespace
@@ -270,6 +274,7 @@ _SCALARS: dict[str, tuple[type[Any], str]] = {
     "snapshot_every": (int, "write a key-graph snapshot after this many new events"),
     "snapshot_keep": (int, "most archived key-graph snapshots kept for time travel"),
     "segment_bytes": (int, "start a new log segment past this size"),
+    "embed_threads": (int, "threads the local embedding model runs on (0: one per core)"),
     "embed_dim": (int, "dimension of an OpenAI-compatible model keytrail does not know"),
     "alias_after_reads": (int, "reads through a key with the same query that make it an alias"),
     "learned_aliases_per_key": (int, "learned aliases a key may hold at once"),

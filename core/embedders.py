@@ -124,10 +124,13 @@ class FastEmbedder:
         model_path: str | None = None,
         dim: int | None = None,
         batch_size: int = 64,
+        threads: int = 1,
     ) -> None:
         self.model_id = model_id
         self.model_path = model_path
         self.batch_size = batch_size
+        #: the ONNX runtime's threads; 0 leaves the choice to it (one per core)
+        self.threads = threads
         self._model: Any = None
         known = self._known_dim(model_id)
         if dim is None:
@@ -161,7 +164,7 @@ class FastEmbedder:
         if self._model is None:
             from fastembed import TextEmbedding
 
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {"threads": self.threads or None}
             if self.model_path:
                 kwargs["specific_model_path"] = self.model_path
             try:
@@ -325,11 +328,12 @@ def make_embedder(
     model_id: str | None = None,
     model_path: str | None = None,
     dim: int | None = None,
+    threads: int = 1,
 ) -> Embedder:
     if backend == "hash":
         return HashEmbedder()
     if backend == "fastembed":
-        return FastEmbedder(model_id or DEFAULT_MODEL, model_path, dim)
+        return FastEmbedder(model_id or DEFAULT_MODEL, model_path, dim, threads=threads)
     if backend == "openai":
         return OpenAIEmbedder(model_id or DEFAULT_OPENAI_MODEL, dim=dim)
     raise StoreError(

@@ -183,6 +183,7 @@ class Store(Queries, HybridQueries):
             self.settings.model,
             self.settings.model_path,
             self.settings.embed_dim,
+            self.settings.embed_threads,
         )
         if create:
             self.home.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ import argparse
 import io
 import ipaddress
 import json
+import os
 import sys
 import unicodedata
 from datetime import datetime
@@ -38,9 +39,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: The verbs a person runs for a long embedding job and waits on: unless KEYTRAIL_EMBED_THREADS
+#: says otherwise, their model runs on every core (every other verb, `serve` included, on one).
+BULK_EMBED_VERBS = ("rebuild", "reembed", "import")
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     """KEYTRAIL_* variables, overridden by the flags that were given."""
+    bulk = getattr(args, "command", None) in BULK_EMBED_VERBS
     settings = Settings.from_env(
+        embed_threads=0 if bulk and not os.environ.get("KEYTRAIL_EMBED_THREADS") else None,
         home=args.home,
         embedder=args.embedder,
         model=args.model,

@@ -4,6 +4,7 @@ resuming an interrupted build, rebuilding a deleted cache to the same answers, p
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -19,7 +20,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from keytrail.core import HashEmbedder, Store, profile_for, to_dict
+from keytrail.core import HashEmbedder, InvalidInput, Settings, Store, profile_for, to_dict
 from keytrail.core import reembed as projection
 from keytrail.core.embedders import Embedder, FastEmbedder
 from keytrail.core.profiles import PROFILES
@@ -230,6 +231,58 @@ def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
     (unrecorded,) = json.loads(kt("reembed", "--list", "--json"))
     assert unrecorded["seq"] is None and unrecorded["current"] is True
     assert kt("reembed", "--list").startswith("* ")
+
+
+def test_the_local_model_runs_on_the_threads_its_settings_give(tmp_path: Path) -> None:
+    """One ONNX thread unless told: a query embeds a text or two, which more threads do not
+    speed up, and the runtime's threads spin between calls. 0 leaves it one per core."""
+    from keytrail.core.embedders import make_embedder
+
+    def session_threads(embedder: Embedder) -> tuple[int, int]:
+        assert isinstance(embedder, FastEmbedder)
+        embedder.embed(["a text"])
+        options = embedder._model.model.model.get_session_options()
+        return options.intra_op_num_threads, options.inter_op_num_threads
+
+    path = os.environ.get("KEYTRAIL_EMBED_MODEL_PATH") or None
+    assert session_threads(make_embedder("fastembed", None, path)) == (1, 1)
+    assert session_threads(make_embedder("fastembed", None, path, threads=3)) == (3, 3)
+    assert session_threads(make_embedder("fastembed", None, path, threads=0)) == (0, 0)
+    with Store(Settings(home=tmp_path / "store", model_path=path, embed_threads=2)) as store:
+        assert session_threads(store.embedder) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("verb", "variable", "threads"),
+    [
+        ("recall", None, 1),
+        ("serve", None, 1),
+        ("reembed", None, 0),
+        ("rebuild", None, 0),
+        ("import", None, 0),
+        ("reembed", "2", 2),
+        ("recall", "4", 4),
+    ],
+)
+def test_bulk_verbs_embed_on_every_core_unless_the_variable_says(
+    monkeypatch: pytest.MonkeyPatch, verb: str, variable: str | None, threads: int
+) -> None:
+    from keytrail.server.cli import build_parser
+    from keytrail.server.shell import settings_from
+
+    monkeypatch.delenv("KEYTRAIL_EMBED_THREADS", raising=False)
+    if variable is not None:
+        monkeypatch.setenv("KEYTRAIL_EMBED_THREADS", variable)
+    args = build_parser().parse_args([verb] + (["a query"] if verb == "recall" else []))
+    if verb == "import":
+        args = build_parser().parse_args(["import", "export.jsonl"])
+    assert settings_from(args).embed_threads == threads
+
+
+def test_a_negative_embed_threads_is_refused() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        Settings.from_env({"KEYTRAIL_EMBED_THREADS": "-1"})
+    assert refused.value.field == "KEYTRAIL_EMBED_THREADS"
 
 
 def test_profiles_for_known_models_and_closest_for_unknown() -> None:
