@@ -43,6 +43,8 @@ _HASH_LINE = 33  # 32 hex digits and a newline
 REMAP_ROWS = 1024
 #: Where the caches live, relative to a store's directory.
 VECTORS_DIR = Path("cache") / "vectors"
+#: `record` writes the manifest here first, then renames it over manifest.json
+MANIFEST_TEMP = "manifest.tmp"
 
 
 def text_hash(text: str) -> str:
@@ -298,7 +300,7 @@ class VectorCache:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         manifest = Manifest(fingerprint=self.fingerprint, dim=self.dim, store_id=store_id, seq=seq)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(MANIFEST_TEMP)
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(asdict(manifest), f)
             f.flush()
