@@ -125,14 +125,15 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     torn_dir = log.dir / "torn"
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
     unchecked = _unchecked_lines(log, segments) if not problems else []
-    temp_files: list[Path] = []
+    temp_files = tempfiles.leftovers(home)
 
-    def look_for_temp_files() -> bool:
-        # While no appender holds the lock, so none found is a write under way.
+    def look_again() -> bool:
+        # While no appender holds the lock: none found then is a write under way.
         temp_files[:] = tempfiles.leftovers(home)
         return True
 
-    _between_writes(home, look_for_temp_files)
+    if temp_files:
+        _between_writes(home, look_again)
     if progress is not None:
         progress(total, total)
     if not problems:
