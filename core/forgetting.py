@@ -208,7 +208,7 @@ def _scrub_torn(torn_dir: Path, contents: Iterable[str]) -> list[str]:
                 if rest and form.startswith(rest):
                     scrubbed = scrubbed[: len(scrubbed) - len(rest)] + b" " * len(rest)
         if scrubbed != data:
-            snapshots.write_atomic(path, scrubbed, replaced_mtime_ns=path.stat().st_mtime_ns)
+            snapshots.write_atomic(path, scrubbed)
             touched.append(str(path))
     return touched
 

@@ -19,7 +19,7 @@ from keytrail.projections import snapshot as snapshots
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VECTORS_DIR, CacheCheck, check_cache
 
-from . import forgetting
+from . import forgetting, tempfiles
 
 Progress = Callable[[int, int], None]
 #: Where the derived files live, relative to a store's directory.
@@ -51,6 +51,9 @@ class VerifyReport:
     #: Lines without the checksum keytrail writes on every line (by hand, or damaged where the
     #: checksum was): they decode, but a change to them cannot be detected. Not a problem.
     unchecked_lines: list[str] = field(default_factory=list)
+    #: Temp files a writer killed mid-write left (core/tempfiles.py): nothing reads them, and
+    #: the next open of the store removes them. Not a problem.
+    temp_files: list[str] = field(default_factory=list)
 
 
 def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
@@ -122,6 +125,15 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     torn_dir = log.dir / "torn"
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
     unchecked = _unchecked_lines(log, segments) if not problems else []
+    temp_files = tempfiles.leftovers(home)
+
+    def look_again() -> bool:
+        # While no appender holds the lock: none found then is a write under way.
+        temp_files[:] = tempfiles.leftovers(home)
+        return True
+
+    if temp_files:
+        _between_writes(home, look_again)
     if progress is not None:
         progress(total, total)
     if not problems:
@@ -138,6 +150,7 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         caches_ignored=derived.ignored,
         purges_pending=sorted(derived.pending),
         unchecked_lines=unchecked,
+        temp_files=[str(p.relative_to(home)) for p in temp_files],
     )
 
 

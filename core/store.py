@@ -55,7 +55,7 @@ from keytrail.projections import snapshot as snapshots
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import Matrix
 
-from . import aliases, forgetting
+from . import aliases, forgetting, tempfiles
 from . import validation as check
 from .config import Settings
 from .decide import Batch, LinksByNamespace
@@ -243,10 +243,15 @@ class Store(Queries, HybridQueries):
         # test_forget_race.py holds a forget before each purge step and opens the store.
         if forgetting.pending_path(self.home).exists():
             self._tidy()
-        elif self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
+        elif (
+            self.state.seq - self._snapshot_seq >= self.settings.snapshot_every
+            # Temp files a writer killed mid-write left (looked for without the lock, which is
+            # taken only when there are some; see core/tempfiles.py).
+            or tempfiles.leftovers(self.home)
+        ):
             try:
                 self._tidy()
-            except OSError as exc:  # only a snapshot was due: see _save_snapshot_at_close
+            except OSError as exc:  # only a shortcut was due: see _save_snapshot_at_close
                 self._snapshot_unsaved(exc)
 
     @classmethod
@@ -324,10 +329,13 @@ class Store(Queries, HybridQueries):
         return self._folded(events, state)
 
     def _tidy(self) -> None:
-        """Under the lock: finish an interrupted forget, save a due snapshot."""
+        """Under the lock: finish an interrupted forget, remove temp files left by a writer
+        killed mid-write, save a due snapshot."""
         with self._mutex, self.log.lock() as app:
             self._fold(app.pending)
             self._finish_forgetting()
+            for path in tempfiles.remove_leftovers(self.home):
+                logger.info("keytrail: removed %s, left by a write cut short", path)
             if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                 self._save_snapshot(self.state)
 

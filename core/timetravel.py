@@ -32,8 +32,20 @@ if TYPE_CHECKING:
     from .reembed import Need
     from .store import Store
 
-#: Past states kept in memory per store (each is a whole key graph: keep this small).
-PAST_STATES_CACHED = 4
+#: Past states kept in memory per store are bounded by their size: the nodes (keys, memories,
+#: relations, conversation turns) they hold together, about 1 KB each once decoded, so this is
+#: about 40 MB. The most recently read are kept; the one just read always is, whatever its size
+#: (a repeated read of one point stays fast). A store of 10,500 memories (18,000 nodes) keeps
+#: two states; one of 1,000 keeps `PAST_STATES_CACHED`. (BENCHMARKS.md, time travel.)
+PAST_STATES_BUDGET = 40_000
+#: ... and by count: each point read adds a state, however small the store.
+PAST_STATES_CACHED = 16
+
+
+def state_size(state: GraphState) -> int:
+    """What keeping `state` in memory costs, in nodes (see `PAST_STATES_BUDGET`)."""
+    turns = sum(map(len, state.conversations.values()))
+    return len(state.keys) + len(state.memories) + len(state.relations) + turns
 
 
 def parse_time(field: str, value: object) -> datetime:
@@ -96,6 +108,8 @@ class PastStates:
         self._store = store
         self._headers: dict[Path, tuple[int, Header | None]] = {}
         self._cache: OrderedDict[int, GraphState] = OrderedDict()
+        #: seq of a cached state -> its `state_size` when cached
+        self._sizes: dict[int, int] = {}
         #: seq of a cached state -> how many of the store's `forgets_folded` it has blanked
         self._blanked: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -139,9 +153,10 @@ class PastStates:
             else:
                 state, keep = self._build(seq_limit)
                 self._cache[state.seq] = state
+                self._cache.move_to_end(state.seq)  # a time resolved to a seq cached before
                 self._blanked[state.seq] = 0
-                while len(self._cache) > PAST_STATES_CACHED:
-                    self._blanked.pop(self._cache.popitem(last=False)[0], None)
+                self._sizes[state.seq] = state_size(state)
+                self._evict()
             self._blank(state)
         if keep is not None:
             # Outside our lock: keeping takes the store's mutex and log lock, and a caller may
@@ -152,6 +167,17 @@ class PastStates:
             except OSError as exc:
                 self._store._snapshot_unsaved(exc)
         return state
+
+    def _evict(self) -> None:
+        """Drop the least recently read states until the rest fit `PAST_STATES_BUDGET` and
+        `PAST_STATES_CACHED`, keeping the last one read. Hold `_lock`."""
+        total = sum(self._sizes[seq] for seq in self._cache)
+        while len(self._cache) > 1 and (
+            total > PAST_STATES_BUDGET or len(self._cache) > PAST_STATES_CACHED
+        ):
+            seq, _ = self._cache.popitem(last=False)
+            self._blanked.pop(seq, None)
+            total -= self._sizes.pop(seq)
 
     def _blank(self, state: GraphState) -> None:
         """Empty the content of memories forgotten since `state` was built or last blanked.

@@ -46,6 +46,8 @@ FORMAT = 4
 #: replay its whole log once after an upgrade, and replaced as snapshots are written again.
 READABLE_FORMATS = (3, 4)
 _LENGTH_BYTES = 4
+#: `write_atomic` writes `.<name>.<pid>.tmp` beside the file, then renames it over the file
+TEMP_SUFFIX = ".tmp"
 #: Archived snapshots are named by the seq they reflect; the latest one has a fixed name.
 _ARCHIVED = re.compile(r"^keygraph-(\d{20})\.msgpack$")
 
@@ -297,17 +299,22 @@ def materialize(state: GraphState) -> GraphState:
     return state
 
 
-def write_atomic(path: Path, data: bytes, *, replaced_mtime_ns: int | None = None) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` so a reader sees the old file or the whole new one, never half.
 
-    `replaced_mtime_ns`: the mtime of the file of the same size it replaces (see `outdate`).
+    A file it replaces with one of the same size leaves it a later mtime (see `outdate`): a
+    forget rewrites snapshots and torn tails so.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        replaced = os.stat(path)
+    except FileNotFoundError:
+        replaced = None
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        if replaced_mtime_ns is not None:
-            outdate(f.fileno(), replaced_mtime_ns)
+        if replaced is not None and replaced.st_size == len(data):
+            outdate(f.fileno(), replaced.st_mtime_ns)
         sync_file(f.fileno())
     os.replace(tmp, path)
     sync_dir(path.parent)

@@ -33,6 +33,8 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from keytrail.events.durable import outdate
+
 Matrix = npt.NDArray[np.float32]
 
 
@@ -41,6 +43,8 @@ _HASH_LINE = 33  # 32 hex digits and a newline
 REMAP_ROWS = 1024
 #: Where the caches live, relative to a store's directory.
 VECTORS_DIR = Path("cache") / "vectors"
+#: `record` writes the manifest here first, then renames it over manifest.json
+MANIFEST_TEMP = "manifest.tmp"
 
 
 def text_hash(text: str) -> str:
@@ -296,7 +300,7 @@ class VectorCache:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         manifest = Manifest(fingerprint=self.fingerprint, dim=self.dim, store_id=store_id, seq=seq)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(MANIFEST_TEMP)
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(asdict(manifest), f)
             f.flush()
@@ -387,21 +391,30 @@ class VectorCache:
 
         with vf, open(hashes_path, "r+b") as hf:
             rows = set().union(*(rows_of(d.encode() + b"\n") for d in digests))
+            # Same sizes after: each file rewritten gets a later mtime (see `outdate`).
+            hashes_mtime = os.fstat(hf.fileno()).st_mtime_ns
             for row in sorted(rows):
                 hf.seek(row * _HASH_LINE)
                 hf.write(erased)
             hf.flush()
+            if rows:
+                outdate(hf.fileno(), hashes_mtime)
             os.fsync(hf.fileno())
             row_bytes = 4 * self.dim
-            rows_on_disk = os.fstat(vf.fileno()).st_size // row_bytes
+            vst = os.fstat(vf.fileno())
+            rows_on_disk = vst.st_size // row_bytes
             zeros = bytes(row_bytes)
+            zeroed = False
             for row in sorted(rows | rows_of(erased + b"\n")):
                 if row < rows_on_disk:
                     vf.seek(row * row_bytes)
                     if vf.read(row_bytes) != zeros:
                         vf.seek(row * row_bytes)
                         vf.write(zeros)
+                        zeroed = True
             vf.flush()
+            if zeroed:
+                outdate(vf.fileno(), vst.st_mtime_ns)
             os.fsync(vf.fileno())
         for digest in digests:
             self._dropped.pop(digest, None)  # every row of it on disk is erased now

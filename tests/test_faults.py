@@ -9,8 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -498,3 +500,85 @@ def test_a_full_disk_while_saving_vectors_before_a_command_names_the_file(
     assert str(home / "cache" / "vectors") in err and "No space left on device" in err
     assert "make room" in err
     assert {p: p.read_bytes() for p in (home / "log").iterdir() if p.is_file()} == log_before
+
+
+def leave_temp_files(home: Path) -> list[Path]:
+    """The temp files a process killed mid-write leaves, one of each kind the store writes."""
+    segment = sorted(p.name for p in (home / "log").glob("*.jsonl"))[0]
+    (home / "log" / "torn").mkdir(exist_ok=True)
+    left = [
+        home / "log" / f".{segment}.redact.tmp",  # a forget's redaction
+        home / "log" / "torn" / f".{segment}.10.torn.4242.tmp",  # its scrub of a torn tail
+        home / ".forget.pending.4242.tmp",  # its pending record
+        home / "cache" / "snapshot" / ".keygraph.msgpack.4242.tmp",  # a snapshot
+        vector_dir(home) / "manifest.tmp",  # a vector cache's coverage
+    ]
+    for path in left:
+        path.write_bytes(b"half of a file")
+    return left
+
+
+def not_the_stores(home: Path) -> list[Path]:
+    """Files that look like temp files but are none the store writes: never removed."""
+    found = [home / ".notes.123.tmp", home / "cache" / "snapshot" / "keygraph.tmp"]
+    for path in found:
+        path.write_bytes(b"someone else's")
+    return found
+
+
+def test_temp_files_a_killed_writer_left_are_removed_when_the_store_opens(filled: Path) -> None:
+    # Left for good otherwise, they ride along with every `cp -a` or `rsync -a` backup, and one
+    # a redaction left holds a segment's lines.
+    left = leave_temp_files(filled)
+    others = not_the_stores(filled)
+    report = verify(filled)
+    assert report.ok
+    assert report.temp_files == sorted(str(p.relative_to(filled)) for p in left)
+    open_and_check(filled).close()
+    assert [p for p in left if p.exists()] == []
+    assert verify(filled).temp_files == []
+    # What is not a temp file of the store's own stays.
+    assert (filled / "cache" / "snapshot" / "keygraph.msgpack").exists()
+    assert (vector_dir(filled) / "hashes.txt").exists()
+    assert all(p.exists() for p in others)
+
+
+def test_a_temp_file_another_process_is_writing_is_left_to_it(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's temp files are written only holding the appenders' lock, and the open
+    # removes them only holding it: one found while another process holds the lock may be
+    # that process's write under way.
+    writer = EventLog(filled)  # another process, mid-way through saving a snapshot
+    temp = filled / "cache" / "snapshot" / ".keygraph-00000000000000000099.msgpack.4242.tmp"
+    final = temp.parent / "keygraph-00000000000000000099.msgpack"
+    waiting = threading.Event()
+    acquire = EventLog._acquire
+
+    def noting_who_waits(log: EventLog, *args: Any, **kwargs: Any) -> int:
+        if log is not writer:
+            waiting.set()
+        return acquire(log, *args, **kwargs)
+
+    monkeypatch.setattr(EventLog, "_acquire", noting_who_waits)
+    errors: list[BaseException] = []
+
+    def open_the_store() -> None:
+        try:
+            open_and_check(filled).close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    opener = threading.Thread(target=open_the_store)
+    with writer.lock():
+        temp.write_bytes(b"the first half")
+        opener.start()
+        assert waiting.wait(30), "the open never asked for the lock"
+        assert temp.exists()
+        with open(temp, "ab") as f:
+            f.write(b" and the second")
+        os.replace(temp, final)
+    opener.join(30)
+    writer.close()
+    assert not opener.is_alive() and errors == []
+    assert final.read_bytes() == b"the first half and the second"

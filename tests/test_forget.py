@@ -197,7 +197,14 @@ def test_an_incremental_backup_sees_every_file_a_forget_rewrote_as_changed(home:
     (home / "log" / "torn").mkdir()
     torn = home / "log" / "torn" / "00000000000000000003.jsonl.10.torn"
     torn.write_bytes(b"x" + forms(SECRET)[1] + b"y")
-    rewritten = [home / "log" / "00000000000000000002.jsonl", torn]
+    # The vector cache erases the content's row in place too: same sizes.
+    (vectors,) = (home / "cache" / "vectors").iterdir()
+    rewritten = [
+        home / "log" / "00000000000000000002.jsonl",
+        torn,
+        vectors / "hashes.txt",
+        vectors / "vectors.f32",
+    ]
     ahead = (int(time.time()) + 30) * 10**9 + 500_000_000
     for path in rewritten:
         os.utime(path, ns=(ahead, ahead))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -322,3 +324,21 @@ def test_a_body_byte_that_breaks_utf8_is_a_cache_miss_not_a_crash(tmp_path: Path
     assert snapshots.load(path, lazy=True) is None
     with Store(settings, embedder=HashEmbedder()) as reopened:
         assert reopened.read_memory(memory_id).content == "a café in Lyon"
+
+
+def test_a_file_replaced_by_one_of_the_same_size_gets_a_later_second(tmp_path: Path) -> None:
+    # `rsync -a` onto an earlier backup skips a file whose size and mtime (whole seconds) are
+    # those it copied: the latest snapshot rewritten by a forget into one of the same size in
+    # that second would leave the backup holding the forgotten content. The old file's time
+    # is set ahead, so that this does not depend on when the clock's second turns.
+    path = tmp_path / "keygraph.msgpack"
+    path.write_bytes(b"the secret")
+    ahead = (int(time.time()) + 30) * 10**9 + 500_000_000
+    os.utime(path, ns=(ahead, ahead))
+    snapshots.write_atomic(path, b"..........")
+    assert path.read_bytes() == b".........."
+    assert path.stat().st_mtime_ns // 10**9 > ahead // 10**9
+    # Another size needs nothing of the sort: the file keeps the clock's time.
+    os.utime(path, ns=(ahead, ahead))
+    snapshots.write_atomic(path, b"longer than before")
+    assert path.stat().st_mtime_ns < ahead

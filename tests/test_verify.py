@@ -388,3 +388,17 @@ def test_lines_without_a_checksum_are_named_though_they_decode(home: Path) -> No
     assert shown.returncode == 0 and report.ok
     assert "no checksum, so damage to them cannot be seen" in shown.stdout
     assert f"{segment.name} line 3" in shown.stdout
+
+
+def test_temp_files_a_killed_writer_left_are_named_and_left_in_place(home: Path) -> None:
+    segment = sorted(p.name for p in (home / "log").glob("*.jsonl"))[0]
+    left = home / "log" / f".{segment}.redact.tmp"
+    left.write_bytes(b"a redaction cut short")
+    before = files(home)
+    result = keytrail(home, "verify")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        f"temp file left by a write cut short (the next open removes it): log/.{segment}.redact.tmp"
+        in result.stdout
+    )
+    assert files(home) == before  # verify writes nothing, removes nothing
