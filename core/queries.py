@@ -313,15 +313,52 @@ class _StatsCache:
 
 @dataclass(frozen=True, slots=True)
 class _KeyCount:
-    """A key's shown memories in a namespace, counted at `since` over its first `links` links
-    while the state's `retired_seq` was `retired_seq`; good until `until`, the next expiry of
-    a counted memory."""
+    """A key's shown memories in a namespace, counted at `since` over its first `links` links;
+    good until `until`, the next expiry of a counted memory, while no memory it counted stops
+    counting (see `_KeyCounts`)."""
 
     links: int
-    retired_seq: int
     since: datetime
     until: datetime
     count: int
+
+
+class _KeyCounts:
+    """Key id -> namespace -> its last `_KeyCount`, for one state object.
+
+    While the state's `retired_seq` holds, links are only appended, so a kept count only needs
+    its new links counted. When it moves, only the keys of the memories noted in the change
+    journal since (which notes every memory that stopped counting) are dropped: a forget
+    would otherwise send every key of the store to a full recount (memory_stats and
+    browse_keys count them all). A cut link, or a journal that dropped what was noted since,
+    drops them all.
+    """
+
+    __slots__ = ("counts", "journal", "links_cut", "retired_seq", "state")
+
+    def __init__(self, state: GraphState) -> None:
+        self.state = state
+        self.counts: dict[str, dict[str | None, _KeyCount]] = {}
+        self.journal = state.changes().end
+        self.retired_seq = state.retired_seq
+        self.links_cut = state.links_cut
+
+    def catch_up(self) -> None:
+        state = self.state
+        if state.retired_seq == self.retired_seq:
+            return
+        journal = state.changes()
+        noted = journal.since(self.journal)
+        if noted is None or state.links_cut != self.links_cut:
+            self.counts.clear()
+        else:
+            memories, counts = state.memories, self.counts
+            for mid in set(noted):
+                node = memories.get(mid)
+                for key_id in node.keys if node is not None else ():
+                    counts.pop(key_id, None)
+        self.journal = journal.end
+        self.retired_seq, self.links_cut = state.retired_seq, state.links_cut
 
 
 def _count_shown(
@@ -355,9 +392,8 @@ class Queries:
     #: ordinary path calls `visible` itself, so it pays nothing for time travel.
     _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
     _stats_cache: _StatsCache | None = None
-    #: (key id, namespace) -> its last count, for `_count` on the present (see `_KeyCount`)
-    _key_counts: dict[tuple[str, str | None], _KeyCount] | None = None
-    _key_counts_state: GraphState | None = None
+    #: each key's last counts, for `_count` on the present (see `_KeyCounts`)
+    _key_counts: _KeyCounts | None = None
     #: key id -> its links by column, for `read_key` of a big key on the present (keyrank.py)
     _key_columns: dict[str, keyrank.KeyColumns] | None = None
     _key_columns_state: GraphState | None = None
@@ -431,9 +467,9 @@ class Queries:
     def _count(self, key: KeyNode, namespace: str | None, now: datetime) -> int:
         """The memories `key` leads to that are shown at `now` (in `namespace`).
 
-        On the present the count is kept per key and, while no memory stopped counting, only
-        links added since are counted: a hub key ("user", on most memories) would otherwise
-        cost a walk over its every link on each recall that shows it.
+        On the present the count is kept per key and, while none of its memories stopped
+        counting, only links added since are counted: a hub key ("user", on most memories)
+        would otherwise cost a walk over its every link on each recall that shows it.
         """
         state = self.state
         memories = state.memories
@@ -445,27 +481,23 @@ class Queries:
                 if shown(node := memories[mid], now)
                 and (namespace is None or node.namespace == namespace)
             )
-        if self._key_counts is None or self._key_counts_state is not state:
-            self._key_counts, self._key_counts_state = {}, state
+        kept_counts = self._key_counts
+        if kept_counts is None or kept_counts.state is not state:
+            kept_counts = self._key_counts = _KeyCounts(state)
+        kept_counts.catch_up()
+        by_namespace = kept_counts.counts.setdefault(key.id, {})
         links = len(key.links)
-        kept = self._key_counts.get((key.id, namespace))
-        if (
-            kept is not None
-            and kept.retired_seq == state.retired_seq
-            and kept.since <= now < kept.until
-            and kept.links <= links
-        ):
+        kept = by_namespace.get(namespace)
+        if kept is not None and kept.since <= now < kept.until and kept.links <= links:
             if kept.links == links:
                 return kept.count
-            # Links are only appended while retired_seq holds: the new ones are the tail.
+            # Links are only appended while no link is cut: the new ones are the tail.
             tail = itertools.islice(reversed(key.links), links - kept.links)
             added, until = _count_shown(memories, tail, namespace, now)
             count, until = kept.count + added, min(kept.until, until)
         else:
             count, until = _count_shown(memories, key.links, namespace, now)
-        self._key_counts[(key.id, namespace)] = _KeyCount(
-            links, state.retired_seq, now, until, count
-        )
+        by_namespace[namespace] = _KeyCount(links, now, until, count)
         return count
 
     def _key_ref(self, key_id: str, memory_id: str | None = None) -> KeyRef:

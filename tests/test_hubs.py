@@ -143,6 +143,27 @@ def test_reads_through_a_hub_walk_only_its_newest_links(
     assert target.id in [m.memory_id for m in found.memories[:3]]
 
 
+def test_a_forget_recounts_only_the_keys_of_the_memory_forgotten(
+    hub_store: Store,
+) -> None:
+    """memory_stats and browse_keys count every key; after a forget only the forgotten
+    memory's keys are counted again, not the hub it is not under."""
+    s = hub_store
+    aside = s.remember("a note of its own, under no hub", keys=["zz aside"]).memory_id
+    stats, browsed = s.memory_stats(), s.browse_keys(limit=5)  # every key counted once
+    hub = s.state.key_for_label("user")
+    assert hub is not None
+    hub.links = Unwalkable(hub.links)
+    s.forget(aside)
+    after, page = s.memory_stats(), s.browse_keys(limit=5)
+    hub.links = dict(dict.items(hub.links))
+    assert (after.memories, after.forgotten) == (stats.memories - 1, stats.forgotten + 1)
+    assert after.hubs == stats.hubs and page.keys == browsed.keys
+    assert page.total == browsed.total - 1  # "zz aside" leads to no memory now
+    s._key_counts = None  # what a count from scratch says
+    assert (s.memory_stats().hubs, s.browse_keys(limit=5)) == (after.hubs, page)
+
+
 def full_walk(batch: Batch, namespace: str, key_ids: list[str]) -> list[str]:
     """The stored candidates as compare took them before its bounds: every key in the order
     named, each key's links oldest first."""
