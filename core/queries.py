@@ -361,6 +361,102 @@ class _KeyCounts:
         self.retired_seq, self.links_cut = state.retired_seq, state.links_cut
 
 
+#: What `memory_stats` counts a memory as that it does not count as shown (a shown one is
+#: counted by its namespace, a str)
+_FORGOTTEN, _DELETED, _EXPIRED, _SUPERSEDED = range(4)
+_Class = str | int
+
+
+def _stats_class(node: MemoryNode, now: datetime) -> _Class:
+    """What `memory_stats` counts `node` as at `now` (on the present: a view of the past has
+    its own rules for forgotten and shown)."""
+    if node.status == "forgotten":
+        return _FORGOTTEN
+    if node.status == "deleted":
+        return _DELETED
+    if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):
+        return _EXPIRED
+    if node.superseded_by is not None:
+        return _SUPERSEDED
+    return node.namespace
+
+
+class _Tally:
+    """Every memory by what `memory_stats` counts it as, and the keys that are hubs, for one
+    state object, brought up to date from what changed since rather than counted again.
+
+    A memory changes class only when the change journal notes it, when it is new (memories
+    only grow at the dict's end), or when its expiry passes (`until`: the tally is then counted
+    again, as it is when the clock goes back past `since`, a link is cut or the journal dropped
+    what was noted since). A key's count changes only with those memories' links, so only
+    their keys are counted again for `hubs`.
+    """
+
+    __slots__ = (
+        "classes",
+        "counts",
+        "hubs",
+        "journal",
+        "links_cut",
+        "seen",
+        "since",
+        "state",
+        "until",
+    )
+
+    def __init__(self, queries: Queries, state: GraphState, now: datetime) -> None:
+        self.state = state
+        self.classes: dict[str, _Class] = {}
+        self.counts: dict[_Class, int] = {}
+        self.journal = state.changes().end
+        self.links_cut = state.links_cut
+        self.since, self.until = now, _NEVER
+        self.seen = len(state.memories)
+        for node in state.memories.values():
+            self._add(node, now)
+        hub_min = queries.settings.hub_min
+        self.hubs = {k.id for k in state.keys.values() if queries._count(k, None, now) >= hub_min}
+
+    def _add(self, node: MemoryNode, now: datetime) -> None:
+        kind = self.classes[node.id] = _stats_class(node, now)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        expires = node.expires_at
+        if expires is not None and now < expires < self.until:
+            self.until = expires
+
+    def caught_up(self, queries: Queries, now: datetime) -> bool:
+        """Brought up to `now`; False where only counting again will do."""
+        state = self.state
+        journal = state.changes()
+        noted = journal.since(self.journal)
+        if noted is None or not self.since <= now < self.until or state.links_cut != self.links_cut:
+            return False
+        memories, classes, counts = state.memories, self.classes, self.counts
+        fresh = len(memories) - self.seen
+        changed: list[MemoryNode] = []
+        for mid in dict.fromkeys(noted):
+            old = classes.get(mid)
+            if old is not None:  # else new since: added below
+                counts[old] -= 1
+                node = memories[mid]
+                self._add(node, now)
+                changed.append(node)
+        if fresh:
+            new_ids = list(itertools.islice(reversed(memories), fresh))
+            for mid in reversed(new_ids):
+                node = memories[mid]
+                self._add(node, now)
+                changed.append(node)
+        hub_min = queries.settings.hub_min
+        for key_id in {k for node in changed for k in node.keys}:
+            if queries._count(state.keys[key_id], None, now) >= hub_min:
+                self.hubs.add(key_id)
+            else:
+                self.hubs.discard(key_id)
+        self.journal, self.seen, self.since = journal.end, len(memories), now
+        return True
+
+
 def _count_shown(
     memories: dict[str, MemoryNode], ids: Iterable[str], namespace: str | None, now: datetime
 ) -> tuple[int, datetime]:
@@ -392,6 +488,8 @@ class Queries:
     #: ordinary path calls `visible` itself, so it pays nothing for time travel.
     _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
     _stats_cache: _StatsCache | None = None
+    #: what `memory_stats` counts on the present, kept between calls (see `_Tally`)
+    _tally: _Tally | None = None
     #: each key's last counts, for `_count` on the present (see `_KeyCounts`)
     _key_counts: _KeyCounts | None = None
     #: key id -> its links by column, for `read_key` of a big key on the present (keyrank.py)
@@ -932,22 +1030,35 @@ class Queries:
             namespaces: dict[str, int] = {}
             superseded = expired = forgotten = deleted = 0
             until = _NEVER
-            for n in state.memories.values():
-                if self._forgotten(n):
-                    forgotten += 1
-                elif n.status == "deleted":
-                    deleted += 1
-                elif n.status == "expired" or (n.expires_at is not None and n.expires_at <= now):
-                    expired += 1
-                elif n.superseded_by is not None:
-                    superseded += 1
-                else:
-                    namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
-                if n.expires_at is not None and now < n.expires_at < until:
-                    until = n.expires_at
-            hubs = sum(
-                1 for k in state.keys.values() if self._count(k, None, now) >= self.settings.hub_min
-            )
+            if self._visible is visible:
+                # The present: kept between calls and brought up to date from what changed
+                # (a scan of every memory and link after each write cost 600 ms at 100,000).
+                tally = self._tally
+                if tally is None or tally.state is not state or not tally.caught_up(self, now):
+                    tally = self._tally = _Tally(self, state, now)
+                counts = tally.counts
+                namespaces = {ns: c for ns, c in counts.items() if type(ns) is str and c}
+                superseded, expired = counts.get(_SUPERSEDED, 0), counts.get(_EXPIRED, 0)
+                forgotten, deleted = counts.get(_FORGOTTEN, 0), counts.get(_DELETED, 0)
+                until, hubs = tally.until, len(tally.hubs)
+            else:  # a time view: its own rules for forgotten and shown, nothing kept
+                for n in state.memories.values():
+                    if self._forgotten(n):
+                        forgotten += 1
+                    elif n.status == "deleted":
+                        deleted += 1
+                    elif n.status == "expired" or (
+                        n.expires_at is not None and n.expires_at <= now
+                    ):
+                        expired += 1
+                    elif n.superseded_by is not None:
+                        superseded += 1
+                    else:
+                        namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
+                    if n.expires_at is not None and now < n.expires_at < until:
+                        until = n.expires_at
+                hub_min = self.settings.hub_min
+                hubs = sum(1 for k in state.keys.values() if self._count(k, None, now) >= hub_min)
             stats = Stats(
                 store_id=state.store_id,
                 seq=state.seq,

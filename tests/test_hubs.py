@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -162,6 +163,27 @@ def test_a_forget_recounts_only_the_keys_of_the_memory_forgotten(
     assert page.total == browsed.total - 1  # "zz aside" leads to no memory now
     s._key_counts = None  # what a count from scratch says
     assert (s.memory_stats().hubs, s.browse_keys(limit=5)) == (after.hubs, page)
+
+
+def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> None:
+    """memory_stats counts every memory once; after remember, read, correct and an expiry it
+    counts only the memories those changed, and answers as a count from scratch."""
+    s = hub_store
+    before = s.memory_stats()
+    first, second = list(s.state.memories)[:2]
+    s.state.memories = Unwalkable(s.state.memories)  # type: ignore[assignment]
+    s.remember("the user bought a lamp", keys=["user", "lamp"], ttl_seconds=60)
+    s.read_memory(first)
+    s.correct(second, "fact number 1: the drawer is empty now")
+    after = s.memory_stats()
+    s.state.memories = dict(dict.items(s.state.memories))
+    assert (after.memories, after.superseded) == (before.memories + 1, before.superseded + 1)
+    assert after.links == before.links + 2 + 2  # the lamp memory's, the correction's (inherited)
+    s._tally = s._stats_cache = None
+    assert s.memory_stats() == after
+    s.clock = lambda: after.last_event_at + timedelta(seconds=61)  # the lamp memory expired
+    expired = s.memory_stats()
+    assert (expired.memories, expired.expired) == (after.memories - 1, after.expired + 1)
 
 
 def full_walk(batch: Batch, namespace: str, key_ids: list[str]) -> list[str]:

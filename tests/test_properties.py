@@ -23,7 +23,7 @@ from keytrail.core.knowledge_graph import (
     RelationInput,
 )
 from keytrail.core.queries import QUERY_POWER, visible
-from keytrail.core.timetravel import view
+from keytrail.core.timetravel import TimeView, view
 from keytrail.events import (
     EVENT_TYPES,
     AnyEvent,
@@ -707,6 +707,28 @@ EXPIRED_THEN_EARLIER_OPS: list[tuple[Any, ...]] = [
     ("cleanup", 45),
     ("tick", -120),
 ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(op, min_size=4, max_size=30))
+@example(ops=SHARED_OBSERVATION_OPS)
+@example(ops=EXPIRED_THEN_EARLIER_OPS)
+@example(ops=[EXPIRED_THEN_EARLIER_OPS[0], ("tick", 40), ("tick", -120)])  # no event: the
+# expiry passes, then the clock goes back before it
+def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any, ...]]) -> None:
+    """memory_stats on the present is kept between commands and brought up to date from what
+    changed; after any command (or clock move) it must equal a scan of every memory and key
+    (the count a view of the time makes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = open_store(home, clock, 10_000)
+        ids: list[str] = []
+        for item in ops:
+            store = run(store, clock, [item], home, 10_000, ids)
+            kept = store.memory_stats()
+            assert kept == TimeView(store, store.refresh(), clock.now).memory_stats(), item
+        store.close()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
