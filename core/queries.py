@@ -313,11 +313,12 @@ class _StatsCache:
 
 @dataclass(frozen=True, slots=True)
 class _KeyCount:
-    """A key's shown memories in a namespace, counted at `since` over its first `links` links;
-    good until `until`, the next expiry of a counted memory, while no memory it counted stops
-    counting (see `_KeyCounts`)."""
+    """A key's shown memories in a namespace, counted at `since` over its first `links` links
+    (those of the memories made by `seq`); good until `until`, the next expiry of a counted
+    memory, less the counted memories that stopped being current since (see `_KeyCounts`)."""
 
     links: int
+    seq: int
     since: datetime
     until: datetime
     count: int
@@ -327,11 +328,11 @@ class _KeyCounts:
     """Key id -> namespace -> its last `_KeyCount`, for one state object.
 
     While the state's `retired_seq` holds, links are only appended, so a kept count only needs
-    its new links counted. When it moves, only the keys of the memories noted in the change
-    journal since (which notes every memory that stopped counting) are dropped: a forget
-    would otherwise send every key of the store to a full recount (memory_stats and
-    browse_keys count them all). A cut link, or a journal that dropped what was noted since,
-    drops them all.
+    its new links counted. When it moves, each memory the state's retirements noted since is
+    taken off the counts of its keys that counted it: a forget must not send a hub, or every
+    key of the store (memory_stats and browse_keys count them all), to a full recount. A cut
+    link, a journal that dropped what was noted since, or a memory id told again (a key may
+    then lead to a memory that does not list it) drops them all.
     """
 
     __slots__ = ("counts", "journal", "links_cut", "retired_seq", "state")
@@ -339,7 +340,7 @@ class _KeyCounts:
     def __init__(self, state: GraphState) -> None:
         self.state = state
         self.counts: dict[str, dict[str | None, _KeyCount]] = {}
-        self.journal = state.changes().end
+        self.journal = state.retirements().end
         self.retired_seq = state.retired_seq
         self.links_cut = state.links_cut
 
@@ -347,16 +348,23 @@ class _KeyCounts:
         state = self.state
         if state.retired_seq == self.retired_seq:
             return
-        journal = state.changes()
-        noted = journal.since(self.journal)
-        if noted is None or state.links_cut != self.links_cut:
+        journal = state.retirements()
+        retired = journal.since(self.journal)
+        if retired is None or state.links_cut != self.links_cut or state.ids_retold:
             self.counts.clear()
         else:
             memories, counts = state.memories, self.counts
-            for mid in set(noted):
-                node = memories.get(mid)
-                for key_id in node.keys if node is not None else ():
-                    counts.pop(key_id, None)
+            for mid in retired:
+                node = memories[mid]
+                for key_id in node.keys:
+                    for namespace, kept in counts.get(key_id, {}).items():
+                        if (
+                            # its link was among those counted, and it was shown then
+                            node.created_seq <= kept.seq
+                            and namespace in (None, node.namespace)
+                            and (node.expires_at is None or node.expires_at > kept.since)
+                        ):
+                            counts[key_id][namespace] = replace(kept, count=kept.count - 1)
         self.journal = journal.end
         self.retired_seq, self.links_cut = state.retired_seq, state.links_cut
 
@@ -396,6 +404,7 @@ class _Tally:
         "classes",
         "counts",
         "hubs",
+        "ids_retold",
         "journal",
         "links_cut",
         "seen",
@@ -409,7 +418,7 @@ class _Tally:
         self.classes: dict[str, _Class] = {}
         self.counts: dict[_Class, int] = {}
         self.journal = state.changes().end
-        self.links_cut = state.links_cut
+        self.links_cut, self.ids_retold = state.links_cut, state.ids_retold
         self.since, self.until = now, _NEVER
         self.seen = len(state.memories)
         for node in state.memories.values():
@@ -429,7 +438,12 @@ class _Tally:
         state = self.state
         journal = state.changes()
         noted = journal.since(self.journal)
-        if noted is None or not self.since <= now < self.until or state.links_cut != self.links_cut:
+        if (
+            noted is None
+            or state.ids_retold != self.ids_retold
+            or not self.since <= now < self.until
+            or state.links_cut != self.links_cut
+        ):
             return False
         memories, classes, counts = state.memories, self.classes, self.counts
         fresh = len(memories) - self.seen
@@ -595,7 +609,7 @@ class Queries:
             count, until = kept.count + added, min(kept.until, until)
         else:
             count, until = _count_shown(memories, key.links, namespace, now)
-        by_namespace[namespace] = _KeyCount(links, now, until, count)
+        by_namespace[namespace] = _KeyCount(links, state.seq, now, until, count)
         return count
 
     def _key_ref(self, key_id: str, memory_id: str | None = None) -> KeyRef:

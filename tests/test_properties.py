@@ -618,6 +618,14 @@ def fresh_count(store: Store, key_id: str, namespace: str | None) -> int:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=4, max_size=30))
 @example(ops=SHARED_OBSERVATION_OPS)
+@example(  # counted once its expiry passed, then marked expired: nothing to take off
+    ops=[
+        ("remember", 0, True, ["apple"], None, 30, False),
+        ("remember", 1, True, ["apple"], None, None, False),
+        ("tick", 40),
+        ("cleanup", 0),
+    ]
+)
 def test_kept_key_counts_equal_a_fresh_count_after_every_command(
     ops: list[tuple[Any, ...]],
 ) -> None:
