@@ -15,6 +15,7 @@ from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch, Lin
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
 from keytrail.core.store import RememberItem, content_hash
+from keytrail.core.timetravel import TimeView
 from keytrail.events import KeyLink, MemoryRemembered, NewMemory
 from keytrail.projections.vectors import Matrix
 
@@ -226,7 +227,8 @@ def test_kept_counts_follow_a_memory_told_again_under_its_id(store: Store) -> No
 
 def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> None:
     """memory_stats counts every memory once; after remember, read, correct and an expiry it
-    counts only the memories those changed, and answers as a count from scratch."""
+    counts only the memories those changed, and answers as a count from scratch. list_memories
+    takes its total from those counts and walks only the newest memories."""
     s = hub_store
     before = s.memory_stats()
     first, second = list(s.state.memories)[:2]
@@ -235,7 +237,10 @@ def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> 
     s.read_memory(first)
     s.correct(second, "fact number 1: the drawer is empty now")
     after = s.memory_stats()
+    newest = s.list_memories(limit=3, offset=1)
     s.state.memories = dict(dict.items(s.state.memories))
+    assert newest.total == after.memories
+    assert newest == TimeView(s, s.state, s.clock()).list_memories(limit=3, offset=1)  # a scan
     assert (after.memories, after.superseded) == (before.memories + 1, before.superseded + 1)
     assert after.links == before.links + 2 + 2  # the lamp memory's, the correction's (inherited)
     s._tally = s._stats_cache = None

@@ -725,8 +725,8 @@ EXPIRED_THEN_EARLIER_OPS: list[tuple[Any, ...]] = [
 # expiry passes, then the clock goes back before it
 def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any, ...]]) -> None:
     """memory_stats on the present is kept between commands and brought up to date from what
-    changed; after any command (or clock move) it must equal a scan of every memory and key
-    (the count a view of the time makes)."""
+    changed (list_memories takes its totals from it); after any command (or clock move) both
+    must equal a scan of every memory and key (what a view of the time does)."""
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "store"
         clock = Clock()
@@ -735,7 +735,13 @@ def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any,
         for item in ops:
             store = run(store, clock, [item], home, 10_000, ids)
             kept = store.memory_stats()
-            assert kept == TimeView(store, store.refresh(), clock.now).memory_stats(), item
+            scan = TimeView(store, store.refresh(), clock.now)
+            assert kept == scan.memory_stats(), item
+            for namespace in NAMESPACES:
+                for offset in (0, 2):
+                    assert store.list_memories(namespace, 3, offset) == scan.list_memories(
+                        namespace, 3, offset
+                    ), (item, namespace, offset)
         store.close()
 
 
