@@ -6,6 +6,7 @@ are never older than the log was when the question was asked.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import re
@@ -390,14 +391,15 @@ def _stats_class(node: MemoryNode, now: datetime) -> _Class:
 
 
 class _Tally:
-    """Every memory by what `memory_stats` counts it as, and the keys that are hubs, for one
-    state object, brought up to date from what changed since rather than counted again.
+    """Every memory by what `memory_stats` counts it as, and each key's count of the memories
+    it leads to (and which are hubs), for one state object, brought up to date from what
+    changed since rather than counted again.
 
     A memory changes class only when the change journal notes it, when it is new (memories
     only grow at the dict's end), or when its expiry passes (`until`: the tally is then counted
     again, as it is when the clock goes back past `since`, a link is cut or the journal dropped
     what was noted since). A key's count changes only with those memories' links, so only
-    their keys are counted again for `hubs`.
+    their keys are counted again.
     """
 
     __slots__ = (
@@ -406,6 +408,7 @@ class _Tally:
         "hubs",
         "ids_retold",
         "journal",
+        "key_counts",
         "links_cut",
         "seen",
         "since",
@@ -423,8 +426,11 @@ class _Tally:
         self.seen = len(state.memories)
         for node in state.memories.values():
             self._add(node, now)
-        hub_min = queries.settings.hub_min
-        self.hubs = {k.id for k in state.keys.values() if queries._count(k, None, now) >= hub_min}
+        #: key id -> the memories it leads to (in all namespaces), for each key leading to any
+        self.key_counts: dict[str, int] = {}
+        self.hubs: set[str] = set()
+        for key in state.keys.values():
+            self._recount(queries, key, now)
 
     def _add(self, node: MemoryNode, now: datetime) -> None:
         kind = self.classes[node.id] = _stats_class(node, now)
@@ -432,6 +438,17 @@ class _Tally:
         expires = node.expires_at
         if expires is not None and now < expires < self.until:
             self.until = expires
+
+    def _recount(self, queries: Queries, key: KeyNode, now: datetime) -> None:
+        count = queries._count(key, None, now)
+        if count:
+            self.key_counts[key.id] = count
+        else:
+            self.key_counts.pop(key.id, None)
+        if count >= queries.settings.hub_min:
+            self.hubs.add(key.id)
+        else:
+            self.hubs.discard(key.id)
 
     def caught_up(self, queries: Queries, now: datetime) -> bool:
         """Brought up to `now`; False where only counting again will do."""
@@ -461,12 +478,8 @@ class _Tally:
                 node = memories[mid]
                 self._add(node, now)
                 changed.append(node)
-        hub_min = queries.settings.hub_min
         for key_id in {k for node in changed for k in node.keys}:
-            if queries._count(state.keys[key_id], None, now) >= hub_min:
-                self.hubs.add(key_id)
-            else:
-                self.hubs.discard(key_id)
+            self._recount(queries, state.keys[key_id], now)
         self.journal, self.seen, self.since = journal.end, len(memories), now
         return True
 
@@ -1135,14 +1148,29 @@ class Queries:
             self.refresh()
             now = self.clock()
             hub_min = self.settings.hub_min
-            counted = [
-                (k, c)
-                for k in self.state.keys.values()
-                if (c := self._count(k, namespace, now)) > 0 and (not hubs_only or c >= hub_min)
-            ]
+            keys = self.state.keys
+            if namespace is None and self._visible is visible:
+                # The present, all namespaces: the counts are kept (see `_Tally`), and only the
+                # keys that can reach the page are sorted (every key cost ~60 ms at 20,000).
+                kept = self._present_tally(now).key_counts
+                counts = [
+                    (key_id, c) for key_id, c in kept.items() if not hubs_only or c >= hub_min
+                ]
+                total = len(counts)
+                if offset + limit < total:
+                    floor = heapq.nlargest(offset + limit, (c for _, c in counts))[-1]
+                    counts = [(key_id, c) for key_id, c in counts if c >= floor]
+                counted = [(keys[key_id], c) for key_id, c in counts]
+            else:
+                counted = [
+                    (k, c)
+                    for k in keys.values()
+                    if (c := self._count(k, namespace, now)) > 0 and (not hubs_only or c >= hub_min)
+                ]
+                total = len(counted)
             counted.sort(key=lambda kc: (-kc[1], kc[0].label.casefold(), kc[0].id))
             return KeyBrowse(
-                total=len(counted),
+                total=total,
                 offset=offset,
                 keys=[
                     KeyListing(
@@ -1155,7 +1183,7 @@ class Queries:
                     )
                     for k, c in counted[offset : offset + limit]
                 ],
-                next_offset=next_offset(offset, limit, len(counted)),
+                next_offset=next_offset(offset, limit, total),
             )
 
     def get_conversation(

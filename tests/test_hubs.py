@@ -228,7 +228,8 @@ def test_kept_counts_follow_a_memory_told_again_under_its_id(store: Store) -> No
 def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> None:
     """memory_stats counts every memory once; after remember, read, correct and an expiry it
     counts only the memories those changed, and answers as a count from scratch. list_memories
-    takes its total from those counts and walks only the newest memories."""
+    and browse_keys take their totals from those counts (list_memories walks only the newest
+    memories)."""
     s = hub_store
     before = s.memory_stats()
     first, second = list(s.state.memories)[:2]
@@ -238,7 +239,11 @@ def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> 
     s.correct(second, "fact number 1: the drawer is empty now")
     after = s.memory_stats()
     newest = s.list_memories(limit=3, offset=1)
+    s.state.keys = Unwalkable(s.state.keys)  # type: ignore[assignment]
+    browsed = s.browse_keys(limit=3, offset=1)
+    s.state.keys = dict(dict.items(s.state.keys))
     s.state.memories = dict(dict.items(s.state.memories))
+    assert browsed == TimeView(s, s.state, s.clock()).browse_keys(limit=3, offset=1)
     assert newest.total == after.memories
     assert newest == TimeView(s, s.state, s.clock()).list_memories(limit=3, offset=1)  # a scan
     assert (after.memories, after.superseded) == (before.memories + 1, before.superseded + 1)

@@ -725,8 +725,9 @@ EXPIRED_THEN_EARLIER_OPS: list[tuple[Any, ...]] = [
 # expiry passes, then the clock goes back before it
 def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any, ...]]) -> None:
     """memory_stats on the present is kept between commands and brought up to date from what
-    changed (list_memories takes its totals from it); after any command (or clock move) both
-    must equal a scan of every memory and key (what a view of the time does)."""
+    changed (list_memories and browse_keys take their counts from it); after any command (or
+    clock move) they must equal a scan of every memory and key (what a view of the time does).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "store"
         clock = Clock()
@@ -742,6 +743,11 @@ def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any,
                     assert store.list_memories(namespace, 3, offset) == scan.list_memories(
                         namespace, 3, offset
                     ), (item, namespace, offset)
+            for hubs_only in (False, True):
+                for limit, offset in ((1, 0), (2, 1), (50, 0)):
+                    assert store.browse_keys(None, hubs_only, limit, offset) == scan.browse_keys(
+                        None, hubs_only, limit, offset
+                    ), (item, hubs_only, limit, offset)
         store.close()
 
 

@@ -81,6 +81,9 @@ def main() -> None:
     home = root / f"run-{args.memories}"
     shutil.rmtree(home, ignore_errors=True)
     shutil.copytree(built, home)
+    # A snapshot this tree can read (another tree's may have another schema): what a store
+    # opened by this version holds from its second open on.
+    Store(settings(home), embedder=HashEmbedder()).close()
 
     rng = random.Random(11)
     store = Store(settings(home), embedder=HashEmbedder())
