@@ -6,6 +6,7 @@ are never older than the log was when the question was asked.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import re
@@ -314,14 +315,173 @@ class _StatsCache:
 @dataclass(frozen=True, slots=True)
 class _KeyCount:
     """A key's shown memories in a namespace, counted at `since` over its first `links` links
-    while the state's `retired_seq` was `retired_seq`; good until `until`, the next expiry of
-    a counted memory."""
+    (those of the memories made by `seq`); good until `until`, the next expiry of a counted
+    memory, less the counted memories that stopped being current since (see `_KeyCounts`)."""
 
     links: int
-    retired_seq: int
+    seq: int
     since: datetime
     until: datetime
     count: int
+
+
+class _KeyCounts:
+    """Key id -> namespace -> its last `_KeyCount`, for one state object.
+
+    While the state's `retired_seq` holds, links are only appended, so a kept count only needs
+    its new links counted. When it moves, each memory the state's retirements noted since is
+    taken off the counts of its keys that counted it: a forget must not send a hub, or every
+    key of the store (memory_stats and browse_keys count them all), to a full recount. A cut
+    link, a journal that dropped what was noted since, or a memory id told again (a key may
+    then lead to a memory that does not list it) drops them all.
+    """
+
+    __slots__ = ("counts", "journal", "links_cut", "retired_seq", "state")
+
+    def __init__(self, state: GraphState) -> None:
+        self.state = state
+        self.counts: dict[str, dict[str | None, _KeyCount]] = {}
+        self.journal = state.retirements().end
+        self.retired_seq = state.retired_seq
+        self.links_cut = state.links_cut
+
+    def catch_up(self) -> None:
+        state = self.state
+        if state.retired_seq == self.retired_seq:
+            return
+        journal = state.retirements()
+        retired = journal.since(self.journal)
+        if retired is None or state.links_cut != self.links_cut or state.ids_retold:
+            self.counts.clear()
+        else:
+            memories, counts = state.memories, self.counts
+            for mid in retired:
+                node = memories[mid]
+                for key_id in node.keys:
+                    for namespace, kept in counts.get(key_id, {}).items():
+                        if (
+                            # its link was among those counted, and it was shown then
+                            node.created_seq <= kept.seq
+                            and namespace in (None, node.namespace)
+                            and (node.expires_at is None or node.expires_at > kept.since)
+                        ):
+                            counts[key_id][namespace] = replace(kept, count=kept.count - 1)
+        self.journal = journal.end
+        self.retired_seq, self.links_cut = state.retired_seq, state.links_cut
+
+
+#: What `memory_stats` counts a memory as that it does not count as shown (a shown one is
+#: counted by its namespace, a str)
+_FORGOTTEN, _DELETED, _EXPIRED, _SUPERSEDED = range(4)
+_Class = str | int
+
+
+def _stats_class(node: MemoryNode, now: datetime) -> _Class:
+    """What `memory_stats` counts `node` as at `now` (on the present: a view of the past has
+    its own rules for forgotten and shown)."""
+    if node.status == "forgotten":
+        return _FORGOTTEN
+    if node.status == "deleted":
+        return _DELETED
+    if node.status == "expired" or (node.expires_at is not None and node.expires_at <= now):
+        return _EXPIRED
+    if node.superseded_by is not None:
+        return _SUPERSEDED
+    return node.namespace
+
+
+class _Tally:
+    """Every memory by what `memory_stats` counts it as, and each key's count of the memories
+    it leads to (and which are hubs), for one state object, brought up to date from what
+    changed since rather than counted again.
+
+    A memory changes class only when the change journal notes it, when it is new (memories
+    only grow at the dict's end), or when its expiry passes (`until`: the tally is then counted
+    again, as it is when the clock goes back past `since`, a link is cut or the journal dropped
+    what was noted since). A key's count changes only with those memories' links, so only
+    their keys are counted again.
+    """
+
+    __slots__ = (
+        "classes",
+        "counts",
+        "hubs",
+        "ids_retold",
+        "journal",
+        "key_counts",
+        "links_cut",
+        "seen",
+        "since",
+        "state",
+        "until",
+    )
+
+    def __init__(self, queries: Queries, state: GraphState, now: datetime) -> None:
+        self.state = state
+        self.classes: dict[str, _Class] = {}
+        self.counts: dict[_Class, int] = {}
+        self.journal = state.changes().end
+        self.links_cut, self.ids_retold = state.links_cut, state.ids_retold
+        self.since, self.until = now, _NEVER
+        self.seen = len(state.memories)
+        for node in state.memories.values():
+            self._add(node, now)
+        #: key id -> the memories it leads to (in all namespaces), for each key leading to any
+        self.key_counts: dict[str, int] = {}
+        self.hubs: set[str] = set()
+        for key in state.keys.values():
+            self._recount(queries, key, now)
+
+    def _add(self, node: MemoryNode, now: datetime) -> None:
+        kind = self.classes[node.id] = _stats_class(node, now)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        expires = node.expires_at
+        if expires is not None and now < expires < self.until:
+            self.until = expires
+
+    def _recount(self, queries: Queries, key: KeyNode, now: datetime) -> None:
+        count = queries._count(key, None, now)
+        if count:
+            self.key_counts[key.id] = count
+        else:
+            self.key_counts.pop(key.id, None)
+        if count >= queries.settings.hub_min:
+            self.hubs.add(key.id)
+        else:
+            self.hubs.discard(key.id)
+
+    def caught_up(self, queries: Queries, now: datetime) -> bool:
+        """Brought up to `now`; False where only counting again will do."""
+        state = self.state
+        journal = state.changes()
+        noted = journal.since(self.journal)
+        if (
+            noted is None
+            or state.ids_retold != self.ids_retold
+            or not self.since <= now < self.until
+            or state.links_cut != self.links_cut
+        ):
+            return False
+        memories, classes, counts = state.memories, self.classes, self.counts
+        fresh = len(memories) - self.seen
+        changed: list[MemoryNode] = []
+        for mid in dict.fromkeys(noted):
+            old = classes.get(mid)
+            if old is not None:  # else new since: added below
+                counts[old] -= 1
+                node = memories[mid]
+                self._add(node, now)
+                changed.append(node)
+        if fresh:
+            new_ids = list(itertools.islice(reversed(memories), fresh))
+            for mid in reversed(new_ids):
+                node = memories[mid]
+                self._add(node, now)
+                changed.append(node)
+        for key_id in {k for node in changed for k in node.keys}:
+            self._recount(queries, state.keys[key_id], now)
+        self.journal, self.seen, self.since = journal.end, len(memories), now
+        return True
 
 
 def _count_shown(
@@ -355,9 +515,10 @@ class Queries:
     #: ordinary path calls `visible` itself, so it pays nothing for time travel.
     _visible: Callable[[MemoryNode, datetime], bool] = staticmethod(visible)
     _stats_cache: _StatsCache | None = None
-    #: (key id, namespace) -> its last count, for `_count` on the present (see `_KeyCount`)
-    _key_counts: dict[tuple[str, str | None], _KeyCount] | None = None
-    _key_counts_state: GraphState | None = None
+    #: what `memory_stats` counts on the present, kept between calls (see `_Tally`)
+    _tally: _Tally | None = None
+    #: each key's last counts, for `_count` on the present (see `_KeyCounts`)
+    _key_counts: _KeyCounts | None = None
     #: key id -> its links by column, for `read_key` of a big key on the present (keyrank.py)
     _key_columns: dict[str, keyrank.KeyColumns] | None = None
     _key_columns_state: GraphState | None = None
@@ -431,9 +592,9 @@ class Queries:
     def _count(self, key: KeyNode, namespace: str | None, now: datetime) -> int:
         """The memories `key` leads to that are shown at `now` (in `namespace`).
 
-        On the present the count is kept per key and, while no memory stopped counting, only
-        links added since are counted: a hub key ("user", on most memories) would otherwise
-        cost a walk over its every link on each recall that shows it.
+        On the present the count is kept per key and, while none of its memories stopped
+        counting, only links added since are counted: a hub key ("user", on most memories)
+        would otherwise cost a walk over its every link on each recall that shows it.
         """
         state = self.state
         memories = state.memories
@@ -445,27 +606,23 @@ class Queries:
                 if shown(node := memories[mid], now)
                 and (namespace is None or node.namespace == namespace)
             )
-        if self._key_counts is None or self._key_counts_state is not state:
-            self._key_counts, self._key_counts_state = {}, state
+        kept_counts = self._key_counts
+        if kept_counts is None or kept_counts.state is not state:
+            kept_counts = self._key_counts = _KeyCounts(state)
+        kept_counts.catch_up()
+        by_namespace = kept_counts.counts.setdefault(key.id, {})
         links = len(key.links)
-        kept = self._key_counts.get((key.id, namespace))
-        if (
-            kept is not None
-            and kept.retired_seq == state.retired_seq
-            and kept.since <= now < kept.until
-            and kept.links <= links
-        ):
+        kept = by_namespace.get(namespace)
+        if kept is not None and kept.since <= now < kept.until and kept.links <= links:
             if kept.links == links:
                 return kept.count
-            # Links are only appended while retired_seq holds: the new ones are the tail.
+            # Links are only appended while no link is cut: the new ones are the tail.
             tail = itertools.islice(reversed(key.links), links - kept.links)
             added, until = _count_shown(memories, tail, namespace, now)
             count, until = kept.count + added, min(kept.until, until)
         else:
             count, until = _count_shown(memories, key.links, namespace, now)
-        self._key_counts[(key.id, namespace)] = _KeyCount(
-            links, state.retired_seq, now, until, count
-        )
+        by_namespace[namespace] = _KeyCount(links, state.seq, now, until, count)
         return count
 
     def _key_ref(self, key_id: str, memory_id: str | None = None) -> KeyRef:
@@ -853,15 +1010,36 @@ class Queries:
         with self._mutex:
             self.refresh()
             now = self.clock()
-            nodes = [
-                n
-                for n in self.state.memories.values()
-                if self._visible(n, now) and (namespace is None or n.namespace == namespace)
-            ]
-            nodes.reverse()
-            page = nodes[offset : offset + limit]
+            memories = self.state.memories
+            if self._visible is visible:
+                # The present: the total is kept (see `_Tally`), and the page is the newest
+                # shown memories, walked from the end, rather than a walk of every memory.
+                counts = self._present_tally(now).counts
+                total = sum(
+                    c for ns, c in counts.items() if type(ns) is str and namespace in (None, ns)
+                )
+                newest_first = (memories[mid] for mid in reversed(memories))
+                page = list(
+                    itertools.islice(
+                        (
+                            n
+                            for n in newest_first
+                            if visible(n, now) and namespace in (None, n.namespace)
+                        ),
+                        offset,
+                        offset + limit,
+                    )
+                )
+            else:
+                nodes = [
+                    n
+                    for n in memories.values()
+                    if self._visible(n, now) and namespace in (None, n.namespace)
+                ]
+                nodes.reverse()
+                page, total = nodes[offset : offset + limit], len(nodes)
             return MemoryPage(
-                total=len(nodes),
+                total=total,
                 offset=offset,
                 memories=[
                     MemorySummary(
@@ -876,8 +1054,15 @@ class Queries:
                     )
                     for n in page
                 ],
-                next_offset=next_offset(offset, limit, len(nodes)),
+                next_offset=next_offset(offset, limit, total),
             )
+
+    def _present_tally(self, now: datetime) -> _Tally:
+        """What `memory_stats` counts on the present, brought up to `now`."""
+        state, tally = self.state, self._tally
+        if tally is None or tally.state is not state or not tally.caught_up(self, now):
+            tally = self._tally = _Tally(self, state, now)
+        return tally
 
     def memory_stats(self) -> Stats:
         with self._mutex:
@@ -900,22 +1085,33 @@ class Queries:
             namespaces: dict[str, int] = {}
             superseded = expired = forgotten = deleted = 0
             until = _NEVER
-            for n in state.memories.values():
-                if self._forgotten(n):
-                    forgotten += 1
-                elif n.status == "deleted":
-                    deleted += 1
-                elif n.status == "expired" or (n.expires_at is not None and n.expires_at <= now):
-                    expired += 1
-                elif n.superseded_by is not None:
-                    superseded += 1
-                else:
-                    namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
-                if n.expires_at is not None and now < n.expires_at < until:
-                    until = n.expires_at
-            hubs = sum(
-                1 for k in state.keys.values() if self._count(k, None, now) >= self.settings.hub_min
-            )
+            if self._visible is visible:
+                # The present: kept between calls and brought up to date from what changed
+                # (a scan of every memory and link after each write cost 600 ms at 100,000).
+                tally = self._present_tally(now)
+                counts = tally.counts
+                namespaces = {ns: c for ns, c in counts.items() if type(ns) is str and c}
+                superseded, expired = counts.get(_SUPERSEDED, 0), counts.get(_EXPIRED, 0)
+                forgotten, deleted = counts.get(_FORGOTTEN, 0), counts.get(_DELETED, 0)
+                until, hubs = tally.until, len(tally.hubs)
+            else:  # a time view: its own rules for forgotten and shown, nothing kept
+                for n in state.memories.values():
+                    if self._forgotten(n):
+                        forgotten += 1
+                    elif n.status == "deleted":
+                        deleted += 1
+                    elif n.status == "expired" or (
+                        n.expires_at is not None and n.expires_at <= now
+                    ):
+                        expired += 1
+                    elif n.superseded_by is not None:
+                        superseded += 1
+                    else:
+                        namespaces[n.namespace] = namespaces.get(n.namespace, 0) + 1
+                    if n.expires_at is not None and now < n.expires_at < until:
+                        until = n.expires_at
+                hub_min = self.settings.hub_min
+                hubs = sum(1 for k in state.keys.values() if self._count(k, None, now) >= hub_min)
             stats = Stats(
                 store_id=state.store_id,
                 seq=state.seq,
@@ -952,14 +1148,29 @@ class Queries:
             self.refresh()
             now = self.clock()
             hub_min = self.settings.hub_min
-            counted = [
-                (k, c)
-                for k in self.state.keys.values()
-                if (c := self._count(k, namespace, now)) > 0 and (not hubs_only or c >= hub_min)
-            ]
+            keys = self.state.keys
+            if namespace is None and self._visible is visible:
+                # The present, all namespaces: the counts are kept (see `_Tally`), and only the
+                # keys that can reach the page are sorted (every key cost ~60 ms at 20,000).
+                kept = self._present_tally(now).key_counts
+                counts = [
+                    (key_id, c) for key_id, c in kept.items() if not hubs_only or c >= hub_min
+                ]
+                total = len(counts)
+                if offset + limit < total:
+                    floor = heapq.nlargest(offset + limit, (c for _, c in counts))[-1]
+                    counts = [(key_id, c) for key_id, c in counts if c >= floor]
+                counted = [(keys[key_id], c) for key_id, c in counts]
+            else:
+                counted = [
+                    (k, c)
+                    for k in keys.values()
+                    if (c := self._count(k, namespace, now)) > 0 and (not hubs_only or c >= hub_min)
+                ]
+                total = len(counted)
             counted.sort(key=lambda kc: (-kc[1], kc[0].label.casefold(), kc[0].id))
             return KeyBrowse(
-                total=len(counted),
+                total=total,
                 offset=offset,
                 keys=[
                     KeyListing(
@@ -972,7 +1183,7 @@ class Queries:
                     )
                     for k, c in counted[offset : offset + limit]
                 ],
-                next_offset=next_offset(offset, limit, len(counted)),
+                next_offset=next_offset(offset, limit, total),
             )
 
     def get_conversation(

@@ -241,12 +241,24 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
     #: deleted, expired) or cut a link. Until it moves, every key's links only grow at the end,
     #: so a reader may keep per-key counts and count only the new links.
     retired_seq: int = 0
+    #: memories told again under an id already held (only a hand-made log): a key may then
+    #: link a memory that does not list it, so a memory's keys are not all that lead to it
+    ids_retold: int = 0
 
     def changes(self) -> Changes:
         """This state object's change journal (see `Changes`)."""
         journal: Changes | None = self.__dict__.get("_changes")
         if journal is None:
             journal = self.__dict__["_changes"] = Changes()
+        return journal
+
+    def retirements(self) -> Changes:
+        """Memories that stopped being current (`MemoryNode.current`: replaced, forgotten,
+        deleted, expired), each noted once, when it did: a reader that keeps counts of current
+        memories takes these off rather than counting again (see `Changes`)."""
+        journal: Changes | None = self.__dict__.get("_retired")
+        if journal is None:
+            journal = self.__dict__["_retired"] = Changes()
         return journal
 
     def key_for_label(self, label: str) -> KeyNode | None:
@@ -304,6 +316,12 @@ def _clamp(rules: FoldRules, weight: float) -> float:
     return min(rules.weight_max, max(rules.weight_min, weight))
 
 
+def _retire(state: GraphState, node: MemoryNode) -> None:
+    """Before `node` stops being current: note it in the state's retirements."""
+    if node.current():
+        state.retirements().note(node.id)
+
+
 def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> MemoryNode:
     # The hottest code of a replay (one call per memory): locals, no defaults to fill twice.
     memory_id = new.memory_id
@@ -326,6 +344,10 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
     memories = state.memories
     if memory_id in memories:  # the same id again: its links keep their places, new values
         state.changes().note(memory_id)
+        # Only a hand-made log does this: the memory may count anew, or count no more through
+        # a key it no longer lists (whose link stays). Whoever keeps counts counts again.
+        state.ids_retold += 1
+        state.retired_seq = seq
     memories[memory_id] = node
     keys = state.keys
     for link in new.keys:
@@ -357,6 +379,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
     if new.supersedes is not None:
         old = memories.get(new.supersedes)
         if old is not None:
+            _retire(state, old)
             old.superseded_by = memory_id
             old.updated_seq = seq
             state.retired_seq = seq
@@ -379,6 +402,7 @@ def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     old = state.memories[event.old_id]
     old.depth *= event.weaken_factor
     node = _add_memory(state, event.memory, event.seq, event.at)
+    _retire(state, old)
     old.superseded_by = node.id
     old.updated_seq = event.seq
     state.retired_seq = event.seq
@@ -439,6 +463,7 @@ def _retyped(state: GraphState, event: KeyRetyped) -> None:
 
 def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
     node = state.memories[event.memory_id]
+    _retire(state, node)
     node.status = "forgotten"
     node.content = ""  # nothing derived from the log serves forgotten content
     node.updated_seq = event.seq
@@ -449,6 +474,7 @@ def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
 def _expired(state: GraphState, event: MemoriesExpired) -> None:
     for memory_id in event.memory_ids:
         node = state.memories[memory_id]
+        _retire(state, node)
         node.status = "expired"
         node.updated_seq = event.seq
         state.retired_seq = event.seq
@@ -510,6 +536,7 @@ def _delete_node(state: GraphState, memory_id: str, seq: int) -> None:
     node = state.memories[memory_id]
     if node.status == "forgotten":
         return  # erased already (a delete is decided under the lock, so only a hand-made log)
+    _retire(state, node)
     node.status = "deleted"
     node.updated_seq = seq
     state.retired_seq = seq

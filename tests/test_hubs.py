@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from keytrail.core import Store, hybrid, keyrank, queries
 from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch, LinksByNamespace
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
-from keytrail.core.store import RememberItem
+from keytrail.core.store import RememberItem, content_hash
+from keytrail.core.timetravel import TimeView
+from keytrail.events import KeyLink, MemoryRemembered, NewMemory
 from keytrail.projections.vectors import Matrix
 
 HUB_SIZE = 2 * COMPARE_LIMIT + 50
@@ -141,6 +144,115 @@ def test_reads_through_a_hub_walk_only_its_newest_links(
     assert related[0].memory_id != target.id and len(related) == 5
     found = s.recall_memories("what does the user keep in drawer 0, item 7?", learn=False)
     assert target.id in [m.memory_id for m in found.memories[:3]]
+
+
+def test_a_forget_recounts_only_the_keys_of_the_memory_forgotten(
+    hub_store: Store,
+) -> None:
+    """memory_stats and browse_keys count every key; after a forget only the forgotten
+    memory's keys are counted again, not the hub it is not under."""
+    s = hub_store
+    aside = s.remember("a note of its own, under no hub", keys=["zz aside"]).memory_id
+    stats, browsed = s.memory_stats(), s.browse_keys(limit=5)  # every key counted once
+    hub = s.state.key_for_label("user")
+    assert hub is not None
+    hub.links = Unwalkable(hub.links)
+    s.forget(aside)
+    after, page = s.memory_stats(), s.browse_keys(limit=5)
+    hub.links = dict(dict.items(hub.links))
+    assert (after.memories, after.forgotten) == (stats.memories - 1, stats.forgotten + 1)
+    assert after.hubs == stats.hubs and page.keys == browsed.keys
+    assert page.total == browsed.total - 1  # "zz aside" leads to no memory now
+    s._key_counts = None  # what a count from scratch says
+    assert (s.memory_stats().hubs, s.browse_keys(limit=5)) == (after.hubs, page)
+
+
+def test_a_hub_count_drops_what_stopped_counting_without_a_walk(
+    hub_store: Store,
+) -> None:
+    """Kept counts take off a forgotten, corrected or expired memory rather than walk the hub
+    again, and equal a count from scratch after."""
+    s = hub_store
+    ttl = s.remember("the user lends a ladder", keys=["user", "ladder"], ttl_seconds=60)
+    hub = s.state.key_for_label("user")
+    assert hub is not None
+    ids = list(hub.links)
+    stats = s.memory_stats()
+    assert s.recall("user").keys[0].memory_count == HUB_SIZE + 1
+    hub.links = Unwalkable(hub.links)
+    s.forget(ids[3])
+    s.correct(ids[4], "fact number 4: the drawer is empty now")
+    s.read_memory(ids[5], via_key_id=hub.id)
+    assert (s.memory_stats().hubs, s.recall("user").keys[0].memory_count) == (
+        stats.hubs,
+        HUB_SIZE,  # one forgotten, one replaced by its correction
+    )
+    hub.links = dict(dict.items(hub.links))  # an expiry passing counts its keys again
+    clock = s.clock
+    s.clock = lambda: clock() + timedelta(seconds=61)
+    s.cleanup_expired()
+    counted = s.recall("user").keys[0].memory_count, s.memory_stats()
+    assert counted[0] == HUB_SIZE - 1 and ttl.memory_id == ids[-1]
+    s._key_counts = s._tally = s._stats_cache = None
+    assert (s.recall("user").keys[0].memory_count, s.memory_stats()) == counted
+
+
+def test_kept_counts_follow_a_memory_told_again_under_its_id(store: Store) -> None:
+    """A hand-made log may tell a memory again under the same id, in another namespace and
+    under other keys: counts kept before it equal a count from scratch after it."""
+    told = store.remember("the user keeps a lamp", keys=["user", "lamp"])
+    store.remember("the user keeps a chair", keys=["user", "chair"])
+    user, lamp = (store.state.key_for_label(label) for label in ("user", "lamp"))
+    assert user is not None and lamp is not None
+
+    def counts() -> list[int]:
+        now = store.clock()
+        return [store._count(k, ns, now) for k in (user, lamp) for ns in (None, "default")]
+
+    assert counts() == [2, 2, 1, 1]
+    again = NewMemory(
+        memory_id=told.memory_id,
+        namespace="elsewhere",
+        content="the user keeps a lamp",
+        content_hash=content_hash("the user keeps a lamp"),
+        keys=[KeyLink(key_id=user.id, label="user")],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    assert counts() == [2, 1, 1, 0]  # the lamp key's link stays, to a memory elsewhere now
+    store.forget(told.memory_id)
+    assert counts() == [1, 1, 0, 0]
+    store._key_counts = None
+    assert counts() == [1, 1, 0, 0]
+
+
+def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> None:
+    """memory_stats counts every memory once; after remember, read, correct and an expiry it
+    counts only the memories those changed, and answers as a count from scratch. list_memories
+    and browse_keys take their totals from those counts (list_memories walks only the newest
+    memories)."""
+    s = hub_store
+    before = s.memory_stats()
+    first, second = list(s.state.memories)[:2]
+    s.state.memories = Unwalkable(s.state.memories)  # type: ignore[assignment]
+    s.remember("the user bought a lamp", keys=["user", "lamp"], ttl_seconds=60)
+    s.read_memory(first)
+    s.correct(second, "fact number 1: the drawer is empty now")
+    after = s.memory_stats()
+    newest = s.list_memories(limit=3, offset=1)
+    s.state.keys = Unwalkable(s.state.keys)  # type: ignore[assignment]
+    browsed = s.browse_keys(limit=3, offset=1)
+    s.state.keys = dict(dict.items(s.state.keys))
+    s.state.memories = dict(dict.items(s.state.memories))
+    assert browsed == TimeView(s, s.state, s.clock()).browse_keys(limit=3, offset=1)
+    assert newest.total == after.memories
+    assert newest == TimeView(s, s.state, s.clock()).list_memories(limit=3, offset=1)  # a scan
+    assert (after.memories, after.superseded) == (before.memories + 1, before.superseded + 1)
+    assert after.links == before.links + 2 + 2  # the lamp memory's, the correction's (inherited)
+    s._tally = s._stats_cache = None
+    assert s.memory_stats() == after
+    s.clock = lambda: after.last_event_at + timedelta(seconds=61)  # the lamp memory expired
+    expired = s.memory_stats()
+    assert (expired.memories, expired.expired) == (after.memories - 1, after.expired + 1)
 
 
 def full_walk(batch: Batch, namespace: str, key_ids: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ from keytrail.core.knowledge_graph import (
     RelationInput,
 )
 from keytrail.core.queries import QUERY_POWER, visible
-from keytrail.core.timetravel import view
+from keytrail.core.timetravel import TimeView, view
 from keytrail.events import (
     EVENT_TYPES,
     AnyEvent,
@@ -618,6 +618,14 @@ def fresh_count(store: Store, key_id: str, namespace: str | None) -> int:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=4, max_size=30))
 @example(ops=SHARED_OBSERVATION_OPS)
+@example(  # counted once its expiry passed, then marked expired: nothing to take off
+    ops=[
+        ("remember", 0, True, ["apple"], None, 30, False),
+        ("remember", 1, True, ["apple"], None, None, False),
+        ("tick", 40),
+        ("cleanup", 0),
+    ]
+)
 def test_kept_key_counts_equal_a_fresh_count_after_every_command(
     ops: list[tuple[Any, ...]],
 ) -> None:
@@ -707,6 +715,40 @@ EXPIRED_THEN_EARLIER_OPS: list[tuple[Any, ...]] = [
     ("cleanup", 45),
     ("tick", -120),
 ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(op, min_size=4, max_size=30))
+@example(ops=SHARED_OBSERVATION_OPS)
+@example(ops=EXPIRED_THEN_EARLIER_OPS)
+@example(ops=[EXPIRED_THEN_EARLIER_OPS[0], ("tick", 40), ("tick", -120)])  # no event: the
+# expiry passes, then the clock goes back before it
+def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any, ...]]) -> None:
+    """memory_stats on the present is kept between commands and brought up to date from what
+    changed (list_memories and browse_keys take their counts from it); after any command (or
+    clock move) they must equal a scan of every memory and key (what a view of the time does).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = open_store(home, clock, 10_000)
+        ids: list[str] = []
+        for item in ops:
+            store = run(store, clock, [item], home, 10_000, ids)
+            kept = store.memory_stats()
+            scan = TimeView(store, store.refresh(), clock.now)
+            assert kept == scan.memory_stats(), item
+            for namespace in NAMESPACES:
+                for offset in (0, 2):
+                    assert store.list_memories(namespace, 3, offset) == scan.list_memories(
+                        namespace, 3, offset
+                    ), (item, namespace, offset)
+            for hubs_only in (False, True):
+                for limit, offset in ((1, 0), (2, 1), (50, 0)):
+                    assert store.browse_keys(None, hubs_only, limit, offset) == scan.browse_keys(
+                        None, hubs_only, limit, offset
+                    ), (item, hubs_only, limit, offset)
+        store.close()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
