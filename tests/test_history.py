@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from keytrail.core import history as timeline
 from keytrail.core.history import changes, history
 from keytrail.core.queries import Queries
 from keytrail.core.timetravel import read_memory_at, view
+from keytrail.events import FoldRules, RulesChanged
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -507,8 +509,25 @@ class _CountingBytes(bytes):
     def find(self, sub: Any, start: Any = None, end: Any = None) -> int:  # type: ignore[override]
         at = super().find(sub, start, end)
         begin = 0 if start is None else start
-        _CountingBytes.scanned += (len(self) if at < 0 else at + len(sub)) - begin
+        stop = len(self) if end is None else end
+        _CountingBytes.scanned += (stop if at < 0 else at + len(sub)) - begin
         return at
+
+
+@contextmanager
+def _counting_segments(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """While in it, `history` searches segments as `_CountingBytes` (counted from 0)."""
+    segment_bytes = timeline._segment_bytes
+
+    @contextmanager
+    def counting(path: Path, size: int, mapped: bool) -> Iterator[_CountingBytes]:
+        with segment_bytes(path, size, mapped) as data:
+            yield _CountingBytes(data[:])
+
+    _CountingBytes.scanned = 0
+    with monkeypatch.context() as patched:
+        patched.setattr(timeline, "_segment_bytes", counting)
+        yield
 
 
 def test_history_of_a_long_chain_reads_the_log_a_few_times_not_once_per_version(
@@ -528,10 +547,8 @@ def test_history_of_a_long_chain_reads_the_log_a_few_times_not_once_per_version(
             store.read_memory(current)
     size = sum(p.stat().st_size for p in (store.home / "log").glob("*.jsonl"))
 
-    read_bytes = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: _CountingBytes(read_bytes(self)))
-    _CountingBytes.scanned = 0
-    h = history(store, first.memory_id, limit=200, offset=1100)
+    with _counting_segments(monkeypatch):
+        h = history(store, first.memory_id, limit=200, offset=1100)
     assert _CountingBytes.scanned <= 8 * size, "each version searched the whole log again"
 
     assert len(h.versions) == 600 and h.versions[-1].memory_id == current
@@ -543,3 +560,66 @@ def test_history_of_a_long_chain_reads_the_log_a_few_times_not_once_per_version(
     # The same answer as a search per version gives.
     monkeypatch.setattr(timeline, "_SEARCH_EACH", 10_000)
     assert history(store, first.memory_id, limit=200, offset=1100) == h
+
+
+def _every_line(store: Store, ids: list[str], start_seq: int, end_seq: int) -> Iterator[bytes]:
+    """`_matching_lines` the slow, sure way: every line of every segment, start to end."""
+    quoted = [f'"{i}"'.encode() for i in ids]
+    for path in sorted((store.home / "log").glob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            if any(n in line for n in [*quoted, *timeline._RULE_TAGS]):
+                yield line
+
+
+def test_history_reads_from_the_first_version_on_and_misses_nothing(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """history skips the segments before a chain's first version and bisects the one it starts
+    in: every memory's history must still be the one a scan of the whole log gives, with the
+    fold rules changed before the chain began, its versions and reads spread over many small
+    segments."""
+    store = make_store(segment_bytes=4096)
+    for i in range(40):
+        store.remember(f"filler fact {i} about nothing much", [f"filler {i % 7}", "misc"])
+    with store.log.lock() as app:  # rules only a hand-made log changes: reads deepen by 0.2
+        app.append(RulesChanged(rules=FoldRules(depth_step=0.2)))
+    store.refresh()
+    for i in range(40, 80):
+        store.remember(f"filler fact {i} about nothing much", [f"filler {i % 7}", "misc"])
+    score = store.remember("the score is 0", ["score", "game"])
+    current = score.memory_id
+    for i in range(1, 6):
+        for j in range(25):
+            store.remember(f"more filler {i}.{j}", [f"filler {j % 7}", "misc"])
+        store.read_memory(current)
+        store.remember(f"a note on score {i}", ["notes"], related_to=[current])
+        store.recall_memories("what is the score of the game?")
+        current = store.correct(current, f"the score is {i}").memory_id
+    newest = store.remember("the newest fact", ["fresh"])
+    store.read_memory(newest.memory_id)
+    segments = sorted((store.home / "log").glob("*.jsonl"))
+    assert len(segments) > 20
+    ids = list(store.state.memories)
+
+    def answers() -> list[timeline.History]:
+        return [history(store, m) for m in ids] + [history(store, current, limit=3, offset=4)]
+
+    fast = answers()
+    with monkeypatch.context() as patched:
+        patched.setattr(timeline, "_BISECT_STOP", 1)  # bisect down to the line
+        to_the_line = answers()
+        patched.setattr(timeline, "_matching_lines", _every_line)
+        full_scan = answers()
+    assert fast == full_scan and to_the_line == full_scan
+    chain = history(store, score.memory_id)
+    # created, then per round: read, related to, links adjusted, and the correction (two)
+    assert len(chain.versions) == 6 and chain.events_total == 1 + 5 * 5
+    assert any(e.what == "links adjusted by a recall" for e in chain.events)
+    # The read deepened the first version by the rules changed before it was told.
+    assert [t.depth for t in chain.trajectory if t.memory_id == score.memory_id][1] == 0.2
+
+    # A new memory's history reads the end of the log, not all of it.
+    size = sum(p.stat().st_size for p in segments)
+    with _counting_segments(monkeypatch):
+        assert history(store, newest.memory_id) == full_scan[ids.index(newest.memory_id)]
+    assert 0 < _CountingBytes.scanned < size // 10

@@ -224,7 +224,8 @@ def main() -> None:
         view(store, None).recall(query)
         through_view.append(time.perf_counter() - t)
 
-    # history scans the log once (byte search), changes decodes the span it covers.
+    # history searches the log from the memory's first version on (byte search), changes
+    # decodes the span it covers.
     memory_id = rng.choice(list(store.state.memories))
     t = time.perf_counter()
     touched = history(store, memory_id).events_total  # every event, not just the first page

@@ -11,6 +11,8 @@ recorded conversations:
 The store is built once under `--dir` (kept: later runs reuse it) and copied for each run, since
 `forget` changes it. Each round first remembers one memory, as a serving store sees writes
 between reads, so no answer is left over from the last round; then each call is timed once.
+`history_old` is the history of one memory told at the start and read three times (its events
+span the whole log), `history_new` that of the memory remembered in the same round.
 Prints one JSON object of p50 milliseconds.
 """
 
@@ -93,6 +95,10 @@ def main() -> None:
     hub = store.state.labels["user"]
     middle_seq = store.state.seq // 2
     old_key_ids = [k for k in key_ids if store.state.keys[k].created_seq <= middle_seq]
+    # An old memory, read a few times, never forgotten here: its history spans the whole log.
+    old_id = ids.pop(1)
+    for _ in range(3):
+        store.read_memory(old_id)
     timed: dict[str, list[float]] = {}
 
     def time_it(name: str, call: Callable[..., object], *args: object, **kwargs: object) -> None:
@@ -105,7 +111,7 @@ def main() -> None:
         return getattr(view(store, as_of=middle_seq), method)(*args, **kwargs)
 
     for i in range(args.calls):
-        store.remember(content(rng, 10**9 + i), rng.sample(LABELS, 3))
+        new_id = store.remember(content(rng, 10**9 + i), rng.sample(LABELS, 3)).memory_id
         mid = rng.choice(ids)
         kid = rng.choice(key_ids)
         old_kid = rng.choice(old_key_ids)
@@ -121,6 +127,8 @@ def main() -> None:
         time_it("get_conversation", store.get_conversation, f"s{i % SESSIONS}")
         time_it("list_sessions", store.list_sessions, limit=10)
         time_it("history", history, store, mid)
+        time_it("history_old", history, store, old_id)
+        time_it("history_new", history, store, new_id)
         time_it("as_of_read_key", as_of, "read_key", old_kid)
         time_it("as_of_list_memories", as_of, "list_memories", limit=10)
         time_it("as_of_memory_stats", as_of, "memory_stats")
