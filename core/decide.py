@@ -354,7 +354,8 @@ class Batch:
 
         A near-identical text that differs in a number, a weekday or month, or a negation is a
         different fact ("meeting on Monday" / "on Tuesday" embed at 0.99): it is flagged as a
-        possible contradiction, never silently deduplicated.
+        possible contradiction, never silently deduplicated. Returns the duplicate, if any, and
+        up to three others in the contradiction band.
         """
         store = self.store
         now = self.now
@@ -401,21 +402,26 @@ class Batch:
         # The duplicate is the nearest candidate above the line that keeps the specifics: a
         # nearer one differing in a number or weekday must not hide it.
         wanted: Specifics | None = None  # read only when a candidate is above the line
+        duplicate: Similar | None = None
         for i in order:
             if sims[i] < store.thresholds.dedup:
                 break
             if wanted is None:
                 wanted = specifics(content)
             if specifics(candidates[ids[i]]) == wanted:
-                return Similar(
+                duplicate = Similar(
                     memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint
-                ), []
+                )
+                break
+        # A fact told again is still flagged against the others in the band: a retold "from
+        # 3pm to 5pm" beside a standing "from 5pm to 3pm" is as much for the agent to check.
         flagged = [
             Similar(memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint)
-            for i in order[:3]
+            for i in order
             if sims[i] >= store.thresholds.contradiction
-        ]
-        return None, flagged
+            and (duplicate is None or ids[i] != duplicate.memory_id)
+        ][:3]
+        return duplicate, flagged
 
     def _walk_order(self, found: dict[str, str], key_ids: list[str]) -> dict[str, str]:
         """`found` in the order a walk of every key (as named, links oldest first) meets them.

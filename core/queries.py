@@ -211,7 +211,9 @@ def literal_candidates(text: str) -> list[str]:
     A possessive is the same word ("Anna's" matches Anna), so n-grams of the words without
     a trailing 's are candidates too.
     """
-    text = unicodedata.normalize("NFC", text)  # as key labels are (core/validation.py)
+    # As key labels are (core/validation.py): a name pasted with a zero-width space in it is
+    # stored as the name, and must be found when a query is pasted the same way.
+    text = unicodedata.normalize("NFC", check.visible(text))
     word = pattern(_WORD)
     words = word.findall(text.casefold())
     grams = _ngrams(words)

@@ -102,7 +102,12 @@ _INVISIBLE = dict.fromkeys(map(ord, "\ufeff\u200b\u2060" + BIDI_CONTROLS))
 
 
 def _normal_label(value: str) -> str:
-    return unicodedata.normalize("NFC", " ".join(value.translate(_INVISIBLE).split()))
+    return unicodedata.normalize("NFC", " ".join(visible(value).split()))
+
+
+def visible(text: str) -> str:
+    """`text` without the invisible characters a label drops, for matching text to labels."""
+    return text.translate(_INVISIBLE)
 
 
 def name(field: str, value: object, limit: int) -> str:

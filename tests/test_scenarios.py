@@ -285,6 +285,20 @@ def test_the_same_numbers_in_another_order_are_another_fact(store: Store) -> Non
     assert retold.deduplicated.preview == "The meeting moved from 3pm to 5pm"
 
 
+def test_a_retold_fact_still_flags_the_changed_fact_beside_it(store: Store) -> None:
+    """Telling a fact again while another one in the band says otherwise: the agent hears of
+    the other one as it did when that was told, not only that the retelling was merged."""
+    first = store.remember("The meeting moved from 3pm to 5pm", keys=["meeting"])
+    swapped = store.remember("The meeting moved from 5pm to 3pm", keys=["meeting"])
+    retold = store.remember("The meeting moved from 3pm to 5pm", keys=["meeting"])
+    assert retold.deduplicated is not None
+    assert retold.deduplicated.memory_id == first.memory_id
+    assert [f.memory_id for f in retold.possible_contradictions] == [swapped.memory_id]
+    assert retold.possible_contradictions[0].preview == "The meeting moved from 5pm to 3pm"
+    logged = [e for e in EventLog(store.home).read_new() if isinstance(e, MemoryRemembered)][-1]
+    assert [c.memory_id for c in logged.memories[0].contradicts] == [swapped.memory_id]
+
+
 def test_a_retold_fact_is_deduplicated_even_when_a_changed_fact_is_nearer(
     real_store: Store,
 ) -> None:
