@@ -486,6 +486,123 @@ class _Tally:
         return True
 
 
+class _PastTally:
+    """What `memory_stats` counts on a kept past state, as a time view of it shows it (hidden
+    also where forgotten since), with the namespace of each shown memory, kept with the state
+    (core/timetravel.py `PastStates`) so that repeated `as_of` reads of one point count nothing.
+
+    A past state never changes (`PastStates` only blanks forgotten content, which no count
+    reads), so its counts change only when a memory is forgotten since (or a memory id told
+    again since unforgets one), which the present's change journal notes, or when an expiry
+    passes (`until`): those memories are classed again and only their keys counted again (as
+    links into `shown`, not node by node). A journal that dropped what was noted since, another
+    present state, or a past state holding ids told again (its memories' keys are then not all
+    that lead to them) means counting again.
+    """
+
+    __slots__ = (
+        "classes",
+        "counts",
+        "hubs",
+        "journal",
+        "key_counts",
+        "links",
+        "present",
+        "shown",
+        "since",
+        "state",
+        "until",
+    )
+
+    def __init__(
+        self,
+        state: GraphState,
+        present: GraphState,
+        forgotten: Callable[[MemoryNode], bool],
+        hub_min: int,
+        now: datetime,
+    ) -> None:
+        self.state, self.present = state, present
+        self.journal = present.changes().end
+        self.since, self.until = now, _NEVER
+        self.classes: dict[str, _Class] = {}
+        self.counts: dict[_Class, int] = {}
+        #: memory id -> namespace, for each memory shown at `since`
+        self.shown: dict[str, str] = {}
+        for node in state.memories.values():
+            self._add(node, forgotten, now)
+        self.key_counts: dict[str, int] = {}
+        self.hubs: set[str] = set()
+        for key in state.keys.values():
+            self._recount(key, hub_min)
+        self.links = sum(len(k.links) for k in state.keys.values())
+
+    def _add(
+        self, node: MemoryNode, forgotten: Callable[[MemoryNode], bool], now: datetime
+    ) -> None:
+        kind = self.classes[node.id] = _FORGOTTEN if forgotten(node) else _stats_class(node, now)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if type(kind) is str:
+            self.shown[node.id] = kind
+        expires = node.expires_at
+        if expires is not None and now < expires < self.until:
+            self.until = expires
+
+    def _recount(self, key: KeyNode, hub_min: int) -> None:
+        count = len(self.shown.keys() & key.links.keys())
+        if count:
+            self.key_counts[key.id] = count
+        else:
+            self.key_counts.pop(key.id, None)
+        if count >= hub_min:
+            self.hubs.add(key.id)
+        else:
+            self.hubs.discard(key.id)
+
+    def count(self, key: KeyNode, namespace: str | None) -> int:
+        """The memories `key` led to that are shown (in `namespace`)."""
+        if namespace is None:
+            return self.key_counts.get(key.id, 0)
+        shown = self.shown
+        return sum(1 for mid in key.links if shown.get(mid) == namespace)
+
+    def caught_up(
+        self,
+        present: GraphState,
+        forgotten: Callable[[MemoryNode], bool],
+        hub_min: int,
+        now: datetime,
+    ) -> bool:
+        """Brought up to `now` and to what `present` noted since; False where only counting
+        again will do."""
+        journal = present.changes()
+        noted = journal.since(self.journal)
+        state = self.state
+        if (
+            noted is None
+            or present is not self.present
+            or not self.since <= now < self.until
+            or state.ids_retold
+        ):
+            return False
+        memories, classes, counts = state.memories, self.classes, self.counts
+        changed: list[MemoryNode] = []
+        for mid in dict.fromkeys(noted):
+            old = classes.get(mid)
+            if old is None:  # a memory made after this point
+                continue
+            node = memories[mid]
+            counts[old] -= 1
+            self.shown.pop(mid, None)
+            self._add(node, forgotten, now)
+            if classes[mid] != old:
+                changed.append(node)
+        for key_id in {k for node in changed for k in node.keys}:
+            self._recount(state.keys[key_id], hub_min)
+        self.journal, self.since = journal.end, now
+        return True
+
+
 def _count_shown(
     memories: dict[str, MemoryNode], ids: Iterable[str], namespace: str | None, now: datetime
 ) -> tuple[int, datetime]:
@@ -527,6 +644,11 @@ class Queries:
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
+
+    def _past_tally(self, now: datetime, build: bool = True) -> _PastTally | None:
+        """A time view's counts kept with its past state (core/timetravel.py), brought up to
+        `now`, or built if `build`; None on the present and where a view keeps none."""
+        return None
 
     def _missing(self, field: str, kind: str, ident: str) -> NotFound:
         """The error for an id this state does not hold (a past view says why)."""
@@ -601,7 +723,9 @@ class Queries:
         state = self.state
         memories = state.memories
         shown = self._visible
-        if shown is not visible:  # a time view: its own rules, nothing kept
+        if shown is not visible:  # a time view: its own rules, and its own counts if kept
+            if (past := self._past_tally(now, build=False)) is not None:
+                return past.count(key, namespace)
             return sum(
                 1
                 for mid in key.links
@@ -1032,6 +1156,20 @@ class Queries:
                         offset + limit,
                     )
                 )
+            elif (past := self._past_tally(now)) is not None:
+                # A kept past state: the same from its kept counts and shown memories.
+                total = sum(
+                    c
+                    for ns, c in past.counts.items()
+                    if type(ns) is str and namespace in (None, ns)
+                )
+                shown = past.shown
+                wanted = (
+                    mid
+                    for mid in reversed(memories)
+                    if mid in shown and namespace in (None, shown[mid])
+                )
+                page = [memories[mid] for mid in itertools.islice(wanted, offset, offset + limit)]
             else:
                 nodes = [
                     n
@@ -1087,6 +1225,7 @@ class Queries:
             namespaces: dict[str, int] = {}
             superseded = expired = forgotten = deleted = 0
             until = _NEVER
+            past: _PastTally | None = None
             if self._visible is visible:
                 # The present: kept between calls and brought up to date from what changed
                 # (a scan of every memory and link after each write cost 600 ms at 100,000).
@@ -1096,7 +1235,13 @@ class Queries:
                 superseded, expired = counts.get(_SUPERSEDED, 0), counts.get(_EXPIRED, 0)
                 forgotten, deleted = counts.get(_FORGOTTEN, 0), counts.get(_DELETED, 0)
                 until, hubs = tally.until, len(tally.hubs)
-            else:  # a time view: its own rules for forgotten and shown, nothing kept
+            elif (past := self._past_tally(now)) is not None:  # kept with a past state
+                counts = past.counts
+                namespaces = {ns: c for ns, c in counts.items() if type(ns) is str and c}
+                superseded, expired = counts.get(_SUPERSEDED, 0), counts.get(_EXPIRED, 0)
+                forgotten, deleted = counts.get(_FORGOTTEN, 0), counts.get(_DELETED, 0)
+                until, hubs = past.until, len(past.hubs)
+            else:  # a time view keeping nothing: its own rules for forgotten and shown
                 for n in state.memories.values():
                     if self._forgotten(n):
                         forgotten += 1
@@ -1123,7 +1268,9 @@ class Queries:
                 forgotten=forgotten,
                 deleted=deleted,
                 keys=len(state.keys),
-                links=sum(len(k.links) for k in state.keys.values()),
+                links=past.links
+                if past is not None
+                else sum(len(k.links) for k in state.keys.values()),
                 hubs=hubs,
                 namespaces=dict(sorted(namespaces.items())),
                 sessions=len(state.conversations),
@@ -1151,10 +1298,12 @@ class Queries:
             now = self.clock()
             hub_min = self.settings.hub_min
             keys = self.state.keys
-            if namespace is None and self._visible is visible:
-                # The present, all namespaces: the counts are kept (see `_Tally`), and only the
+            present = self._visible is visible
+            past: _PastTally | None = None
+            if namespace is None and (present or (past := self._past_tally(now)) is not None):
+                # All namespaces: the counts are kept (see `_Tally`, `_PastTally`), and only the
                 # keys that can reach the page are sorted (every key cost ~60 ms at 20,000).
-                kept = self._present_tally(now).key_counts
+                kept = self._present_tally(now).key_counts if past is None else past.key_counts
                 counts = [
                     (key_id, c) for key_id, c in kept.items() if not hubs_only or c >= hub_min
                 ]

@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import Queries, valid_at_time, visible
+from .queries import Queries, _PastTally, valid_at_time, visible
 from .results import MemoryView, ProjectionState
 
 if TYPE_CHECKING:
@@ -112,6 +112,8 @@ class PastStates:
         self._sizes: dict[int, int] = {}
         #: seq of a cached state -> how many of the store's `forgets_folded` it has blanked
         self._blanked: dict[int, int] = {}
+        #: seq of a cached state -> the counts time views of it keep (see `tally`)
+        self._tallies: dict[int, _PastTally] = {}
         self._lock = threading.Lock()
         self._first_at: datetime | None = None
 
@@ -152,11 +154,17 @@ class PastStates:
                 state = self._cache[seq_limit]
             else:
                 state, keep = self._build(seq_limit)
-                self._cache[state.seq] = state
-                self._cache.move_to_end(state.seq)  # a time resolved to a seq cached before
-                self._blanked[state.seq] = 0
-                self._sizes[state.seq] = state_size(state)
-                self._evict()
+                if state.seq in self._cache:
+                    # A time that falls on a seq read before: the same state, so keep the one
+                    # held (and the counts kept with it, see `tally`).
+                    state, keep = self._cache[state.seq], None
+                    self._cache.move_to_end(state.seq)
+                else:
+                    self._cache[state.seq] = state
+                    self._blanked[state.seq] = 0
+                    self._tallies.pop(state.seq, None)
+                    self._sizes[state.seq] = state_size(state)
+                    self._evict()
             self._blank(state)
         if keep is not None:
             # Outside our lock: keeping takes the store's mutex and log lock, and a caller may
@@ -177,7 +185,39 @@ class PastStates:
         ):
             seq, _ = self._cache.popitem(last=False)
             self._blanked.pop(seq, None)
+            self._tallies.pop(seq, None)
             total -= self._sizes.pop(seq)
+
+    def tally(
+        self,
+        state: GraphState,
+        present: GraphState,
+        forgotten: Callable[[MemoryNode], bool],
+        hub_min: int,
+        now: datetime,
+        build: bool,
+    ) -> _PastTally | None:
+        """The counts kept with `state` (a state this cache holds), brought up to `now` and to
+        what `present` (whose forgets hide memories of the past too) noted since; counted
+        afresh if `build` where none is kept or it cannot be brought up; else None, as for a
+        state not held here. The caller holds the store's mutex, as every query does."""
+        with self._lock:
+            if self._cache.get(state.seq) is not state:
+                return None
+            kept = self._tallies.get(state.seq)
+        if (
+            kept is not None
+            and kept.state is state
+            and kept.caught_up(present, forgotten, hub_min, now)
+        ):
+            return kept
+        if not build:
+            return None
+        kept = _PastTally(state, present, forgotten, hub_min, now)
+        with self._lock:
+            if self._cache.get(state.seq) is state:
+                self._tallies[state.seq] = kept
+        return kept
 
     def _blank(self, state: GraphState) -> None:
         """Empty the content of memories forgotten since `state` was built or last blanked.
@@ -317,6 +357,14 @@ class TimeView(Queries):
         if later:
             return NotFound(field, kind, ident, "not at that point in time")
         return super()._missing(field, kind, ident)
+
+    def _past_tally(self, now: datetime, build: bool = True) -> _PastTally | None:
+        if self._present or self.valid_at is not None:
+            return None  # a valid time: its own rules, counted each time
+        store = self._store
+        return store.past.tally(
+            self.state, self._forgotten_by, self._forgotten, self.settings.hub_min, now, build
+        )
 
     def _valid_then(self, node: MemoryNode, now: datetime) -> bool:
         assert self.valid_at is not None

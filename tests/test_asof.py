@@ -374,6 +374,24 @@ def test_as_of_a_time_reads_at_that_time(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_time_that_falls_on_a_point_read_before_reads_its_kept_state(tmp_path: Path) -> None:
+    """An as_of time answers from the state of the last event at or before it: a state read
+    before is answered from again (with the counts kept with it), not folded anew each call."""
+    clock = Clock()
+    store = open_at(tmp_path / "store", clock, 1000)
+    store.remember("The user drinks tea", ["tea"])
+    clock.now += timedelta(hours=1)
+    store.remember("The user drinks coffee", ["coffee"])
+    moment = (T0 + timedelta(minutes=5)).isoformat()
+    past = view(store, moment)
+    stats = past.memory_stats()
+    assert stats.memories == 1
+    again = view(store, moment)
+    assert again.state is past.state is store.past.state(past.state.seq)
+    assert again.memory_stats() == stats
+    store.close()
+
+
 # -- snapshots are caches ------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from keytrail.core.knowledge_graph import (
     RelationInput,
 )
 from keytrail.core.queries import QUERY_POWER, visible
-from keytrail.core.timetravel import TimeView, view
+from keytrail.core.timetravel import TimeView, resolve, view
 from keytrail.events import (
     EVENT_TYPES,
     AnyEvent,
@@ -748,6 +748,76 @@ def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any,
                     assert store.browse_keys(None, hubs_only, limit, offset) == scan.browse_keys(
                         None, hubs_only, limit, offset
                     ), (item, hubs_only, limit, offset)
+        store.close()
+
+
+#: Three memories under one key, the first then forgotten: as of before the forget it is hidden
+#: too, and the key's kept count of the past drops by one.
+FORGOTTEN_SINCE_OPS: list[tuple[Any, ...]] = [
+    ("remember", 0, True, ["apple", "fruit"], None, None, False),
+    ("remember", 1, True, ["apple"], "work", None, False),
+    ("remember", 2, True, ["apple", "fruit"], None, None, False),
+    ("forget", 0),
+]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(op, min_size=4, max_size=30),
+    points=st.lists(st.integers(1, 12), min_size=1, max_size=3),
+)
+@example(ops=FORGOTTEN_SINCE_OPS, points=[2, 3])
+@example(
+    ops=[*EXPIRED_THEN_EARLIER_OPS, ("remember", 2, True, ["apple"], None, None, False)], points=[1]
+)
+@example(ops=[*SHARED_OBSERVATION_OPS, ("forget_text", "likes tea")], points=[1, 2, 3])
+def test_kept_past_counts_equal_a_scan_after_every_command(
+    ops: list[tuple[Any, ...]], points: list[int]
+) -> None:
+    """memory_stats as of a past point keeps its counts with the cached past state (and
+    list_memories and browse_keys take theirs from it), brought up to date from what the
+    present noted since (a forget hides a memory of the past too); after any command (or clock
+    move) they must equal a scan of that past state folded afresh (a state no cache holds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = open_store(home, clock, 10_000)
+        ids: list[str] = []
+        for item in ops:
+            store = run(store, clock, [item], home, 10_000, ids)
+            head = store.refresh()
+            moments: list[int | datetime] = []
+            for seq in points:
+                if seq < head.seq:  # the head itself is the present's state
+                    at = store.past.state(seq).at
+                    moments += [seq, at, at + timedelta(seconds=40)]
+            for as_of in moments:
+                if isinstance(as_of, datetime) and (as_of >= head.at or as_of > clock.now):
+                    continue
+                point = resolve(store, as_of)
+                assert point is not None
+                kept = view(store, as_of=as_of)
+                fresh, _ = store.past._build(point.seq)
+                scan = TimeView(store, fresh, point.now)
+                assert kept.memory_stats() == scan.memory_stats(), (item, as_of)
+                assert kept._past_tally(point.now, build=False) is not None  # counts were kept
+                for namespace in NAMESPACES:
+                    for offset in (0, 2):
+                        assert kept.list_memories(namespace, 3, offset) == scan.list_memories(
+                            namespace, 3, offset
+                        ), (item, as_of, namespace, offset)
+                    for hubs_only in (False, True):
+                        for limit, offset in ((1, 0), (2, 1), (50, 0)):
+                            assert kept.browse_keys(
+                                namespace, hubs_only, limit, offset
+                            ) == scan.browse_keys(namespace, hubs_only, limit, offset), (
+                                item,
+                                as_of,
+                                namespace,
+                                hubs_only,
+                                limit,
+                                offset,
+                            )
         store.close()
 
 

@@ -132,6 +132,7 @@ def main() -> None:
         time_it("as_of_read_key", as_of, "read_key", old_kid)
         time_it("as_of_list_memories", as_of, "list_memories", limit=10)
         time_it("as_of_memory_stats", as_of, "memory_stats")
+        time_it("as_of_browse_keys_limit10", as_of, "browse_keys", limit=10)
         time_it("forget", store.forget, mid)
         ids.remove(mid)
     store.close()
