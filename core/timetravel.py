@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 PAST_STATES_BUDGET = 40_000
 #: ... and by count: each point read adds a state, however small the store.
 PAST_STATES_CACHED = 16
+#: Record times whose seq is remembered, so a time asked again is not folded to again.
+TIMES_REMEMBERED = 1024
 
 
 def state_size(state: GraphState) -> int:
@@ -114,6 +116,9 @@ class PastStates:
         self._blanked: dict[int, int] = {}
         #: seq of a cached state -> the counts time views of it keep (see `tally`)
         self._tallies: dict[int, _PastTally] = {}
+        #: a record time read before -> the seq of the last event at or before it. That never
+        #: changes once the log has an event after the time: later events come at later times.
+        self._seq_at: OrderedDict[datetime, int] = OrderedDict()
         self._lock = threading.Lock()
         self._first_at: datetime | None = None
 
@@ -149,11 +154,18 @@ class PastStates:
         seq_limit = point.seq if isinstance(point, Point) else point
         keep: LogPosition | None = None
         with self._lock:
+            if isinstance(seq_limit, datetime) and seq_limit in self._seq_at:
+                # Else every read as of a time folds its tail again, only to find the seq.
+                seq_limit = self._seq_at[seq_limit]
             if isinstance(seq_limit, int) and seq_limit in self._cache:
                 self._cache.move_to_end(seq_limit)
                 state = self._cache[seq_limit]
             else:
                 state, keep = self._build(seq_limit)
+                if isinstance(seq_limit, datetime) and seq_limit < self._store.state.at:
+                    self._seq_at[seq_limit] = state.seq
+                    if len(self._seq_at) > TIMES_REMEMBERED:
+                        self._seq_at.popitem(last=False)
                 if state.seq in self._cache:
                     # A time that falls on a seq read before: the same state, so keep the one
                     # held (and the counts kept with it, see `tally`).

@@ -392,6 +392,35 @@ def test_a_time_that_falls_on_a_point_read_before_reads_its_kept_state(tmp_path:
     store.close()
 
 
+def test_a_time_asked_again_is_not_folded_to_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record time read before answers from the seq it fell on, however many events come
+    after it: only the first read of a time folds the log to find where it falls."""
+    clock = Clock()
+    store = open_at(tmp_path / "store", clock, 1000)
+    store.remember("The user drinks tea", ["tea"])
+    clock.now += timedelta(hours=1)
+    store.remember("The user drinks coffee", ["coffee"])
+    moment = (T0 + timedelta(minutes=5)).isoformat()
+    first = view(store, moment).memory_stats()
+    builds: list[object] = []
+    real_build = store.past._build
+    monkeypatch.setattr(store.past, "_build", lambda limit: builds.append(limit) or real_build(limit))
+    clock.now += timedelta(hours=1)
+    store.remember("The user drinks water", ["water"])
+    store.past._cache.clear()  # as if evicted: rebuilt by seq, which needs no search by time
+    for _ in range(2):
+        again = view(store, moment).memory_stats()
+        assert (again.seq, again.memories, again.keys) == (first.seq, 1, 1)
+    assert builds == [first.seq]
+    # A time not read before is still folded to, and lands where it should.
+    later = (T0 + timedelta(minutes=90)).isoformat()
+    assert view(store, later).memory_stats().memories == 2
+    assert len(builds) == 2 and isinstance(builds[1], datetime)
+    store.close()
+
+
 # -- snapshots are caches ------------------------------------------------------------------------
 
 

@@ -110,6 +110,12 @@ def main() -> None:
         """A query as of the middle of the log, as the MCP tools make it (the view included)."""
         return getattr(view(store, as_of=middle_seq), method)(*args, **kwargs)
 
+    # The same point named by its record time, as a person asks ("as of last March").
+    middle_at = store.past.state(middle_seq).at.isoformat()
+
+    def as_of_time(method: str, *args: object, **kwargs: object) -> object:
+        return getattr(view(store, as_of=middle_at), method)(*args, **kwargs)
+
     for i in range(args.calls):
         new_id = store.remember(content(rng, 10**9 + i), rng.sample(LABELS, 3)).memory_id
         mid = rng.choice(ids)
@@ -133,6 +139,7 @@ def main() -> None:
         time_it("as_of_list_memories", as_of, "list_memories", limit=10)
         time_it("as_of_memory_stats", as_of, "memory_stats")
         time_it("as_of_browse_keys_limit10", as_of, "browse_keys", limit=10)
+        time_it("as_of_time_read_key", as_of_time, "read_key", old_kid)
         time_it("forget", store.forget, mid)
         ids.remove(mid)
     store.close()
