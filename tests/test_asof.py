@@ -406,7 +406,9 @@ def test_a_time_asked_again_is_not_folded_to_again(
     first = view(store, moment).memory_stats()
     builds: list[object] = []
     real_build = store.past._build
-    monkeypatch.setattr(store.past, "_build", lambda limit: builds.append(limit) or real_build(limit))
+    monkeypatch.setattr(
+        store.past, "_build", lambda limit: builds.append(limit) or real_build(limit)
+    )
     clock.now += timedelta(hours=1)
     store.remember("The user drinks water", ["water"])
     store.past._cache.clear()  # as if evicted: rebuilt by seq, which needs no search by time
