@@ -415,12 +415,18 @@ class Batch:
                 break
         # A fact told again is still flagged against the others in the band: a retold "from
         # 3pm to 5pm" beside a standing "from 5pm to 3pm" is as much for the agent to check.
-        flagged = [
-            Similar(memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint)
-            for i in order
-            if sims[i] >= store.thresholds.contradiction
-            and (duplicate is None or ids[i] != duplicate.memory_id)
-        ][:3]
+        flagged: list[Similar] = []
+        for i in order:  # nearest first: stop at the first below the band, or at three
+            if sims[i] < store.thresholds.contradiction or len(flagged) == 3:
+                break
+            if duplicate is None or ids[i] != duplicate.memory_id:
+                flagged.append(
+                    Similar(
+                        memory_id=ids[i],
+                        similarity=round(float(sims[i]), 6),
+                        fingerprint=fingerprint,
+                    )
+                )
         return duplicate, flagged
 
     def _walk_order(self, found: dict[str, str], key_ids: list[str]) -> dict[str, str]:
