@@ -376,6 +376,8 @@ _AT_MOST: dict[str, float] = {
     "KEYTRAIL_HYBRID_HOP_DECAY": 1,
     #: every embedding allocates rows this wide (the largest models are a few thousand)
     "KEYTRAIL_EMBED_DIM": 65_536,
+    #: each is an OS thread the model's runtime starts at once: more than cores is only waste
+    "KEYTRAIL_EMBED_THREADS": 1024,
     #: weights and boosts that add to a score (defaults 0.1 to 1): only their ratios matter,
     #: and at 1e308 a score overflowed to inf, which no JSON answer can carry
     **dict.fromkeys(

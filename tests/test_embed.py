@@ -279,9 +279,10 @@ def test_bulk_verbs_embed_on_every_core_unless_the_variable_says(
     assert settings_from(args).embed_threads == threads
 
 
-def test_a_negative_embed_threads_is_refused() -> None:
+@pytest.mark.parametrize("value", ["-1", "100000", "two"])
+def test_an_embed_threads_no_runtime_can_use_is_refused(value: str) -> None:
     with pytest.raises(InvalidInput) as refused:
-        Settings.from_env({"KEYTRAIL_EMBED_THREADS": "-1"})
+        Settings.from_env({"KEYTRAIL_EMBED_THREADS": value})
     assert refused.value.field == "KEYTRAIL_EMBED_THREADS"
 
 
