@@ -172,10 +172,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        stats = view(store, args.as_of).memory_stats()
+        queries = view(store, args.as_of)
+        stats = queries.memory_stats()
+        # Every key made stays in the graph; `keytrail keys` lists those a current memory
+        # is behind, which a person comparing the two totals needs told.
+        in_use = queries.browse_keys(limit=1).total
     if args.json:
         emit_json(stats)
         return 0
+    keys = f"{stats.keys}" + (
+        f" ({in_use} lead to current memories)" if in_use != stats.keys else ""
+    )
     rows = [
         ("store", stats.store_id),
         ("home", str(settings_from(args).home)),
@@ -185,7 +192,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ("expired", stats.expired),
         ("forgotten", stats.forgotten),
         ("deleted", stats.deleted),
-        ("keys", stats.keys),
+        ("keys", keys),
         ("links", stats.links),
         ("hubs", stats.hubs),
         ("sessions", stats.sessions),

@@ -119,8 +119,15 @@ def test_quick_verbs(home: Path) -> None:
     assert "Alice [name] literal" in kt(home, "recall", "Alice").stdout
     gone = kt_json(home, "forget", fixed["memory_id"])
     assert gone["memory_id"] == fixed["memory_id"]
-    assert "events" in kt(home, "stats").stdout
+    shown = kt(home, "stats").stdout
+    assert "events" in shown
+    # The keys stay in the graph with nothing current behind them; `keys` lists none.
+    made = kt_json(home, "stats")["keys"]
+    assert made > 0 and kt_json(home, "keys")["total"] == 0
+    assert f"keys                   {made} (0 lead to current memories)\n" in shown
     assert "remembered m_" in kt(home, "remember", "Bob is tall", "-n", "Bob").stdout
+    made, in_use = kt_json(home, "stats")["keys"], kt_json(home, "keys")["total"]
+    assert in_use == 1 and f"{made} ({in_use} lead to current memories)" in kt(home, "stats").stdout
 
 
 def test_list_related_keys_and_cleanup_answer_as_the_mcp_tools_do(home: Path) -> None:
