@@ -374,15 +374,20 @@ def test_as_of_a_time_reads_at_that_time(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_time_that_falls_on_a_point_read_before_reads_its_kept_state(tmp_path: Path) -> None:
-    """An as_of time answers from the state of the last event at or before it: a state read
-    before is answered from again (with the counts kept with it), not folded anew each call."""
+def tea_then_coffee(tmp_path: Path) -> tuple[Store, Clock, str]:
+    """A store told of tea, then an hour later of coffee; and a moment between the two."""
     clock = Clock()
     store = open_at(tmp_path / "store", clock, 1000)
     store.remember("The user drinks tea", ["tea"])
     clock.now += timedelta(hours=1)
     store.remember("The user drinks coffee", ["coffee"])
-    moment = (T0 + timedelta(minutes=5)).isoformat()
+    return store, clock, (T0 + timedelta(minutes=5)).isoformat()
+
+
+def test_a_time_that_falls_on_a_point_read_before_reads_its_kept_state(tmp_path: Path) -> None:
+    """An as_of time answers from the state of the last event at or before it: a state read
+    before is answered from again (with the counts kept with it), not folded anew each call."""
+    store, _, moment = tea_then_coffee(tmp_path)
     past = view(store, moment)
     stats = past.memory_stats()
     assert stats.memories == 1
@@ -397,12 +402,7 @@ def test_a_time_asked_again_is_not_folded_to_again(
 ) -> None:
     """A record time read before answers from the seq it fell on, however many events come
     after it: only the first read of a time folds the log to find where it falls."""
-    clock = Clock()
-    store = open_at(tmp_path / "store", clock, 1000)
-    store.remember("The user drinks tea", ["tea"])
-    clock.now += timedelta(hours=1)
-    store.remember("The user drinks coffee", ["coffee"])
-    moment = (T0 + timedelta(minutes=5)).isoformat()
+    store, clock, moment = tea_then_coffee(tmp_path)
     first = view(store, moment).memory_stats()
     builds: list[object] = []
     real_build = store.past._build

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from keytrail.core.knowledge_graph import (
     ObservationInput,
     RelationInput,
 )
-from keytrail.core.queries import QUERY_POWER, visible
+from keytrail.core.queries import QUERY_POWER, Queries, visible
 from keytrail.core.timetravel import TimeView, resolve, view
 from keytrail.events import (
     EVENT_TYPES,
@@ -706,6 +707,25 @@ def column_values(columns: keyrank.KeyColumns) -> dict[str, list[Any]]:
     return values
 
 
+def assert_same_counts(
+    kept: Queries, scan: Queries, browsed: Sequence[str | None], context: object
+) -> None:
+    """memory_stats, list_memories pages of every namespace and browse_keys pages of each of
+    `browsed` are the same from kept counts as from a scan."""
+    assert kept.memory_stats() == scan.memory_stats(), context
+    for namespace in NAMESPACES:
+        for offset in (0, 2):
+            assert kept.list_memories(namespace, 3, offset) == scan.list_memories(
+                namespace, 3, offset
+            ), (context, namespace, offset)
+    for namespace in browsed:
+        for hubs_only in (False, True):
+            for limit, offset in ((1, 0), (2, 1), (50, 0)):
+                assert kept.browse_keys(namespace, hubs_only, limit, offset) == scan.browse_keys(
+                    namespace, hubs_only, limit, offset
+                ), (context, namespace, hubs_only, limit, offset)
+
+
 #: direct recall, whose Hebbian update (links.adjusted) moves link weights
 recall_memories_op = st.tuples(st.just("recall_memories"), st.sampled_from(CONTENTS))
 #: a memory marked expired by cleanup, then the clock moved back before its expiry
@@ -735,19 +755,8 @@ def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any,
         ids: list[str] = []
         for item in ops:
             store = run(store, clock, [item], home, 10_000, ids)
-            kept = store.memory_stats()
             scan = TimeView(store, store.refresh(), clock.now)
-            assert kept == scan.memory_stats(), item
-            for namespace in NAMESPACES:
-                for offset in (0, 2):
-                    assert store.list_memories(namespace, 3, offset) == scan.list_memories(
-                        namespace, 3, offset
-                    ), (item, namespace, offset)
-            for hubs_only in (False, True):
-                for limit, offset in ((1, 0), (2, 1), (50, 0)):
-                    assert store.browse_keys(None, hubs_only, limit, offset) == scan.browse_keys(
-                        None, hubs_only, limit, offset
-                    ), (item, hubs_only, limit, offset)
+            assert_same_counts(store, scan, [None], item)
         store.close()
 
 
@@ -799,25 +808,8 @@ def test_kept_past_counts_equal_a_scan_after_every_command(
                 kept = view(store, as_of=as_of)
                 fresh, _ = store.past._build(point.seq)
                 scan = TimeView(store, fresh, point.now)
-                assert kept.memory_stats() == scan.memory_stats(), (item, as_of)
+                assert_same_counts(kept, scan, NAMESPACES, (item, as_of))
                 assert kept._past_tally(point.now, build=False) is not None  # counts were kept
-                for namespace in NAMESPACES:
-                    for offset in (0, 2):
-                        assert kept.list_memories(namespace, 3, offset) == scan.list_memories(
-                            namespace, 3, offset
-                        ), (item, as_of, namespace, offset)
-                    for hubs_only in (False, True):
-                        for limit, offset in ((1, 0), (2, 1), (50, 0)):
-                            assert kept.browse_keys(
-                                namespace, hubs_only, limit, offset
-                            ) == scan.browse_keys(namespace, hubs_only, limit, offset), (
-                                item,
-                                as_of,
-                                namespace,
-                                hubs_only,
-                                limit,
-                                offset,
-                            )
         store.close()
 
 
