@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -15,8 +16,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_hubs import plain_read_key
 
-from keytrail.core import HashEmbedder, InvalidInput, Settings, Store, keyrank
+from keytrail.core import HashEmbedder, InvalidInput, KeytrailError, Settings, Store, keyrank
 from keytrail.core.config import Limits
+from keytrail.core.history import history
 from keytrail.core.knowledge_graph import (
     EntityInput,
     KnowledgeGraph,
@@ -878,3 +880,94 @@ def test_read_key_by_kept_columns_equals_the_plain_ranking_after_every_command(
             store.close()
     finally:
         keyrank.COLUMNS_MIN_LINKS = saved
+
+
+def warm_reads(store: Store, ids: list[str], points: list[int | datetime]) -> list[Any]:
+    """What the kept caches serve: counts, pages, history and reads as of past points (errors
+    as their message; the log's size and the vectors' progress are not read answers)."""
+
+    def outcome(call: Any, *args: Any) -> Any:
+        try:
+            result = call(*args)
+        except KeytrailError as exc:
+            return ("error", type(exc).__name__, exc.message)
+        if hasattr(result, "log_bytes"):
+            result = dataclasses.replace(result, log_bytes=0, projection=None)
+        return result
+
+    def answers(queries: Any) -> list[Any]:
+        found = [outcome(queries.memory_stats), outcome(queries.recall, "apple", 5)]
+        for namespace in (None, "work"):
+            found.append(outcome(queries.list_memories, namespace, 3, 0))
+            for hubs_only in (False, True):
+                found.append(outcome(queries.browse_keys, namespace, hubs_only, 3))
+        found += [outcome(queries.related, m) for m in ids[-3:]]
+        return found
+
+    out: list[Any] = []
+    for as_of in [None, *points]:
+        try:
+            out += answers(view(store, as_of=as_of))
+        except KeytrailError as exc:  # a point the reader's clock has not reached
+            out.append(("error", type(exc).__name__, exc.message))
+    for memory_id in ids[:2] + ids[-2:]:
+        out.append(outcome(history, store, memory_id))
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(st.tuples(op, st.sampled_from([0, 0, 0, -90, -5000])), min_size=4, max_size=25),
+    snapshot_every=st.sampled_from([2, 5, 10_000]),
+    segment_bytes=st.sampled_from([700, 4000, 64 << 20]),
+    points=st.lists(st.floats(0, 1), max_size=2),
+)
+def test_a_warm_reader_answers_as_a_fresh_store_on_the_same_home(
+    ops: list[tuple[tuple[Any, ...], int]],
+    snapshot_every: int,
+    segment_bytes: int,
+    points: list[float],
+) -> None:
+    """A store that only reads, beside one that writes (or another process): its kept counts,
+    past states, times and history caches, brought up to date from what it folds on refresh,
+    answer after every command as a store opened afresh on the same home, with its clock (which
+    may run behind the writer's); past states come from snapshots, segments roll over."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock, reader_clock = Clock(), Clock()
+
+        def opened(at: Clock, every: int) -> Store:
+            return Store(
+                Settings(
+                    home=home,
+                    embedder="hash",
+                    snapshot_every=every,
+                    segment_bytes=segment_bytes,
+                    hub_min=2,
+                    limits=Limits(),
+                ),
+                embedder=HashEmbedder(),
+                clock=at,
+            )
+
+        writer = opened(clock, snapshot_every)
+        reader = opened(reader_clock, snapshot_every)
+        ids: list[str] = []
+        first = ("remember", 0, True, ["apple", "fruit"], "work", 600, False)
+        for item, behind in [(first, 0), *ops]:
+            writer = run(writer, clock, [item], home, snapshot_every, ids)
+            reader_clock.now = clock.now + timedelta(seconds=behind)
+            head = writer.refresh()
+            moments: list[int | datetime] = []
+            for pick in points:
+                seq = 1 + int(pick * (head.seq - 1))
+                if seq < head.seq:  # the head itself is the present's state
+                    at = EventLog(home).read_new()[seq - 1].at
+                    moments += [seq, at + timedelta(microseconds=1)]
+            fresh = opened(reader_clock, 10**9)
+            try:
+                assert warm_reads(reader, ids, moments) == warm_reads(fresh, ids, moments), item
+            finally:
+                fresh.close()
+        writer.close()
+        reader.close()
