@@ -132,6 +132,7 @@ class PastStates:
     def _snapshot_headers(self) -> list[tuple[Path, Header]]:
         """Readable snapshot headers, oldest first (re-read only when a file changed)."""
         found: list[tuple[Path, Header]] = []
+        headers: dict[Path, tuple[int, Header | None]] = {}
         for path in self._store.snapshot_files():
             try:
                 mtime = path.stat().st_mtime_ns
@@ -140,9 +141,12 @@ class PastStates:
             cached = self._headers.get(path)
             if cached is None or cached[0] != mtime:
                 cached = (mtime, snapshots.read_header(path))
-                self._headers[path] = cached
+            headers[path] = cached
             if cached[1] is not None:
                 found.append((path, cached[1]))
+        # Only the files there now: snapshots thinned out or rebuilt leave no entry behind in
+        # a server that runs for months.
+        self._headers = headers
         found.sort(key=lambda ph: ph[1].seq)
         return found
 
