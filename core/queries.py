@@ -392,10 +392,65 @@ def _stats_class(node: MemoryNode, now: datetime) -> _Class:
     return node.namespace
 
 
-class _Tally:
-    """Every memory by what `memory_stats` counts it as, and each key's count of the memories
-    it leads to (and which are hubs), for one state object, brought up to date from what
-    changed since rather than counted again.
+class _Counts:
+    """What `memory_stats` counts, kept for one state object: every memory by its class, the
+    total of each class, each key's count of the memories it leads to that are shown (for each
+    key leading to any) and which keys are hubs, good from `since` until `until` (the next
+    expiry of a memory counted). `_Tally` keeps them for the present, `_PastTally` for a past
+    state; each brings them up to date from what changed, classing only those memories again
+    and counting only their keys again."""
+
+    __slots__ = ("classes", "counts", "hubs", "key_counts", "since", "state", "until")
+
+    def __init__(self, state: GraphState, now: datetime) -> None:
+        self.state = state
+        self.since, self.until = now, _NEVER
+        self.classes: dict[str, _Class] = {}
+        self.counts: dict[_Class, int] = {}
+        self.key_counts: dict[str, int] = {}
+        self.hubs: set[str] = set()
+
+    def _class(self, node: MemoryNode, kind: _Class, now: datetime) -> None:
+        """Count `node` as `kind` (taken off its class before, if it had one)."""
+        old = self.classes.get(node.id)
+        if old is not None:
+            self.counts[old] -= 1
+        self.classes[node.id] = kind
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        expires = node.expires_at
+        if expires is not None and now < expires < self.until:
+            self.until = expires
+
+    def _count_key(self, key_id: str, count: int, hub_min: int) -> None:
+        if count:
+            self.key_counts[key_id] = count
+        else:
+            self.key_counts.pop(key_id, None)
+        if count >= hub_min:
+            self.hubs.add(key_id)
+        else:
+            self.hubs.discard(key_id)
+
+    def shown(self, namespace: str | None) -> int:
+        """The memories shown (in `namespace`): those counted by their namespace."""
+        return sum(
+            c for ns, c in self.counts.items() if type(ns) is str and namespace in (None, ns)
+        )
+
+    def totals(self) -> tuple[dict[str, int], int, int, int, int]:
+        """The memories shown per namespace, then superseded, expired, forgotten, deleted."""
+        counts = self.counts
+        return (
+            {ns: c for ns, c in counts.items() if type(ns) is str and c},
+            counts.get(_SUPERSEDED, 0),
+            counts.get(_EXPIRED, 0),
+            counts.get(_FORGOTTEN, 0),
+            counts.get(_DELETED, 0),
+        )
+
+
+class _Tally(_Counts):
+    """`_Counts` of the present state.
 
     A memory changes class only when the change journal notes it, when it is new (memories
     only grow at the dict's end), or when its expiry passes (`until`: the tally is then counted
@@ -404,53 +459,20 @@ class _Tally:
     their keys are counted again.
     """
 
-    __slots__ = (
-        "classes",
-        "counts",
-        "hubs",
-        "ids_retold",
-        "journal",
-        "key_counts",
-        "links_cut",
-        "seen",
-        "since",
-        "state",
-        "until",
-    )
+    __slots__ = ("ids_retold", "journal", "links_cut", "seen")
 
     def __init__(self, queries: Queries, state: GraphState, now: datetime) -> None:
-        self.state = state
-        self.classes: dict[str, _Class] = {}
-        self.counts: dict[_Class, int] = {}
+        super().__init__(state, now)
         self.journal = state.changes().end
         self.links_cut, self.ids_retold = state.links_cut, state.ids_retold
-        self.since, self.until = now, _NEVER
         self.seen = len(state.memories)
         for node in state.memories.values():
-            self._add(node, now)
-        #: key id -> the memories it leads to (in all namespaces), for each key leading to any
-        self.key_counts: dict[str, int] = {}
-        self.hubs: set[str] = set()
+            self._class(node, _stats_class(node, now), now)
         for key in state.keys.values():
             self._recount(queries, key, now)
 
-    def _add(self, node: MemoryNode, now: datetime) -> None:
-        kind = self.classes[node.id] = _stats_class(node, now)
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        expires = node.expires_at
-        if expires is not None and now < expires < self.until:
-            self.until = expires
-
     def _recount(self, queries: Queries, key: KeyNode, now: datetime) -> None:
-        count = queries._count(key, None, now)
-        if count:
-            self.key_counts[key.id] = count
-        else:
-            self.key_counts.pop(key.id, None)
-        if count >= queries.settings.hub_min:
-            self.hubs.add(key.id)
-        else:
-            self.hubs.discard(key.id)
+        self._count_key(key.id, queries._count(key, None, now), queries.settings.hub_min)
 
     def caught_up(self, queries: Queries, now: datetime) -> bool:
         """Brought up to `now`; False where only counting again will do."""
@@ -464,31 +486,26 @@ class _Tally:
             or state.links_cut != self.links_cut
         ):
             return False
-        memories, classes, counts = state.memories, self.classes, self.counts
+        memories, classes = state.memories, self.classes
         fresh = len(memories) - self.seen
-        changed: list[MemoryNode] = []
-        for mid in dict.fromkeys(noted):
-            old = classes.get(mid)
-            if old is not None:  # else new since: added below
-                counts[old] -= 1
-                node = memories[mid]
-                self._add(node, now)
-                changed.append(node)
+        # Those noted that were counted before (the others are new since: taken below), then
+        # the new ones, in the order they were made.
+        changed = [memories[mid] for mid in dict.fromkeys(noted) if mid in classes]
         if fresh:
-            new_ids = list(itertools.islice(reversed(memories), fresh))
-            for mid in reversed(new_ids):
-                node = memories[mid]
-                self._add(node, now)
-                changed.append(node)
+            changed += [
+                memories[mid] for mid in reversed(list(itertools.islice(reversed(memories), fresh)))
+            ]
+        for node in changed:
+            self._class(node, _stats_class(node, now), now)
         for key_id in {k for node in changed for k in node.keys}:
             self._recount(queries, state.keys[key_id], now)
         self.journal, self.seen, self.since = journal.end, len(memories), now
         return True
 
 
-class _PastTally:
-    """What `memory_stats` counts on a kept past state, as a time view of it shows it (hidden
-    also where forgotten since), with the namespace of each shown memory, kept with the state
+class _PastTally(_Counts):
+    """`_Counts` of a kept past state, as a time view of it shows it (hidden also where
+    forgotten since), with the namespace of each shown memory, kept with the state
     (core/timetravel.py `PastStates`) so that repeated `as_of` reads of one point count nothing.
 
     A past state never changes (`PastStates` only blanks forgotten content, which no count
@@ -500,19 +517,7 @@ class _PastTally:
     that lead to them) means counting again.
     """
 
-    __slots__ = (
-        "classes",
-        "counts",
-        "hubs",
-        "journal",
-        "key_counts",
-        "links",
-        "present",
-        "shown",
-        "since",
-        "state",
-        "until",
-    )
+    __slots__ = ("journal", "links", "namespace_of", "present")
 
     def __init__(
         self,
@@ -522,49 +527,36 @@ class _PastTally:
         hub_min: int,
         now: datetime,
     ) -> None:
-        self.state, self.present = state, present
+        super().__init__(state, now)
+        self.present = present
         self.journal = present.changes().end
-        self.since, self.until = now, _NEVER
-        self.classes: dict[str, _Class] = {}
-        self.counts: dict[_Class, int] = {}
         #: memory id -> namespace, for each memory shown at `since`
-        self.shown: dict[str, str] = {}
+        self.namespace_of: dict[str, str] = {}
         for node in state.memories.values():
-            self._add(node, forgotten, now)
-        self.key_counts: dict[str, int] = {}
-        self.hubs: set[str] = set()
+            self._reclass(node, forgotten, now)
         for key in state.keys.values():
             self._recount(key, hub_min)
         self.links = sum(len(k.links) for k in state.keys.values())
 
-    def _add(
+    def _reclass(
         self, node: MemoryNode, forgotten: Callable[[MemoryNode], bool], now: datetime
     ) -> None:
-        kind = self.classes[node.id] = _FORGOTTEN if forgotten(node) else _stats_class(node, now)
-        self.counts[kind] = self.counts.get(kind, 0) + 1
+        kind = _FORGOTTEN if forgotten(node) else _stats_class(node, now)
+        self._class(node, kind, now)
         if type(kind) is str:
-            self.shown[node.id] = kind
-        expires = node.expires_at
-        if expires is not None and now < expires < self.until:
-            self.until = expires
+            self.namespace_of[node.id] = kind
+        else:
+            self.namespace_of.pop(node.id, None)
 
     def _recount(self, key: KeyNode, hub_min: int) -> None:
-        count = len(self.shown.keys() & key.links.keys())
-        if count:
-            self.key_counts[key.id] = count
-        else:
-            self.key_counts.pop(key.id, None)
-        if count >= hub_min:
-            self.hubs.add(key.id)
-        else:
-            self.hubs.discard(key.id)
+        self._count_key(key.id, len(self.namespace_of.keys() & key.links.keys()), hub_min)
 
     def count(self, key: KeyNode, namespace: str | None) -> int:
         """The memories `key` led to that are shown (in `namespace`)."""
         if namespace is None:
             return self.key_counts.get(key.id, 0)
-        shown = self.shown
-        return sum(1 for mid in key.links if shown.get(mid) == namespace)
+        namespace_of = self.namespace_of
+        return sum(1 for mid in key.links if namespace_of.get(mid) == namespace)
 
     def caught_up(
         self,
@@ -585,16 +577,14 @@ class _PastTally:
             or state.ids_retold
         ):
             return False
-        memories, classes, counts = state.memories, self.classes, self.counts
+        memories, classes = state.memories, self.classes
         changed: list[MemoryNode] = []
         for mid in dict.fromkeys(noted):
             old = classes.get(mid)
             if old is None:  # a memory made after this point
                 continue
             node = memories[mid]
-            counts[old] -= 1
-            self.shown.pop(mid, None)
-            self._add(node, forgotten, now)
+            self._reclass(node, forgotten, now)
             if classes[mid] != old:
                 changed.append(node)
         for key_id in {k for node in changed for k in node.keys}:
@@ -1140,10 +1130,7 @@ class Queries:
             if self._visible is visible:
                 # The present: the total is kept (see `_Tally`), and the page is the newest
                 # shown memories, walked from the end, rather than a walk of every memory.
-                counts = self._present_tally(now).counts
-                total = sum(
-                    c for ns, c in counts.items() if type(ns) is str and namespace in (None, ns)
-                )
+                total = self._present_tally(now).shown(namespace)
                 newest_first = (memories[mid] for mid in reversed(memories))
                 page = list(
                     itertools.islice(
@@ -1158,16 +1145,12 @@ class Queries:
                 )
             elif (past := self._past_tally(now)) is not None:
                 # A kept past state: the same from its kept counts and shown memories.
-                total = sum(
-                    c
-                    for ns, c in past.counts.items()
-                    if type(ns) is str and namespace in (None, ns)
-                )
-                shown = past.shown
+                total = past.shown(namespace)
+                namespace_of = past.namespace_of
                 wanted = (
                     mid
                     for mid in reversed(memories)
-                    if mid in shown and namespace in (None, shown[mid])
+                    if mid in namespace_of and namespace in (None, namespace_of[mid])
                 )
                 page = [memories[mid] for mid in itertools.islice(wanted, offset, offset + limit)]
             else:
@@ -1225,22 +1208,13 @@ class Queries:
             namespaces: dict[str, int] = {}
             superseded = expired = forgotten = deleted = 0
             until = _NEVER
-            past: _PastTally | None = None
-            if self._visible is visible:
-                # The present: kept between calls and brought up to date from what changed
-                # (a scan of every memory and link after each write cost 600 ms at 100,000).
-                tally = self._present_tally(now)
-                counts = tally.counts
-                namespaces = {ns: c for ns, c in counts.items() if type(ns) is str and c}
-                superseded, expired = counts.get(_SUPERSEDED, 0), counts.get(_EXPIRED, 0)
-                forgotten, deleted = counts.get(_FORGOTTEN, 0), counts.get(_DELETED, 0)
-                until, hubs = tally.until, len(tally.hubs)
-            elif (past := self._past_tally(now)) is not None:  # kept with a past state
-                counts = past.counts
-                namespaces = {ns: c for ns, c in counts.items() if type(ns) is str and c}
-                superseded, expired = counts.get(_SUPERSEDED, 0), counts.get(_EXPIRED, 0)
-                forgotten, deleted = counts.get(_FORGOTTEN, 0), counts.get(_DELETED, 0)
-                until, hubs = past.until, len(past.hubs)
+            # The present's counts, or a past state's, kept between calls and brought up to
+            # date from what changed (a scan of every memory and link after each write cost
+            # 600 ms at 100,000).
+            kept = self._present_tally(now) if self._visible is visible else self._past_tally(now)
+            if kept is not None:
+                namespaces, superseded, expired, forgotten, deleted = kept.totals()
+                until, hubs = kept.until, len(kept.hubs)
             else:  # a time view keeping nothing: its own rules for forgotten and shown
                 for n in state.memories.values():
                     if self._forgotten(n):
@@ -1268,8 +1242,8 @@ class Queries:
                 forgotten=forgotten,
                 deleted=deleted,
                 keys=len(state.keys),
-                links=past.links
-                if past is not None
+                links=kept.links
+                if isinstance(kept, _PastTally)
                 else sum(len(k.links) for k in state.keys.values()),
                 hubs=hubs,
                 namespaces=dict(sorted(namespaces.items())),

@@ -174,12 +174,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         queries = view(store, args.as_of)
         stats = queries.memory_stats()
+        if args.json:
+            emit_json(stats)
+            return 0
         # Every key made stays in the graph; `keytrail keys` lists those a current memory
         # is behind, which a person comparing the two totals needs told.
         in_use = queries.browse_keys(limit=1).total
-    if args.json:
-        emit_json(stats)
-        return 0
     keys = f"{stats.keys}" + (
         f" ({in_use} lead to current memories)" if in_use != stats.keys else ""
     )
