@@ -7,10 +7,12 @@ small however big the store (the whole log's `changes` at 100,000 memories liste
 every event before the page is cut, so they are right on every page.
 
 Both scan the log rather than keep an index. `history` finds the lines that mention the
-memory's version chain with a byte search over the mapped segments (C speed; only matching lines
+memory's version chain with a byte search over the segments (C speed; only matching lines
 are decoded), from the line that told its first version on: no event of a memory comes before
 it, and segments are named by their first seq and hold ascending seqs, so the segments before
-are skipped and the first one needed is bisected. Its cost grows with the log written since the
+are skipped and the first one needed is bisected, a small window read per step. Segments are
+read a window at a time, never mapped: lines another process cut back under a mapping killed the
+process (it costs about 10% over mapping them). Its cost grows with the log written since the
 fact was first told, not with the store: under 1 ms for one told a moment ago, about 0.1 s for
 one told at the start of a 126 MB, 100,000-memory log (tools/bench_calls.py). The fold rules
 lines its private fold starts from are searched once per store (`_RuleLines`). Paging does not
@@ -21,16 +23,13 @@ between its two points, so its cost grows with that span, not with the store.
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 import re
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
@@ -72,8 +71,6 @@ _PROGRESS_STEPS = 100
 _PROGRESS_EVERY = 1000
 
 T = TypeVar("T")
-#: What a segment is searched in: its bytes, read or mapped.
-Buffer = bytes | mmap.mmap
 
 
 @dataclass(frozen=True)
@@ -221,6 +218,12 @@ _SEARCH_EACH = 8
 #: `history` bisects a segment for the first line it needs down to this many bytes, then
 #: searches from there (the lines between only cost the byte search).
 _BISECT_STOP = 64 * 1024
+#: Bytes the bisection reads at a point it looks at (a line's head, with its seq, is in the
+#: first few dozen; the search for a line's end reads on, doubling).
+_PEEK = 4096
+#: Bytes `history` reads of a segment at a time: a window, not the segment, so a call never
+#: holds a 64 MiB segment at once, and the search runs over bytes still in the CPU's cache.
+_WINDOW = 256 * 1024
 _SEQ_AT_START = re.compile(rb'\{"type":"[^"\\]*","seq":(\d+)[,}]')
 
 
@@ -233,65 +236,76 @@ class _RuleLines:
         #: segment name -> (bytes searched, [(offset, line)] found in them)
         self.found: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
 
-    def search(self, name: str, data: Buffer, size: int) -> list[tuple[int, bytes]]:
-        """The rule lines of segment `name`, whose first `size` bytes `data` holds."""
+    def search(self, name: str, data: bytes, base: int, end: int) -> None:
+        """Search segment `name`'s bytes from `base` on, held whole lines by `data[:end]` (`base`
+        at most `done(name)`)."""
         done, lines = self.found.get(name, (0, []))
-        if size < done:  # shorter than searched: not the segment it was (never, in practice)
-            done, lines = 0, []
-        if size > done:
+        if base + end > done:
             lines = list(lines)
             starts = {
                 data.rfind(b"\n", 0, at) + 1
                 for tag in _RULE_TAGS
-                for at in _found(data, tag, done, size)
+                for at in _found(data, tag, max(0, done - base), end)
             }
             for start in sorted(starts):
-                end = data.find(b"\n", start, size)
-                if end >= 0:  # a torn last line is not an event
-                    lines.append((start, bytes(data[start:end])))
-            # Only whole lines count as searched: a torn tail is searched again once written.
-            done = max(done, data.rfind(b"\n", done, size) + 1)
-            self.found[name] = (done, lines)
-        return lines
+                lines.append((base + start, data[start : data.find(b"\n", start, end)]))
+            self.found[name] = (base + end, lines)
 
-    def searched(self, name: str, size: int) -> bool:
-        """Whether the first `size` bytes of segment `name` have all been searched."""
-        return self.found.get(name, (0, []))[0] == size
+    def done(self, name: str) -> int:
+        """How many bytes of segment `name` (from its start) have been searched."""
+        return self.found.get(name, (0, []))[0]
 
 
 _rule_lines: weakref.WeakKeyDictionary[Store, _RuleLines] = weakref.WeakKeyDictionary()
 
 
-@contextmanager
-def _segment_bytes(path: Path, size: int, mapped: bool) -> Iterator[Buffer]:
-    """The first `size` bytes of the segment at `path` (fewer if it is shorter): mapped, where
-    they are whole lines no appender will cut back, else read."""
-    with open(path, "rb") as f:
-        size = min(size, os.fstat(f.fileno()).st_size)
-        if not mapped or size == 0:
-            yield f.read(size)
-            return
-        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as data:
-            yield data
+def _read(fd: int, begin: int, end: int) -> bytes:
+    """Bytes `begin` to `end` of the segment open as `fd`: fewer where it ends before.
+
+    Read, never mapped: an appender whose fsync failed cuts the lines it wrote back
+    (events/log.py), and touching a mapped page past a segment's new end is a SIGBUS, which
+    Python cannot catch: it killed the whole server."""
+    return os.pread(fd, end - begin, begin) if end > begin else b""
 
 
-def _line_seq(data: Buffer, start: int, upcasters: Any) -> int:
-    end = data.find(b"\n", start)
-    head = _SEQ_AT_START.match(data, start, end)
+def _newline(fd: int, start: int, end: int) -> int:
+    """Where the first newline at or after `start` and before `end` is (-1: none), read a
+    growing window at a time."""
+    step = _PEEK
+    while start < end:
+        window = _read(fd, start, min(end, start + step))
+        at = window.find(b"\n")
+        if at >= 0:
+            return start + at
+        if not window:
+            return -1  # the segment ends before `end` (cut back meanwhile)
+        start += len(window)
+        step *= 2
+    return -1
+
+
+def _line_seq(fd: int, start: int, end: int, upcasters: Any) -> int | None:
+    """The seq of the line at `start`; None if no whole line starts there before `end`."""
+    stop = _newline(fd, start, end)
+    if stop < 0:
+        return None
+    head = _SEQ_AT_START.match(_read(fd, start, min(stop, start + _PEEK)))
     if head is not None:
         return int(head.group(1))
-    return decode_line(bytes(data[start:end]), upcasters=upcasters).seq
+    return decode_line(_read(fd, start, stop), upcasters=upcasters).seq
 
 
-def _first_needed(data: Buffer, size: int, seq: int, upcasters: Any) -> int:
-    """A line start in `data` at or before the first line of seq `seq` or later (0 if none
-    is before it), found by bisection: the seqs of a segment's lines go up one by one."""
-    low, high = 0, data.rfind(b"\n", 0, size) + 1
+def _first_needed(fd: int, size: int, seq: int, upcasters: Any) -> int:
+    """A line start in the segment open as `fd` (of `size` bytes) at or before the first line
+    of seq `seq` or later (0 if none is before it), found by bisection: the seqs of a
+    segment's lines go up one by one. Each step reads a window, not the segment."""
+    low, high = 0, size
     while high - low > _BISECT_STOP:
-        mid = data.find(b"\n", (low + high) // 2, high) + 1
+        mid = _newline(fd, (low + high) // 2, high) + 1
         if mid <= 0 or mid >= high:
             break
-        if _line_seq(data, mid, upcasters) < seq:
+        found = _line_seq(fd, mid, high, upcasters)
+        if found is not None and found < seq:
             low = mid
         else:
             high = mid
@@ -306,46 +320,92 @@ def _matching_lines(store: Store, ids: list[str], start_seq: int, end_seq: int) 
     rules = _rule_lines.get(store)
     if rules is None:
         rules = _rule_lines[store] = _RuleLines()
-    quoted = [f'"{i}"'.encode() for i in ids]
     names = log.segments(fresh=True)
     # Where the store's fold stands (it is caught up to `end_seq`): the segments after it hold
-    # later events only, and its bytes up to there are whole lines, safe to map.
+    # later events only.
     here = log.position
     bounded = here.segment in names and here.seq == end_seq
     if here.segment is not None and bounded:
         names = names[: names.index(here.segment) + 1]
     for index, name in enumerate(names):
-        size = here.offset if bounded and name == here.segment else os.path.getsize(log.dir / name)
-        # Segments are named by their first seq: one whose successor starts at or before
-        # `start_seq` holds no event of the chain, only maybe rule lines, searched once.
-        before = index + 1 < len(names) and int(names[index + 1][:20]) <= start_seq
-        if before and rules.searched(name, size):
-            yield from (line for _, line in rules.found[name][1])
+        try:
+            fd = os.open(log.dir / name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # removed since listed: a segment an appender started and cut back
+        try:
+            size = os.fstat(fd).st_size
+            if bounded and name == here.segment:
+                size = min(size, here.offset)
+            # Segments are named by their first seq: one whose successor starts at or before
+            # `start_seq` holds no event of the chain, only maybe rule lines, searched once.
+            before = index + 1 < len(names) and int(names[index + 1][:20]) <= start_seq
+            yield from _segment_lines(fd, name, size, before, ids, start_seq, rules, log.upcasters)
+        finally:
+            os.close(fd)
+
+
+def _segment_lines(
+    fd: int,
+    name: str,
+    size: int,
+    before: bool,
+    ids: list[str],
+    start_seq: int,
+    rules: _RuleLines,
+    upcasters: Any,
+) -> Iterator[bytes]:
+    """`_matching_lines` of one segment, open as `fd`, of its first `size` bytes; `before`:
+    it holds only rule lines wanted (the chain begins in a later segment)."""
+    if size < rules.done(name):  # cut back below what was searched: search it anew
+        del rules.found[name]
+    searched = rules.done(name)
+    if before and searched == size:
+        yield from (line for _, line in rules.found[name][1])
+        return
+    begin = 0
+    if not before and int(name[:20]) < start_seq:
+        begin = _first_needed(fd, size, start_seq, upcasters)
+    quoted = [f'"{i}"'.encode() for i in ids]
+    lines: dict[int, bytes] = {}  # line start -> line, each line once
+    # Read once from where the rule lines or the chain's lines are still to be searched.
+    for base, data, end in _windows(fd, searched if before else min(begin, searched), size):
+        rules.search(name, data, base, end)
+        if before:
             continue
-        with _segment_bytes(log.dir / name, size, bounded) as data:
-            size = len(data)
-            found = rules.search(name, data, size)
-            if before:
-                yield from (line for _, line in found)
-                continue
-            starts = {start for start, _ in found}
-            begin = 0
-            if int(name[:20]) < start_seq:
-                begin = _first_needed(data, size, start_seq, log.upcasters)
-            hits: Iterator[int]
-            if len(ids) <= _SEARCH_EACH:
-                hits = itertools.chain.from_iterable(_found(data, n, begin, size) for n in quoted)
-            else:
-                hits = _quoted(data, ids, begin, size)
-            for at in hits:
-                if data.find(b"\n", at, size) < 0:
-                    continue  # a torn last line is not an event
-                starts.add(data.rfind(b"\n", 0, at) + 1)
-            for start in sorted(starts):
-                yield bytes(data[start : data.find(b"\n", start, size)])
+        hits: Iterator[int]
+        start = max(0, begin - base)
+        if len(ids) <= _SEARCH_EACH:
+            hits = itertools.chain.from_iterable(_found(data, n, start, end) for n in quoted)
+        else:
+            hits = _quoted(data, ids, start, end)
+        for at in hits:
+            line_start = data.rfind(b"\n", 0, at) + 1
+            lines[base + line_start] = data[line_start : data.find(b"\n", at, end)]
+    lines.update(rules.found.get(name, (0, []))[1])
+    for offset in sorted(lines):
+        yield lines[offset]
 
 
-def _found(data: Buffer, needle: bytes, begin: int, end: int) -> Iterator[int]:
+def _windows(fd: int, begin: int, end: int) -> Iterator[tuple[int, bytes, int]]:
+    """The segment open as `fd` from `begin` (a line start) to `end`, a window of whole lines
+    at a time, as (offset, data, the length of data's whole lines): each window is read from
+    where the last one's whole lines ended; a line longer than `_WINDOW` is read whole. A torn
+    last line (or lines cut back meanwhile) ends it."""
+    size = _WINDOW
+    while begin < end:
+        data = _read(fd, begin, min(end, begin + size))
+        whole = data.rfind(b"\n") + 1
+        if whole == 0:
+            if begin + len(data) >= end or len(data) < size:
+                return  # no newline up to the end: a torn last line
+            size *= 2  # one line longer than a window
+            continue
+        yield begin, data, whole
+        begin += whole
+        size = _WINDOW
+
+
+def _found(data: bytes, needle: bytes, begin: int, end: int) -> Iterator[int]:
     """Where `needle` is in `data[begin:end]`, at most once per line."""
     at = data.find(needle, begin, end)
     while at >= 0:
@@ -356,7 +416,7 @@ def _found(data: Buffer, needle: bytes, begin: int, end: int) -> Iterator[int]:
         at = data.find(needle, stop, end)
 
 
-def _quoted(data: Buffer, ids: list[str], begin: int, end: int) -> Iterator[int]:
+def _quoted(data: bytes, ids: list[str], begin: int, end: int) -> Iterator[int]:
     """Where one of `ids` is in `data[begin:end]` as a whole JSON string ('"<id>"'), in one
     pass per distinct opening of the ids."""
     wanted: dict[bytes, set[bytes]] = {}

@@ -51,8 +51,9 @@ class VerifyReport:
     #: Lines without the checksum keytrail writes on every line (by hand, or damaged where the
     #: checksum was): they decode, but a change to them cannot be detected. Not a problem.
     unchecked_lines: list[str] = field(default_factory=list)
-    #: Temp files a writer killed mid-write left (core/tempfiles.py): nothing reads them, and
-    #: the next open of the store removes them. Not a problem.
+    #: Temp files (and folders, named with a final /) a writer killed mid-write left
+    #: (core/tempfiles.py): nothing reads them, and the next open of the store removes them.
+    #: Not a problem.
     temp_files: list[str] = field(default_factory=list)
 
 
@@ -150,7 +151,7 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         caches_ignored=derived.ignored,
         purges_pending=sorted(derived.pending),
         unchecked_lines=unchecked,
-        temp_files=[str(p.relative_to(home)) for p in temp_files],
+        temp_files=[str(p.relative_to(home)) + ("/" if p.is_dir() else "") for p in temp_files],
     )
 
 

@@ -6,7 +6,6 @@ They read the log directly, so `log`, `verify` and `export` need no embedder and
 import argparse
 import io
 import os
-import shutil
 import stat
 import sys
 import threading
@@ -17,7 +16,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from keytrail.core import InvalidInput, Settings, StoreError, forgetting
+from keytrail.core import InvalidInput, Settings, StoreError, forgetting, tempfiles
 from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
 from keytrail.core.importers import check_import, detect_format
@@ -585,14 +584,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     events = read_export(io.StringIO(text), label, check_bar, text.count("\n"))
     check_bar.finish()
     log = EventLog(home)
+
+    def waiting() -> None:
+        print(f"waiting for another import into {home} to finish", file=sys.stderr)
+
     try:
-        with log.lock() as app:
-            _require_empty(log, app.pending, home)
         # Written beside the store and moved into place whole: an import cut short (Ctrl-C, a
-        # full disk) must not leave a store of its first half, which would look sound.
-        staging = home / IMPORT_STAGING
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+        # full disk) must not leave a store of its first half, which would look sound. Killed,
+        # it leaves the folder to the store's next open (core/tempfiles.py).
+        with tempfiles.import_staging(home, waiting) as staging:
+            with log.lock() as app:
+                _require_empty(log, app.pending, home)
             _write_staged(staging, events, settings.segment_bytes)
             with log.lock() as app:
                 # A process that made the store meanwhile keeps it; this import is refused.
@@ -604,16 +606,10 @@ def cmd_import(args: argparse.Namespace) -> int:
                         "--home", f"cannot move the import into {log.dir}: {exc.strerror}"
                     ) from None
                 sync_dir(home)  # the rename itself must survive a crash
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     finally:
         log.close()
     print(f"imported {len(events)} events into {home}", file=sys.stderr)
     return 0
-
-
-#: Where an import writes its log before it is moved into the store (removed after).
-IMPORT_STAGING = "import.partial"
 
 
 def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from conftest import rest_of_output
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, Settings, Store, tempfiles
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog
 from keytrail.projections import GraphState, fold
 from keytrail.projections.snapshot import materialize
+from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import text_hash
 
 WRITER = r"""
@@ -582,3 +583,145 @@ def test_a_temp_file_another_process_is_writing_is_left_to_it(
     writer.close()
     assert not opener.is_alive() and errors == []
     assert final.read_bytes() == b"the first half and the second"
+
+
+KILLED_IMPORT = r"""
+import os, signal, sys
+from keytrail.server import care
+from keytrail.server.cli import main
+
+write_staged = care._write_staged
+
+def killed(*args, **kwargs):  # the import is killed once its log is written beside the store
+    write_staged(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+care._write_staged = killed
+main(["--home", sys.argv[1], "import", sys.argv[2]])
+"""
+
+KILLED_REBUILD = r"""
+import os, signal, sys
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.projections.text import TextIndex
+
+store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
+store.text.sync(store.state)  # the index as searches made it
+document = TextIndex._doc
+written = [0]
+
+def killed(self, node, state):  # the rebuild is killed halfway through its documents
+    written[0] += 1
+    if written[0] == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return document(self, node, state)
+
+TextIndex._doc = killed
+store.text.rebuild(store.state)
+"""
+
+
+def run_killed(script: str, *args: str | Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        env={**os.environ, "KEYTRAIL_EMBEDDER": "hash"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+
+
+def test_what_a_killed_import_or_text_index_rebuild_left_is_removed_when_the_store_opens(
+    filled: Path, tmp_path: Path
+) -> None:
+    # An import writes its log in import.partial/ before it takes the appenders' lock, and a
+    # text index rebuild writes index/text.new/ under the index's own lock: a process killed
+    # meanwhile left them for good (only a later import or rebuild removed them), copied by
+    # every backup.
+    export = tmp_path / "export.jsonl"
+    assert keytrail_cli(filled, "export", "--output", str(export)).returncode == 0
+    restored = tmp_path / "restored"
+    run_killed(KILLED_IMPORT, restored, export)
+    assert list((restored / "import.partial" / "log").glob("*.jsonl"))
+    shutil.copytree(restored / "import.partial", tmp_path / "left")  # for verify, below
+    open_and_check(restored).close()  # a store made anew, as it would be without the import
+    assert not (restored / "import.partial").exists()
+
+    run_killed(KILLED_REBUILD, filled)
+    assert (filled / "index" / "text.new").is_dir()
+    assert (filled / "index" / "text").is_dir()  # the index searched meanwhile is whole
+    shutil.copytree(tmp_path / "left", filled / "import.partial")
+    report = verify(filled)
+    assert report.ok
+    assert report.temp_files == ["import.partial/", "index/text.new/"]
+    open_and_check(filled).close()
+    assert not (filled / "import.partial").exists()
+    assert not (filled / "index" / "text.new").exists()
+    assert verify(filled).temp_files == []
+
+
+def test_an_import_or_text_index_rebuild_under_way_is_left_to_it(filled: Path) -> None:
+    # The open tells a live writer's folders by their locks: removing them would cut an
+    # import or a rebuild short under a process that is still writing.
+    index = TextIndex(filled / "index" / "text")
+    with tempfiles.import_staging(filled) as staging, index.exclusive():
+        (staging / "log").mkdir()
+        (staging / "log" / "00000000000000000001.jsonl").write_bytes(b"an import under way\n")
+        (filled / "index" / "text.new").mkdir()
+        assert verify(filled).temp_files == []
+        open_and_check(filled).close()
+        assert (staging / "log" / "00000000000000000001.jsonl").exists()
+        assert (filled / "index" / "text.new").is_dir()
+    index.close()
+    assert not staging.exists()  # the import removes its own
+    assert verify(filled).temp_files == ["index/text.new/"]
+
+
+def test_an_import_waits_for_one_under_way_instead_of_removing_its_log(
+    filled: Path, tmp_path: Path
+) -> None:
+    # Each import began by removing import.partial/: a second import into the same empty
+    # home removed the first one's log as it was being written, and the first moved the
+    # second's half-written log into the store.
+    export = tmp_path / "export.jsonl"
+    assert keytrail_cli(filled, "export", "--output", str(export)).returncode == 0
+    home = tmp_path / "restored"
+    home.mkdir()
+    with tempfiles.import_staging(home) as staging:
+        mine = staging / "log" / "00000000000000000001.jsonl"
+        mine.parent.mkdir()
+        mine.write_bytes(b"the first import's log, half written\n")
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "keytrail.server.cli",
+                "--home",
+                str(home),
+                "import",
+                str(export),
+            ],
+            env={**os.environ, "KEYTRAIL_EMBEDDER": "hash"},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert second.stderr is not None
+        told = second.stderr.readline()
+        while told.startswith("check export"):  # its progress comes first
+            told = second.stderr.readline()
+        assert told == f"waiting for another import into {home} to finish\n"
+        assert mine.read_bytes() == b"the first import's log, half written\n"
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert verify(home).ok and not (home / "import.partial").exists()
+
+
+def keytrail_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "--home", str(home), *args],
+        env={**os.environ, "KEYTRAIL_EMBEDDER": "hash"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

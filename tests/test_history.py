@@ -516,17 +516,16 @@ class _CountingBytes(bytes):
 
 @contextmanager
 def _counting_segments(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """While in it, `history` searches segments as `_CountingBytes` (counted from 0)."""
-    segment_bytes = timeline._segment_bytes
+    """While in it, `history` searches what it reads of segments as `_CountingBytes` (counted
+    from 0)."""
+    read = timeline._read
 
-    @contextmanager
-    def counting(path: Path, size: int, mapped: bool) -> Iterator[_CountingBytes]:
-        with segment_bytes(path, size, mapped) as data:
-            yield _CountingBytes(data[:])
+    def counting(fd: int, begin: int, end: int) -> _CountingBytes:
+        return _CountingBytes(read(fd, begin, end))
 
     _CountingBytes.scanned = 0
     with monkeypatch.context() as patched:
-        patched.setattr(timeline, "_segment_bytes", counting)
+        patched.setattr(timeline, "_read", counting)
         yield
 
 
@@ -623,3 +622,63 @@ def test_history_reads_from_the_first_version_on_and_misses_nothing(
     with _counting_segments(monkeypatch):
         assert history(store, newest.memory_id) == full_scan[ids.index(newest.memory_id)]
     assert 0 < _CountingBytes.scanned < size // 10
+
+
+CUT_UNDER_HISTORY = r"""
+import mmap, os, sys
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core.history import history
+
+store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
+first = store.remember("the first fact", ["first"]).memory_id
+store.remember_batch(
+    [RememberItem(f"filler {i}: " + "lorem ipsum " * 40, [f"topic {i}"]) for i in range(300)]
+)
+expected = history(store, first)
+(segment,) = (store.home / "log").glob("*.jsonl")
+data = segment.read_bytes()
+# Where the batch began: its lines are what an appender whose fsync failed cuts back.
+keep = data.rfind(b"\n", 0, data.index(b"filler 0:")) + 1
+
+
+def cut() -> None:
+    if segment.stat().st_size > keep:
+        os.truncate(segment, keep)
+
+
+# However history reads a segment, the batch is cut back right after it sized the segment.
+real_mmap, real_pread = mmap.mmap, os.pread
+
+
+def mapped_then_cut(*args, **kwargs):
+    mapping = real_mmap(*args, **kwargs)
+    cut()
+    return mapping
+
+
+def cut_then_read(*args):
+    cut()
+    return real_pread(*args)
+
+
+mmap.mmap, os.pread = mapped_then_cut, cut_then_read
+answer = history(store, first)
+mmap.mmap, os.pread = real_mmap, real_pread
+assert answer == expected, (answer, expected)
+print("answered", answer.events_total, flush=True)
+"""
+
+
+def test_history_survives_lines_cut_back_under_it(tmp_path: Path) -> None:
+    """An appender whose fsync fails cuts the lines it wrote back (events/log.py). history
+    mapped segments: touching a mapped page past a segment's new end is a SIGBUS, which
+    Python cannot catch, and it killed the whole MCP server. It must answer from what the log
+    holds."""
+    child = subprocess.run(
+        [sys.executable, "-c", CUT_UNDER_HISTORY, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr}"
+    assert child.stdout == "answered 1\n"
