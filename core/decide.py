@@ -112,13 +112,16 @@ class LinksByNamespace:
     """The links of each key past the dedup scan bound, split by their memory's namespace.
 
     Kept between commands (one per store) and topped up with the links added since: a key's
-    links only grow at the end until one is cut (`GraphState.links_cut`), which rebuilds it.
+    links only grow at the end until one is cut (`GraphState.links_cut`), which rebuilds it,
+    as a memory told again under its id does (`GraphState.ids_retold`: it may have moved to
+    another namespace with its link in place).
     """
 
     def __init__(self) -> None:
         self._state: GraphState | None = None
-        #: key id -> (links indexed, links_cut then, namespace -> memory ids oldest first)
-        self._keys: dict[str, tuple[int, int, dict[str, list[str]]]] = {}
+        #: key id -> (links indexed, (links_cut, ids_retold) then, namespace -> memory ids
+        #: oldest first)
+        self._keys: dict[str, tuple[int, tuple[int, int], dict[str, list[str]]]] = {}
 
     def of(self, state: GraphState, key: KeyNode, namespace: str) -> list[str]:
         """The ids `key` links to in `namespace`, oldest first (do not change the list)."""
@@ -126,7 +129,8 @@ class LinksByNamespace:
             self._state, self._keys = state, {}
         count = len(key.links)
         kept = self._keys.get(key.id)
-        if kept is None or kept[1] != state.links_cut or kept[0] > count:
+        epoch = (state.links_cut, state.ids_retold)
+        if kept is None or kept[1] != epoch or kept[0] > count:
             split: dict[str, list[str]] = {}
             new: Iterable[str] = key.links
         else:
@@ -135,7 +139,7 @@ class LinksByNamespace:
         memories = state.memories
         for memory_id in new:
             split.setdefault(memories[memory_id].namespace, []).append(memory_id)
-        self._keys[key.id] = (count, state.links_cut, split)
+        self._keys[key.id] = (count, epoch, split)
         return split.get(namespace, [])
 
 

@@ -352,6 +352,30 @@ def test_links_by_namespace_follow_new_links_and_a_cut_link(store: Store) -> Non
     assert len(split.of(store.state, alice, "default")) == 1
 
 
+def test_links_by_namespace_follow_a_memory_told_again_in_another_namespace(
+    store: Store,
+) -> None:
+    """A hand-made log may tell a memory again under its id in another namespace: the split
+    dedup reads then puts it in its new namespace, not the one it was first told in."""
+    told = store.remember("the user keeps a lamp", keys=["user"])
+    store.remember("the user keeps a chair", keys=["user"])
+    user = store.state.key_for_label("user")
+    assert user is not None
+    split = LinksByNamespace()
+    assert split.of(store.state, user, "default") == list(user.links)
+    again = NewMemory(
+        memory_id=told.memory_id,
+        namespace="elsewhere",
+        content="the user keeps a lamp",
+        content_hash=content_hash("the user keeps a lamp"),
+        keys=[KeyLink(key_id=user.id, label="user")],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    assert len(user.links) == 2  # the link kept its place: nothing was added or cut
+    assert split.of(store.state, user, "elsewhere") == [told.memory_id]
+    assert told.memory_id not in split.of(store.state, user, "default")
+
+
 def plain_read_key(store: Store, key_id: str, **page: Any) -> Any:
     """read_key as the plain loop answers it (every link scored, a stable sort)."""
     saved = keyrank.COLUMNS_MIN_LINKS
