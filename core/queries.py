@@ -501,10 +501,13 @@ class _Tally(_Counts):
     their keys are counted again.
     """
 
-    __slots__ = ("ids_retold", "journal", "links_cut", "seen")
+    __slots__ = ("ids_retold", "journal", "keyed", "links_cut", "seen")
 
     def __init__(self, queries: Queries, state: GraphState, now: datetime) -> None:
         super().__init__(state, now)
+        #: whether `by_namespace` is kept: only from the first browse of one namespace on (it
+        #: costs a fifth more to count the present afresh)
+        self.keyed = False
         self.journal = state.changes().end
         self.links_cut, self.ids_retold = state.links_cut, state.ids_retold
         self.seen = len(state.memories)
@@ -517,11 +520,21 @@ class _Tally(_Counts):
         # On the present a memory is shown exactly when it is counted by its namespace.
         old = self.classes.get(node.id)
         super()._class(node, kind, now)
-        self._shift(node, old if type(old) is str else None, kind if type(kind) is str else None)
+        if self.keyed:
+            self._shift(
+                node, old if type(old) is str else None, kind if type(kind) is str else None
+            )
 
     def keys_in(self, namespace: str) -> dict[str, int] | None:
-        # A memory id told again may be led to by a key it does not list (see `_shift`).
-        return None if self.state.ids_retold else super().keys_in(namespace)
+        if self.state.ids_retold:
+            return None  # a memory id told again may be led to by a key it does not list
+        if not self.keyed:
+            memories = self.state.memories
+            for memory_id, kind in self.classes.items():
+                if type(kind) is str:
+                    self._shift(memories[memory_id], None, kind)
+            self.keyed = True
+        return super().keys_in(namespace)
 
     def _recount(self, queries: Queries, key: KeyNode, now: datetime) -> None:
         self._count_key(key.id, queries._count(key, None, now), queries.settings.hub_min)
