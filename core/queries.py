@@ -290,6 +290,7 @@ def _ngrams(words: list[str]) -> list[str]:
 #: Concept keys a query is compared with by similarity, the best first (recall and hybrid).
 SIMILAR_KEYS = 200
 _NEVER = datetime.max.replace(tzinfo=UTC)
+_DAWN = datetime.min.replace(tzinfo=UTC)
 #: A key with more links than this is a walk no read should take whole: `related` and hybrid
 #: recall's key signal and hops look only at its newest this many links (their scores through
 #: such a key are a near-zero 1/count, so the rest would only add ties).
@@ -395,19 +396,35 @@ def _stats_class(node: MemoryNode, now: datetime) -> _Class:
 class _Counts:
     """What `memory_stats` counts, kept for one state object: every memory by its class, the
     total of each class, each key's count of the memories it leads to that are shown (for each
-    key leading to any) and which keys are hubs, good from `since` until `until` (the next
-    expiry of a memory counted). `_Tally` keeps them for the present, `_PastTally` for a past
-    state; each brings them up to date from what changed, classing only those memories again
-    and counting only their keys again."""
+    key leading to any, in all namespaces and in each) and which keys are hubs, good from
+    `since` until `until` (the next expiry of a memory counted). `_Tally` keeps them for the
+    present, `_PastTally` for a time view's state; each brings them up to date from what
+    changed, classing only those memories again and counting only their keys again."""
 
-    __slots__ = ("classes", "counts", "hubs", "key_counts", "since", "state", "until")
+    __slots__ = (
+        "after",
+        "by_namespace",
+        "classes",
+        "counts",
+        "hubs",
+        "key_counts",
+        "since",
+        "state",
+        "until",
+    )
 
     def __init__(self, state: GraphState, now: datetime) -> None:
         self.state = state
         self.since, self.until = now, _NEVER
+        #: the latest expiry at or before a time a memory was classed at: no count changes
+        #: from `after` to `until`
+        self.after = _DAWN
         self.classes: dict[str, _Class] = {}
         self.counts: dict[_Class, int] = {}
         self.key_counts: dict[str, int] = {}
+        #: namespace -> key id -> the memories of that namespace the key leads to that are
+        #: shown (browse_keys of one namespace)
+        self.by_namespace: dict[str, dict[str, int]] = {}
         self.hubs: set[str] = set()
 
     def _class(self, node: MemoryNode, kind: _Class, now: datetime) -> None:
@@ -418,8 +435,28 @@ class _Counts:
         self.classes[node.id] = kind
         self.counts[kind] = self.counts.get(kind, 0) + 1
         expires = node.expires_at
-        if expires is not None and now < expires < self.until:
-            self.until = expires
+        if expires is not None:
+            if now < expires < self.until:
+                self.until = expires
+            elif expires <= now and expires > self.after:
+                self.after = expires
+
+    def _shift(self, node: MemoryNode, old: str | None, new: str | None) -> None:
+        """Move `node` from being shown in namespace `old` to namespace `new` (None: not shown)
+        in its keys' per-namespace counts. Its keys are all that lead to it while no memory id
+        was told again (a key listed twice links once)."""
+        if old == new:
+            return
+        for key_id in dict.fromkeys(node.keys):
+            if old is not None:
+                counts = self.by_namespace[old]
+                if counts[key_id] == 1:
+                    del counts[key_id]
+                else:
+                    counts[key_id] -= 1
+            if new is not None:
+                counts = self.by_namespace.setdefault(new, {})
+                counts[key_id] = counts.get(key_id, 0) + 1
 
     def _count_key(self, key_id: str, count: int, hub_min: int) -> None:
         if count:
@@ -430,6 +467,11 @@ class _Counts:
             self.hubs.add(key_id)
         else:
             self.hubs.discard(key_id)
+
+    def keys_in(self, namespace: str) -> dict[str, int] | None:
+        """Each key's shown memories in `namespace` (those leading to any), or None where
+        they are not kept exactly."""
+        return self.by_namespace.get(namespace, {})
 
     def shown(self, namespace: str | None) -> int:
         """The memories shown (in `namespace`): those counted by their namespace."""
@@ -459,10 +501,13 @@ class _Tally(_Counts):
     their keys are counted again.
     """
 
-    __slots__ = ("ids_retold", "journal", "links_cut", "seen")
+    __slots__ = ("ids_retold", "journal", "keyed", "links_cut", "seen")
 
     def __init__(self, queries: Queries, state: GraphState, now: datetime) -> None:
         super().__init__(state, now)
+        #: whether `by_namespace` is kept: only from the first browse of one namespace on (it
+        #: costs a fifth more to count the present afresh)
+        self.keyed = False
         self.journal = state.changes().end
         self.links_cut, self.ids_retold = state.links_cut, state.ids_retold
         self.seen = len(state.memories)
@@ -470,6 +515,26 @@ class _Tally(_Counts):
             self._class(node, _stats_class(node, now), now)
         for key in state.keys.values():
             self._recount(queries, key, now)
+
+    def _class(self, node: MemoryNode, kind: _Class, now: datetime) -> None:
+        # On the present a memory is shown exactly when it is counted by its namespace.
+        old = self.classes.get(node.id)
+        super()._class(node, kind, now)
+        if self.keyed:
+            self._shift(
+                node, old if type(old) is str else None, kind if type(kind) is str else None
+            )
+
+    def keys_in(self, namespace: str) -> dict[str, int] | None:
+        if self.state.ids_retold:
+            return None  # a memory id told again may be led to by a key it does not list
+        if not self.keyed:
+            memories = self.state.memories
+            for memory_id, kind in self.classes.items():
+                if type(kind) is str:
+                    self._shift(memories[memory_id], None, kind)
+            self.keyed = True
+        return super().keys_in(namespace)
 
     def _recount(self, queries: Queries, key: KeyNode, now: datetime) -> None:
         self._count_key(key.id, queries._count(key, None, now), queries.settings.hub_min)
@@ -504,64 +569,113 @@ class _Tally(_Counts):
 
 
 class _PastTally(_Counts):
-    """`_Counts` of a kept past state, as a time view of it shows it (hidden also where
-    forgotten since), with the namespace of each shown memory, kept with the state
-    (core/timetravel.py `PastStates`) so that repeated `as_of` reads of one point count nothing.
+    """`_Counts` of a time view's state (a kept past state, or the present's read at another
+    time), as the view shows it (hidden also where forgotten since; with a valid time, the
+    version true then), with the namespace of each shown memory, kept with the state
+    (core/timetravel.py `PastStates`) so that repeated time-view reads count nothing anew.
 
     A past state never changes (`PastStates` only blanks forgotten content, which no count
     reads), so its counts change only when a memory is forgotten since (or a memory id told
     again since unforgets one), which the present's change journal notes, or when an expiry
-    passes (`until`): those memories are classed again and only their keys counted again (as
-    links into `shown`, not node by node). A journal that dropped what was noted since, another
-    present state, or a past state holding ids told again (its memories' keys are then not all
-    that lead to them) means counting again.
+    passes (`until`, or before `after`): those memories are classed again and only their keys'
+    counts moved. The present's state also grows at its end (new memories, classed as they
+    come) and notes what else changes in its own journal. With a valid time a memory is shown
+    by its successors too (one told later may have become true before `valid_at`), so each
+    memory classed again takes the versions before it along. A journal that dropped what was
+    noted since, another present state, a link cut, or a state holding ids told again (its
+    memories' keys are then not all that lead to them) means counting again.
     """
 
-    __slots__ = ("journal", "links", "namespace_of", "present")
+    __slots__ = (
+        "journal",
+        "links",
+        "links_cut",
+        "namespace_of",
+        "present",
+        "seen",
+        "shown_counts",
+        "valid_at",
+    )
 
     def __init__(
         self,
         state: GraphState,
         present: GraphState,
         forgotten: Callable[[MemoryNode], bool],
+        shown: Callable[[MemoryNode, datetime], bool],
+        valid_at: datetime | None,
         hub_min: int,
         now: datetime,
     ) -> None:
         super().__init__(state, now)
-        self.present = present
+        self.present, self.valid_at = present, valid_at
         self.journal = present.changes().end
+        self.links_cut, self.seen = state.links_cut, len(state.memories)
         #: memory id -> namespace, for each memory shown at `since`
         self.namespace_of: dict[str, str] = {}
+        #: namespace -> its memories shown
+        self.shown_counts: dict[str, int] = {}
+        namespace_of, shown_counts = self.namespace_of, self.shown_counts
         for node in state.memories.values():
-            self._reclass(node, forgotten, now)
+            self._class(node, _FORGOTTEN if forgotten(node) else _stats_class(node, now), now)
+            if shown(node, now):
+                namespace_of[node.id] = node.namespace
+                shown_counts[node.namespace] = shown_counts.get(node.namespace, 0) + 1
+        # Counted by link, not by each memory's keys: exact even where ids were told again.
+        by_namespace, links = self.by_namespace, 0
         for key in state.keys.values():
-            self._recount(key, hub_min)
-        self.links = sum(len(k.links) for k in state.keys.values())
+            links += len(key.links)
+            total = 0
+            for mid in key.links:
+                namespace = namespace_of.get(mid)
+                if namespace is not None:
+                    counts = by_namespace.setdefault(namespace, {})
+                    counts[key.id] = counts.get(key.id, 0) + 1
+                    total += 1
+            self._count_key(key.id, total, hub_min)
+        self.links = links
 
     def _reclass(
-        self, node: MemoryNode, forgotten: Callable[[MemoryNode], bool], now: datetime
+        self,
+        node: MemoryNode,
+        forgotten: Callable[[MemoryNode], bool],
+        shown: Callable[[MemoryNode, datetime], bool],
+        hub_min: int,
+        now: datetime,
     ) -> None:
-        kind = _FORGOTTEN if forgotten(node) else _stats_class(node, now)
-        self._class(node, kind, now)
-        if type(kind) is str:
-            self.namespace_of[node.id] = kind
-        else:
-            self.namespace_of.pop(node.id, None)
+        self._class(node, _FORGOTTEN if forgotten(node) else _stats_class(node, now), now)
+        old = self.namespace_of.get(node.id)
+        new = node.namespace if shown(node, now) else None
+        if old == new:
+            return
+        counts = self.shown_counts
+        if old is not None:
+            del self.namespace_of[node.id]
+            counts[old] -= 1
+        if new is not None:
+            self.namespace_of[node.id] = new
+            counts[new] = counts.get(new, 0) + 1
+        self._shift(node, old, new)
+        if (old is None) != (new is None):
+            step = 1 if new is not None else -1
+            for key_id in dict.fromkeys(node.keys):
+                self._count_key(key_id, self.key_counts.get(key_id, 0) + step, hub_min)
 
-    def _recount(self, key: KeyNode, hub_min: int) -> None:
-        self._count_key(key.id, len(self.namespace_of.keys() & key.links.keys()), hub_min)
+    def shown(self, namespace: str | None) -> int:
+        counts = self.shown_counts
+        return sum(counts.values()) if namespace is None else counts.get(namespace, 0)
 
     def count(self, key: KeyNode, namespace: str | None) -> int:
         """The memories `key` led to that are shown (in `namespace`)."""
         if namespace is None:
             return self.key_counts.get(key.id, 0)
-        namespace_of = self.namespace_of
-        return sum(1 for mid in key.links if namespace_of.get(mid) == namespace)
+        return self.by_namespace.get(namespace, {}).get(key.id, 0)
 
     def caught_up(
         self,
         present: GraphState,
         forgotten: Callable[[MemoryNode], bool],
+        shown: Callable[[MemoryNode, datetime], bool],
         hub_min: int,
         now: datetime,
     ) -> bool:
@@ -573,23 +687,28 @@ class _PastTally(_Counts):
         if (
             noted is None
             or present is not self.present
-            or not self.since <= now < self.until
+            or not self.after <= now < self.until
             or state.ids_retold
+            or state.links_cut != self.links_cut
         ):
             return False
-        memories, classes = state.memories, self.classes
-        changed: list[MemoryNode] = []
-        for mid in dict.fromkeys(noted):
-            old = classes.get(mid)
-            if old is None:  # a memory made after this point
-                continue
-            node = memories[mid]
-            self._reclass(node, forgotten, now)
-            if classes[mid] != old:
-                changed.append(node)
-        for key_id in {k for node in changed for k in node.keys}:
-            self._recount(state.keys[key_id], hub_min)
-        self.journal, self.since = journal.end, now
+        memories = state.memories
+        fresh = len(memories) - self.seen
+        changed = list(dict.fromkeys(noted))
+        if fresh:  # the present's new memories, in the order they were made
+            made = list(itertools.islice(reversed(memories), fresh))
+            made.reverse()
+            changed += made
+            self.links += sum(len(dict.fromkeys(memories[mid].keys)) for mid in made)
+        done: set[str] = set()
+        for first in changed:
+            # With a valid time, the versions before a changed one too (see above).
+            mid: str | None = first
+            while mid is not None and mid not in done and (node := memories.get(mid)) is not None:
+                done.add(mid)
+                self._reclass(node, forgotten, shown, hub_min, now)
+                mid = node.supersedes if self.valid_at is not None else None
+        self.journal, self.seen, self.since = journal.end, len(memories), now
         return True
 
 
@@ -1274,10 +1393,13 @@ class Queries:
             keys = self.state.keys
             present = self._visible is visible
             past: _PastTally | None = None
-            if namespace is None and (present or (past := self._past_tally(now)) is not None):
-                # All namespaces: the counts are kept (see `_Tally`, `_PastTally`), and only the
-                # keys that can reach the page are sorted (every key cost ~60 ms at 20,000).
-                kept = self._present_tally(now).key_counts if past is None else past.key_counts
+            kept: dict[str, int] | None = None
+            if present or (past := self._past_tally(now)) is not None:
+                tally: _Counts = self._present_tally(now) if past is None else past
+                kept = tally.key_counts if namespace is None else tally.keys_in(namespace)
+            if kept is not None:
+                # The counts are kept (see `_Tally`, `_PastTally`), and only the keys that can
+                # reach the page are sorted (every key cost ~60 ms at 20,000).
                 counts = [
                     (key_id, c) for key_id, c in kept.items() if not hubs_only or c >= hub_min
                 ]

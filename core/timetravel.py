@@ -42,6 +42,9 @@ PAST_STATES_BUDGET = 40_000
 PAST_STATES_CACHED = 16
 #: Record times whose seq is remembered, so a time asked again is not folded to again.
 TIMES_REMEMBERED = 1024
+#: Valid times whose counts are kept per state (the most recently read; each holds a dict of
+#: every memory, as the state does)
+VALID_TIMES_KEPT = 4
 
 
 def state_size(state: GraphState) -> int:
@@ -114,8 +117,11 @@ class PastStates:
         self._sizes: dict[int, int] = {}
         #: seq of a cached state -> how many of the store's `forgets_folded` it has blanked
         self._blanked: dict[int, int] = {}
-        #: seq of a cached state -> the counts time views of it keep (see `tally`)
-        self._tallies: dict[int, _PastTally] = {}
+        #: seq of a cached state -> valid time (None: none) -> the counts time views of it keep
+        #: (see `tally`)
+        self._tallies: dict[int, OrderedDict[datetime | None, _PastTally]] = {}
+        #: ... and of the store's present state, read at another time or a valid time
+        self._present_tallies: OrderedDict[datetime | None, _PastTally] = OrderedDict()
         #: a record time read before -> the seq of the last event at or before it. That never
         #: changes once the log has an event after the time: later events come at later times.
         self._seq_at: OrderedDict[datetime, int] = OrderedDict()
@@ -209,30 +215,51 @@ class PastStates:
         state: GraphState,
         present: GraphState,
         forgotten: Callable[[MemoryNode], bool],
+        shown: Callable[[MemoryNode, datetime], bool],
+        valid_at: datetime | None,
         hub_min: int,
         now: datetime,
         build: bool,
     ) -> _PastTally | None:
-        """The counts kept with `state` (a state this cache holds), brought up to `now` and to
-        what `present` (whose forgets hide memories of the past too) noted since; counted
-        afresh if `build` where none is kept or it cannot be brought up; else None, as for a
-        state not held here. The caller holds the store's mutex, as every query does."""
-        with self._lock:
+        """The counts kept with `state` (a state this cache holds, or the store's present state)
+        for `valid_at`, brought up to `now` and to what `present` (whose forgets hide memories
+        of the past too) noted since; counted afresh if `build` where none is kept or it cannot
+        be brought up; else None, as for a state not held here. The caller holds the store's
+        mutex, as every query does."""
+
+        def kept_for() -> OrderedDict[datetime | None, _PastTally] | None:
+            if state is self._store.state:
+                present_tallies = self._present_tallies
+                if any(t.state is not state for t in present_tallies.values()):
+                    present_tallies.clear()  # the store's state was replaced (a reload)
+                return present_tallies
             if self._cache.get(state.seq) is not state:
                 return None
-            kept = self._tallies.get(state.seq)
+            return self._tallies.setdefault(state.seq, OrderedDict())
+
+        with self._lock:
+            table = kept_for()
+            if table is None:
+                return None
+            kept = table.get(valid_at)
         if (
             kept is not None
             and kept.state is state
-            and kept.caught_up(present, forgotten, hub_min, now)
+            and kept.caught_up(present, forgotten, shown, hub_min, now)
         ):
+            with self._lock:
+                if table.get(valid_at) is kept:
+                    table.move_to_end(valid_at)
             return kept
         if not build:
             return None
-        kept = _PastTally(state, present, forgotten, hub_min, now)
+        kept = _PastTally(state, present, forgotten, shown, valid_at, hub_min, now)
         with self._lock:
-            if self._cache.get(state.seq) is state:
-                self._tallies[state.seq] = kept
+            if kept_for() is table:
+                table[valid_at] = kept
+                table.move_to_end(valid_at)
+                while len(table) > VALID_TIMES_KEPT:
+                    table.popitem(last=False)
         return kept
 
     def _blank(self, state: GraphState) -> None:
@@ -375,11 +402,15 @@ class TimeView(Queries):
         return super()._missing(field, kind, ident)
 
     def _past_tally(self, now: datetime, build: bool = True) -> _PastTally | None:
-        if self._present or self.valid_at is not None:
-            return None  # a valid time: its own rules, counted each time
-        store = self._store
-        return store.past.tally(
-            self.state, self._forgotten_by, self._forgotten, self.settings.hub_min, now, build
+        return self._store.past.tally(
+            self.state,
+            self._forgotten_by,
+            self._forgotten,
+            self._shown,
+            self.valid_at,
+            self.settings.hub_min,
+            now,
+            build,
         )
 
     def _valid_then(self, node: MemoryNode, now: datetime) -> bool:

@@ -233,6 +233,25 @@ def run(
                     ids[i % len(ids)], f"{CONTENTS[c % len(CONTENTS)]} v{counter}", keys
                 )
                 ids.append(r2.memory_id)
+            elif kind == "correct_valid" and ids:  # a version dated in the world
+                _, i, c, shift = item
+                counter += 1
+                r3 = store.correct(
+                    ids[i % len(ids)],
+                    f"{CONTENTS[c % len(CONTENTS)]} w{counter}",
+                    valid_from=clock.now + timedelta(seconds=shift),
+                )
+                ids.append(r3.memory_id)
+            elif kind == "remember_valid":
+                _, c, ns, shift = item
+                counter += 1
+                r4 = store.remember(
+                    f"{CONTENTS[c]} u{counter}",
+                    [KEYS[c], "fruit"],
+                    namespace=ns,
+                    valid_from=clock.now + timedelta(seconds=shift),
+                )
+                ids.append(r4.memory_id)
             elif kind == "read" and ids:
                 _, i, via = item
                 memory_id = ids[i % len(ids)]
@@ -757,8 +776,18 @@ def test_kept_memory_stats_equal_a_scan_after_every_command(ops: list[tuple[Any,
         ids: list[str] = []
         for item in ops:
             store = run(store, clock, [item], home, 10_000, ids)
-            scan = TimeView(store, store.refresh(), clock.now)
-            assert_same_counts(store, scan, [None], item)
+            head = store.refresh()
+            fresh, _ = store.past._build(head.seq)  # the head folded afresh: no cache holds it
+            scan = TimeView(store, fresh, clock.now)
+            assert_same_counts(store, scan, NAMESPACES, item)
+            # As of a time after the last event: the present's state read then, its counts
+            # kept with it (times asked out of order too).
+            for at in (clock.now, head.at, head.at + (clock.now - head.at) / 2):
+                if head.seq and head.at <= at <= clock.now:
+                    kept = view(store, as_of=at)
+                    assert isinstance(kept, TimeView) and kept.state is head
+                    assert_same_counts(kept, TimeView(store, fresh, at), NAMESPACES, (item, at))
+                    assert kept._past_tally(at, build=False) is not None  # counts were kept
         store.close()
 
 
@@ -812,6 +841,87 @@ def test_kept_past_counts_equal_a_scan_after_every_command(
                 scan = TimeView(store, fresh, point.now)
                 assert_same_counts(kept, scan, NAMESPACES, (item, as_of))
                 assert kept._past_tally(point.now, build=False) is not None  # counts were kept
+        store.close()
+
+
+correct_valid_op = st.tuples(
+    st.just("correct_valid"),
+    st.integers(0, 99),
+    st.integers(0, 99),
+    st.sampled_from([-7200, -60, 30, 7200]),  # backdated, or true from later on
+)
+remember_valid_op = st.tuples(
+    st.just("remember_valid"),
+    st.integers(0, len(CONTENTS) - 1),
+    st.sampled_from(NAMESPACES),
+    st.sampled_from([-7200, 0, 7200]),
+)
+#: A fact corrected twice: the second correction, backdated before the first, ends the first
+#: version's time as well (a chain walked from a version whose own status did not change).
+BACKDATED_CHAIN_OPS: list[tuple[Any, ...]] = [
+    ("remember_valid", 0, None, -7200),
+    ("correct_valid", 0, 1, 7200),
+    ("correct_valid", 1, 2, -60),
+]
+
+
+def assert_same_key_counts(kept: Queries, scan: Queries, context: object) -> None:
+    """Each key's shown memories in every namespace (related and recall read these)."""
+    now = scan.clock()
+    for key in list(scan.state.keys.values()):
+        for namespace in NAMESPACES:
+            assert kept._count(key, namespace, now) == scan._count(key, namespace, now), (
+                context,
+                key.label,
+                namespace,
+            )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(
+        st.one_of(op, correct_valid_op, correct_valid_op, remember_valid_op),
+        min_size=4,
+        max_size=30,
+    ),
+    valid=st.lists(st.sampled_from([-10_000, -3600, 0, 45, 3600, 10_000]), min_size=1, max_size=2),
+    points=st.lists(st.integers(1, 12), max_size=2),
+)
+@example(ops=BACKDATED_CHAIN_OPS, valid=[-3600, 0], points=[])
+@example(ops=[*BACKDATED_CHAIN_OPS, ("tick", 40), ("forget", 1)], valid=[0], points=[2])
+@example(ops=[*FORGOTTEN_SINCE_OPS, ("tick", 40)], valid=[0], points=[2, 3])
+def test_kept_valid_time_counts_equal_a_scan_after_every_command(
+    ops: list[tuple[Any, ...]], valid: list[int], points: list[int]
+) -> None:
+    """A view of a valid time keeps its counts (the memories it shows, per namespace and per
+    key) with its state, the present's or a past one, brought up to date from what the present
+    noted since (a correction may end the time of every version before it); after any command
+    (or clock move) they must equal a scan of that state folded afresh, read at the same valid
+    time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "store"
+        clock = Clock()
+        store = open_store(home, clock, 10_000)
+        ids: list[str] = []
+        for item in ops:
+            store = run(store, clock, [item], home, 10_000, ids)
+            head = store.refresh()
+            for shift in valid:
+                valid_at = T0 + timedelta(seconds=shift)
+                kept = view(store, valid_at=valid_at)
+                fresh, _ = store.past._build(head.seq)
+                scan = TimeView(store, fresh, clock.now, valid_at, present=False)
+                assert_same_counts(kept, scan, NAMESPACES, (item, valid_at))
+                assert_same_key_counts(kept, scan, (item, valid_at))
+                assert kept._past_tally(clock.now, build=False) is not None  # counts were kept
+                for seq in points:
+                    if seq >= head.seq:
+                        continue
+                    past = view(store, as_of=seq, valid_at=valid_at)
+                    then, _ = store.past._build(seq)
+                    scan = TimeView(store, then, past.clock(), valid_at)
+                    assert_same_counts(past, scan, NAMESPACES, (item, seq, valid_at))
+                    assert_same_key_counts(past, scan, (item, seq, valid_at))
         store.close()
 
 

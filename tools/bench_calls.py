@@ -11,6 +11,8 @@ recorded conversations:
 The store is built once under `--dir` (kept: later runs reuse it) and copied for each run, since
 `forget` changes it. Each round first remembers one memory, as a serving store sees writes
 between reads, so no answer is left over from the last round; then each call is timed once.
+`valid_at_*` ask what was true in the world at the middle of the log (valid time), and
+`as_of_now_*` ask as of a time after the last event (the present's state at that time).
 `history_old` is the history of one memory told at the start and read three times (its events
 span the whole log), `history_new` that of the memory remembered in the same round.
 Prints one JSON object of p50 milliseconds.
@@ -116,6 +118,15 @@ def main() -> None:
     def as_of_time(method: str, *args: object, **kwargs: object) -> object:
         return getattr(view(store, as_of=middle_at), method)(*args, **kwargs)
 
+    def valid_at(method: str, *args: object, **kwargs: object) -> object:
+        """A query of what was true in the world at the middle of the log (valid time)."""
+        return getattr(view(store, valid_at=middle_at), method)(*args, **kwargs)
+
+    def as_of_now(method: str, *args: object, **kwargs: object) -> object:
+        """A query as of a time after the last event ("as of now"): the present's state."""
+        at = store.clock().isoformat()
+        return getattr(view(store, as_of=at), method)(*args, **kwargs)
+
     for i in range(args.calls):
         new_id = store.remember(content(rng, 10**9 + i), rng.sample(LABELS, 3)).memory_id
         mid = rng.choice(ids)
@@ -130,6 +141,7 @@ def main() -> None:
         time_it("read_key_hub_offset_end", store.read_key, hub, offset=hub_total - 10)
         time_it("browse_keys_limit10", store.browse_keys, limit=10)
         time_it("browse_keys_hubs_only", store.browse_keys, hubs_only=True, limit=10)
+        time_it("browse_keys_namespace_limit10", store.browse_keys, "side", limit=10)
         time_it("get_conversation", store.get_conversation, f"s{i % SESSIONS}")
         time_it("list_sessions", store.list_sessions, limit=10)
         time_it("history", history, store, mid)
@@ -140,6 +152,14 @@ def main() -> None:
         time_it("as_of_memory_stats", as_of, "memory_stats")
         time_it("as_of_browse_keys_limit10", as_of, "browse_keys", limit=10)
         time_it("as_of_time_read_key", as_of_time, "read_key", old_kid)
+        time_it("as_of_browse_keys_namespace_limit10", as_of, "browse_keys", "side", limit=10)
+        time_it("valid_at_list_memories", valid_at, "list_memories", limit=10)
+        time_it("valid_at_browse_keys_limit10", valid_at, "browse_keys", limit=10)
+        time_it("valid_at_related", valid_at, "related", mid)
+        time_it("valid_at_read_key", valid_at, "read_key", kid)
+        time_it("as_of_now_memory_stats", as_of_now, "memory_stats")
+        time_it("as_of_now_list_memories", as_of_now, "list_memories", limit=10)
+        time_it("as_of_now_browse_keys_limit10", as_of_now, "browse_keys", limit=10)
         time_it("forget", store.forget, mid)
         ids.remove(mid)
     store.close()
