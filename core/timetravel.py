@@ -42,9 +42,9 @@ PAST_STATES_BUDGET = 40_000
 PAST_STATES_CACHED = 16
 #: Record times whose seq is remembered, so a time asked again is not folded to again.
 TIMES_REMEMBERED = 1024
-#: Valid times whose counts are kept per state (the most recently read; each holds a dict of
-#: every memory, as the state does)
-VALID_TIMES_KEPT = 4
+#: Valid times whose counts are kept per state, the most recently read. Each holds a dict of
+#: every memory (about 14 MB at 100,000 memories), so few: an agent asks about one or two.
+VALID_TIMES_KEPT = 2
 
 
 def state_size(state: GraphState) -> int:
