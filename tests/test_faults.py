@@ -661,6 +661,46 @@ def test_what_a_killed_import_or_text_index_rebuild_left_is_removed_when_the_sto
     assert verify(filled).temp_files == []
 
 
+KILLED_SWAP = r"""
+import os, signal, sys
+from pathlib import Path
+from keytrail.core import HashEmbedder, Settings, Store
+
+store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
+store.text.sync(store.state)
+rename = Path.rename
+
+def killed(self, target):  # killed once the index is moved aside, before the new one moves in
+    if self.name == "text.new":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rename(self, target)
+
+Path.rename = killed
+store.text.rebuild(store.state)
+"""
+
+
+@pytest.mark.parametrize("opened", ["after", "before"])
+def test_a_text_index_swap_killed_between_its_renames_is_finished_not_built_again(
+    filled: Path, opened: str
+) -> None:
+    # A rebuild (or purge) killed after moving the index aside to text.old, before renaming
+    # its finished text.new in: the next open (or a server's next search) threw the finished
+    # index away and built one from scratch, a long wait on a big store.
+    server = open_and_check(filled) if opened == "before" else None
+    run_killed(KILLED_SWAP, filled)
+    index = filled / "index"
+    assert not (index / "text").exists() and (index / "text.old").is_dir()
+    built = (index / "text.new").stat().st_ino
+    store = server or open_and_check(filled)
+    store.catch_up_text_index()
+    assert len(store.text.search("coffee", 10)) == 3
+    assert (index / "text").stat().st_ino == built  # the finished index, not one built anew
+    store.close()
+    assert not (index / "text.new").exists() and not (index / "text.old").exists()
+    assert verify(filled).temp_files == []
+
+
 def test_an_import_or_text_index_rebuild_under_way_is_left_to_it(filled: Path) -> None:
     # The open tells a live writer's folders by their locks: removing them would cut an
     # import or a rebuild short under a process that is still writing.
