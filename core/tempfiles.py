@@ -9,8 +9,9 @@ file, which nothing reads and which would stay for good, copied by every `cp -a`
 
 Each of these is written only by a process holding the appenders' lock (`EventLog.lock`), so
 one found while holding that lock is nobody's write under way: a store's open removes them
-then. Two folders are written under locks of their own, so one is a leftover only while its own
-lock is free (a killed process's `flock` is released with it): `import.partial/`, where
+then, and so does a store left open each time it saves a snapshot (rare, and under that lock).
+Two folders are written under locks of their own, so one is a leftover only while its own lock
+is free (a killed process's `flock` is released with it): `import.partial/`, where
 `keytrail import` writes a log before it takes the appenders' lock (it holds a `flock` on the
 folder itself from making it to removing it, `import_staging`), and the text index's
 `index/text.new/` and `text.old/` (a rebuild writes them holding `index/text.lock`); a whole
