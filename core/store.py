@@ -334,10 +334,14 @@ class Store(Queries, HybridQueries):
         with self._mutex, self.log.lock() as app:
             self._fold(app.pending)
             self._finish_forgetting()
-            for path in tempfiles.remove_leftovers(self.home):
-                logger.info("keytrail: removed %s, left by a write cut short", path)
+            self._remove_leftovers()
             if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                 self._save_snapshot(self.state)
+
+    def _remove_leftovers(self) -> None:
+        """Remove temp files left by writers killed mid-write (hold the lock)."""
+        for path in tempfiles.remove_leftovers(self.home):
+            logger.info("keytrail: removed %s, left by a write cut short", path)
 
     def _reporting(self, events: Iterable[AnyEvent], progress: OpenProgress) -> Iterator[AnyEvent]:
         sizes = {name: (self.log.dir / name).stat().st_size for name in self.log.segments()}
@@ -605,6 +609,9 @@ class Store(Queries, HybridQueries):
                         self._finish_forgetting()
                     if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
                         self._save_snapshot(self.state)
+                        # Rare work under the lock, as at open: also what processes killed
+                        # since this one opened left, which a server up for weeks kept.
+                        self._remove_leftovers()
                 except OSError as exc:
                     logger.warning(
                         "keytrail: seq %d recorded, but a cache was not updated: %s",

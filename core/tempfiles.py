@@ -9,11 +9,14 @@ file, which nothing reads and which would stay for good, copied by every `cp -a`
 
 Each of these is written only by a process holding the appenders' lock (`EventLog.lock`), so
 one found while holding that lock is nobody's write under way: a store's open removes them
-then. Two folders are written under locks of their own, so one is a leftover only while its own
-lock is free (a killed process's `flock` is released with it): `import.partial/`, where
+then, and so does a store left open each time it saves a snapshot (rare, and under that lock).
+Two folders are written under locks of their own, so one is a leftover only while its own lock
+is free (a killed process's `flock` is released with it): `import.partial/`, where
 `keytrail import` writes a log before it takes the appenders' lock (it holds a `flock` on the
 folder itself from making it to removing it, `import_staging`), and the text index's
-`index/text.new/` and `text.old/` (a rebuild writes them holding `index/text.lock`).
+`index/text.new/` and `text.old/` (a rebuild writes them holding `index/text.lock`); a whole
+`text.new/` with no `text/` beside it, a swap killed between its renames, is renamed into place
+instead (`text.finish_swap`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from keytrail.events.redact import TEMP_SUFFIX as REDACT_SUFFIX
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.text import finish_swap
 from keytrail.projections.vectors import MANIFEST_TEMP, VECTORS_DIR
 
 from .forgetting import PENDING_FILE
@@ -41,10 +45,12 @@ _KINDS = (
 )
 #: Where `keytrail import` writes a log before it is moved into the store (server/care.py).
 IMPORT_STAGING = "import.partial"
+#: Where the text index lives, under the store.
+TEXT_INDEX = "index/text"
 #: (the lock its writer holds, the folders it writes) of each folder kind, under the store
 _LOCKED = (
     (IMPORT_STAGING, (IMPORT_STAGING,)),
-    ("index/text.lock", ("index/text.new", "index/text.old")),
+    (f"{TEXT_INDEX}.lock", (f"{TEXT_INDEX}.new", f"{TEXT_INDEX}.old")),
 )
 
 
@@ -88,6 +94,10 @@ def _unlocked(home: Path, remove: bool) -> list[Path]:
             os.close(fd)
             continue  # a live process is writing them
         try:
+            if remove and lock == f"{TEXT_INDEX}.lock" and finish_swap(home / TEXT_INDEX):
+                # A swap killed between its renames left a whole index, now in place rather
+                # than built again from scratch: not a leftover.
+                there = [f for f in there if f.exists()]
             for folder in there:
                 if remove:
                     shutil.rmtree(folder, ignore_errors=True)

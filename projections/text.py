@@ -153,6 +153,30 @@ def _with_tokenizers(index: tantivy.Index) -> tantivy.Index:
     return index
 
 
+def finish_swap(directory: Path) -> bool:
+    """Finish a swap (`TextIndex._swap_in`) killed between its two renames, the index at
+    `directory` moved aside to `<dir>.old` and the fresh one not yet renamed in from
+    `<dir>.new`: renamed in now, if it is whole, instead of the index being built again from
+    scratch. Whole means committed: its meta document goes in the commit that holds every
+    document (a build killed before its commit has none). Nothing else leaves `<dir>.new` with
+    no `<dir>` (`remove` takes the index last). Call holding the writers' lock; True if it was
+    renamed in (`<dir>.old` is then the caller's to remove)."""
+    new = directory.with_name(f"{directory.name}.new")
+    if directory.exists() or not new.is_dir():
+        return False
+    try:
+        index = tantivy.Index.open(str(new))
+        index.reload()
+        searcher = index.searcher()
+        hits = searcher.search(tantivy.Query.term_query(_schema(), "kind", "meta"), 1).hits
+        if not hits or searcher.doc(hits[0][1]).get_first("schema") != SCHEMA_VERSION:
+            return False
+    except (ValueError, OSError):
+        return False
+    new.rename(directory)
+    return True
+
+
 class TextIndex:
     """BM25 over memories. Not thread-safe: the store calls it under its own mutex."""
 
@@ -212,6 +236,8 @@ class TextIndex:
             # nobody is building it (start it afresh, dropping what an interrupted build left).
             with self.exclusive():
                 try:
+                    if finish_swap(self.dir):
+                        shutil.rmtree(self._sibling("old"), ignore_errors=True)
                     index = self._open_existing()
                 except (ValueError, OSError):
                     for leftover in (self._sibling("new"), self._sibling("old")):
@@ -389,7 +415,10 @@ class TextIndex:
     ) -> None:
         """Write a fresh index beside the live one and rename it into place (holding the lock)."""
         new, old = self._sibling("new"), self._sibling("old")
-        shutil.rmtree(new, ignore_errors=True)
+        # A swap killed before removing its `old` left it, and renaming onto it would fail
+        # ("Directory not empty"); a store's open removes it, a long-running server never does.
+        for leftover in (new, old):
+            shutil.rmtree(leftover, ignore_errors=True)
         index = self._create(new)
         if progress is not None:
             progress(0, total)
@@ -493,7 +522,9 @@ class TextIndex:
         """
         removed: list[str] = []
         with self.exclusive():
-            for directory in (self.dir, self._sibling("new"), self._sibling("old")):
+            # The index last: killed midway, a finished `text.new` must not be left without
+            # it, or `finish_swap` would take it for a swap's and put its text back.
+            for directory in (self._sibling("new"), self._sibling("old"), self.dir):
                 if directory.exists():
                     shutil.rmtree(directory)
                     removed.append(str(directory))

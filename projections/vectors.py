@@ -16,7 +16,7 @@ A process maps the rows on disk (`mmap`) rather than reading them: a server that
 most content vectors (recall reads label rows; dedup reads up to 200 content rows) does not hold
 them in memory, and servers on one store share the pages. Rows are only ever appended or
 overwritten in place (a purge's zeros, which the mapping sees), and a writer cuts the file only
-past the rows every reader knows, so a mapped row stays readable.
+past the rows every reader knows, so a mapped row stays readable (why: `flush`).
 """
 
 from __future__ import annotations
@@ -119,8 +119,13 @@ class VectorCache:
             return
         try:
             with open(self._hashes_path, "rb") as hf, open(self._vectors_path, "rb") as vf:
-                hf_size = os.fstat(hf.fileno()).st_size
-                vst = os.fstat(vf.fileno())
+                hst, vst = os.fstat(hf.fileno()), os.fstat(vf.fileno())
+                if not (_named(hst, self._hashes_path) and _named(vst, self._vectors_path)):
+                    # Deleted and made anew between the two opens (unlocked): the old hash
+                    # lines would vouch for new rows, which a writer may cut (a SIGBUS when
+                    # touched). Both still named so, held open: one pair. The next look loads.
+                    return
+                hf_size = hst.st_size
                 rows_on_disk = vst.st_size // row_bytes
                 hashes = hf.read(hf_size).split(b"\n")[:-1]
                 if self._persisted and (
@@ -320,7 +325,15 @@ class VectorCache:
         if not self._pending:
             return
         rows = self._mem[self._persisted - self._mapped : self._count - self._mapped]
-        # Anything past our rows is a torn row or line left by a crash: written over.
+        # Anything past our rows is a torn row or line left by a crash: written over. No reader
+        # maps it (touching a page past the file's end would be a SIGBUS): under the lock,
+        # `_persisted` is now exactly the rows with a vector and a whole hash line (refresh takes
+        # at least those; its size and last-line checks at most). Hash lines go after their rows,
+        # so they never outnumber them, and this cut (to the lines) never shrinks that count;
+        # a reader maps at most that count of one pair of files, so nothing it maps is cut. A
+        # write that fails or is killed (ENOSPC, EIO, kill -9) only adds rows or a torn line no
+        # one counts; a purge writes in place; deleting the cache (a drop, `rm -r`) unlinks the
+        # files, whose old inodes a mapping keeps; a reembed writes another model's folder.
         self._file = _write_at(
             self.dir,
             self._vectors_path,
@@ -423,6 +436,15 @@ class VectorCache:
                 if row >= self._mapped:  # a mapped row reads the zeros just written
                     self._mem[row - self._mapped] = 0.0
         return len(rows)
+
+
+def _named(st: os.stat_result, path: str) -> bool:
+    """Whether `path` names the file `st` was taken of."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _write_at(directory: Path, path: str, offset: int, data: bytes) -> tuple[int, int]:

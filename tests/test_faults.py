@@ -544,6 +544,23 @@ def test_temp_files_a_killed_writer_left_are_removed_when_the_store_opens(filled
     assert all(p.exists() for p in others)
 
 
+def test_temp_files_a_writer_killed_after_the_open_left_are_removed_at_a_snapshot(
+    filled: Path,
+) -> None:
+    # Removed only when a store opened: a server up for weeks kept for good those of every
+    # process killed after it opened (a CLI forget, an import), copied by every backup.
+    store = open_and_check(filled)
+    left = leave_temp_files(filled)
+    others = not_the_stores(filled)
+    snapshot_seq = store._snapshot_seq
+    for i in range(8):  # settings(): a snapshot every 7 events
+        store.remember(f"later fact {i}", ["later"])
+    assert store._snapshot_seq > snapshot_seq
+    assert [p for p in left if p.exists()] == []
+    assert all(p.exists() for p in others)
+    store.close()
+
+
 def test_a_temp_file_another_process_is_writing_is_left_to_it(
     filled: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -658,6 +675,46 @@ def test_what_a_killed_import_or_text_index_rebuild_left_is_removed_when_the_sto
     open_and_check(filled).close()
     assert not (filled / "import.partial").exists()
     assert not (filled / "index" / "text.new").exists()
+    assert verify(filled).temp_files == []
+
+
+KILLED_SWAP = r"""
+import os, signal, sys
+from pathlib import Path
+from keytrail.core import HashEmbedder, Settings, Store
+
+store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
+store.text.sync(store.state)
+rename = Path.rename
+
+def killed(self, target):  # killed once the index is moved aside, before the new one moves in
+    if self.name == "text.new":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rename(self, target)
+
+Path.rename = killed
+store.text.rebuild(store.state)
+"""
+
+
+@pytest.mark.parametrize("opened", ["after", "before"])
+def test_a_text_index_swap_killed_between_its_renames_is_finished_not_built_again(
+    filled: Path, opened: str
+) -> None:
+    # A rebuild (or purge) killed after moving the index aside to text.old, before renaming
+    # its finished text.new in: the next open (or a server's next search) threw the finished
+    # index away and built one from scratch, a long wait on a big store.
+    server = open_and_check(filled) if opened == "before" else None
+    run_killed(KILLED_SWAP, filled)
+    index = filled / "index"
+    assert not (index / "text").exists() and (index / "text.old").is_dir()
+    built = (index / "text.new").stat().st_ino
+    store = server or open_and_check(filled)
+    store.catch_up_text_index()
+    assert len(store.text.search("coffee", 10)) == 3
+    assert (index / "text").stat().st_ino == built  # the finished index, not one built anew
+    store.close()
+    assert not (index / "text.new").exists() and not (index / "text.old").exists()
     assert verify(filled).temp_files == []
 
 

@@ -295,3 +295,49 @@ def test_a_word_of_a_script_without_spaces_finds_the_memory_that_says_it(
     hits = [h.memory_id for h in store.text_index().search(query, 5)]
     assert hits[:1] == [memory.memory_id]
     assert store.text_index().search("大阪", 5)[0].memory_id != memory.memory_id
+
+
+def test_only_a_whole_index_beside_no_index_is_taken_for_a_killed_swaps(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`text.new/` with no `text/` is renamed in as a swap killed between its renames left it
+    only when its commit happened; and a removal (a forget's purge) cut short never leaves a
+    whole `text.new/` with no `text/`, which would put the forgotten text back."""
+    from keytrail.projections import text
+
+    store.remember("Ravens cache food for later", ["ravens"])
+    index = store.text_index()
+    live, new = index.dir, index.dir.with_name("text.new")
+    shutil.copytree(live, new)  # a swap's finished build, killed before its first rename
+    first_only = shutil.rmtree
+
+    def cut_short(path: Path, *args: object, **kwargs: object) -> None:
+        first_only(path, *args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt  # killed after the first folder went
+
+    monkeypatch.setattr(text.shutil, "rmtree", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        index.remove()
+    monkeypatch.undo()
+    assert live.exists() or not new.exists()
+    shutil.rmtree(live, ignore_errors=True)
+    TextIndex(live)._create(new)  # a build killed before its commit: no meta document
+    assert not text.finish_swap(live)
+    fresh = TextIndex(live)
+    assert fresh.search("ravens", 5) == [] and not new.exists()  # built anew, empty
+    fresh.close()
+    index.close()
+
+
+def test_a_swap_killed_before_removing_the_old_index_does_not_stop_the_next_one(
+    store: Store,
+) -> None:
+    """A swap killed after renaming its new index in, before removing the old one, left
+    `text.old/`: a server still running failed its next rebuild ("Directory not empty")."""
+    store.remember("Ravens cache food for later", ["ravens"])
+    index = store.text_index()
+    old = index.dir.with_name("text.old")
+    old.mkdir()
+    (old / "meta.json").write_text("the index before")
+    index.rebuild(store.state)
+    assert len(index.search("ravens", 5)) == 1 and not old.exists()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -212,3 +214,61 @@ def test_a_reembed_to_another_model_and_back_keeps_a_mapping_process_reading_rig
     assert np.array_equal(server.embed(texts), server.embedder.embed(texts))
     assert server.remember(text, keys=["user"], namespace="default").deduplicated.memory_id == kept  # type: ignore[union-attr]
     assert np.array_equal(server.embed([text])[0], server.embedder.embed([text])[0])
+
+
+REPLACED_BETWEEN_OPENS = r"""
+import builtins, shutil, sys
+from pathlib import Path
+import numpy as np
+from keytrail.projections import VectorCache, text_hash
+from keytrail.projections import vectors as vectors_module
+
+home, dim = Path(sys.argv[1]), 8
+old = VectorCache(home, "fp", dim)
+texts = [f"old {i}" for i in range(2000)]
+old.put_many([text_hash(t) for t in texts], np.ones((len(texts), dim), dtype=np.float32))
+old.flush()
+armed = True
+
+
+def replaced_between_opens(path, mode="r", *args, **kwargs):
+    # The cache is deleted and made anew between a reader's opening of hashes.txt and of
+    # vectors.f32: a writer killed after writing its 1000 rows, before their hash lines.
+    global armed
+    if armed and str(path).endswith("vectors.f32"):
+        armed = False
+        shutil.rmtree(home / "fp")
+        (home / "fp").mkdir()
+        (home / "fp" / "vectors.f32").write_bytes(bytes(4 * dim * 1000))
+    return builtins.open(path, mode, *args, **kwargs)
+
+
+vectors_module.open = replaced_between_opens
+reader = VectorCache(home, "fp", dim)
+del vectors_module.open
+writer = VectorCache(home, "fp", dim)  # writes over the rows that have no hash line
+writer.put_many([text_hash("new")], np.ones((1, dim), dtype=np.float32))
+writer.flush()
+for digest in reversed(list(reader._rows)):  # the last first: past the end page
+    assert float(np.asarray(reader.get(digest)).sum()) == dim, digest
+reader.refresh()
+assert list(reader._rows) == [text_hash("new")], len(reader._rows)
+print("answered")
+"""
+
+
+def test_a_cache_made_anew_between_a_readers_two_opens_is_not_mapped_past_its_end(
+    tmp_path: Path,
+) -> None:
+    """A reader opens hashes.txt, then vectors.f32, by name and unlocked: a cache deleted and
+    made anew in between paired the old hash lines with the new file's rows, mapping rows no
+    hash line vouches for; a writer then cut them, and touching a page past the file's end is
+    a SIGBUS, which kills the process (an MCP server). The reader must see one pair."""
+    child = subprocess.run(
+        [sys.executable, "-c", REPLACED_BETWEEN_OPENS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr}"
+    assert child.stdout == "answered\n"
