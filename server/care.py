@@ -4,6 +4,7 @@ They read the log directly, so `log`, `verify` and `export` need no embedder and
 """
 
 import argparse
+import fcntl
 import io
 import os
 import shutil
@@ -11,7 +12,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -585,7 +586,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     events = read_export(io.StringIO(text), label, check_bar, text.count("\n"))
     check_bar.finish()
     log = EventLog(home)
-    try:
+    # A second import into this home waits here for the first, then finds the store made.
+    with closing(log), _one_import_at_a_time(home):
         with log.lock() as app:
             _require_empty(log, app.pending, home)
         # Written beside the store and moved into place whole: an import cut short (Ctrl-C, a
@@ -606,14 +608,25 @@ def cmd_import(args: argparse.Namespace) -> int:
                 sync_dir(home)  # the rename itself must survive a crash
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    finally:
-        log.close()
     print(f"imported {len(events)} events into {home}", file=sys.stderr)
     return 0
 
 
 #: Where an import writes its log before it is moved into the store (removed after).
 IMPORT_STAGING = "import.partial"
+
+
+@contextmanager
+def _one_import_at_a_time(home: Path) -> Iterator[None]:
+    """Hold an exclusive flock on the home directory itself. Imports share `import.partial/`:
+    a second one removed the first's staging under way and wrote its own there, so the first
+    failed, or its segments landed among the second's in a store that then failed verify."""
+    fd = os.open(home, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing it releases the flock
 
 
 def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
