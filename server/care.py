@@ -599,6 +599,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             with log.lock() as app:
                 # A process that made the store meanwhile keeps it; this import is refused.
                 _require_empty(log, app.pending, home)
+                _clear_half_made(log, staging / "log")
                 try:
                     os.rename(staging / "log", log.dir)  # over the empty log folder, atomically
                 except OSError as exc:
@@ -618,6 +619,18 @@ def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
             "--home",
             f"{home} already holds {log.position.seq} events; import needs an empty store",
         )
+
+
+def _clear_half_made(log: EventLog, staged: Path) -> None:
+    """Empty the log folder of an empty store (hold its lock) of what a first open that died
+    before its first line was whole left there: segments holding nothing (the lock has cut a
+    torn line off), and its `torn/`, moved into the staged log to stay kept. The rename over
+    the folder failed on them ("Directory not empty"), though import finishes such a store."""
+    if (log.dir / "torn").is_dir():
+        os.rename(log.dir / "torn", staged / "torn")
+    for name in log.segments(fresh=True):
+        if os.path.getsize(log.dir / name) == 0:
+            os.unlink(log.dir / name)
 
 
 def _write_staged(staging: Path, events: list[AnyEvent], segment_bytes: int) -> None:

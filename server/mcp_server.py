@@ -315,11 +315,16 @@ class MemoryItem(BaseModel):
 
 
 def _guard(call: Callable[[], T]) -> T:
-    """Run a core call; a keytrail error becomes a tool error with the same message."""
+    """Run a core call; a keytrail error becomes a tool error with the same message, and an
+    OS error one naming the file and the reason (the SDK reports any other exception as
+    "Error executing tool X" alone: a full disk or an unwritable store said nothing more)."""
     try:
         return call()
     except KeytrailError as exc:
         raise ToolError(exc.message) from exc
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise ToolError(f"{where}{exc.strerror or exc}") from exc
 
 
 def _types(key_types: dict[str, KeyType] | None) -> dict[str, str] | None:

@@ -362,3 +362,57 @@ def test_rebuild_counts_the_text_index_while_another_process_forgets(
         other.close()
     report = verify(home)
     assert report.ok, (report.problems, report.cache_problems)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+def test_a_second_import_into_one_home_waits_for_the_first_and_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two imports into one empty home (a restore run twice) shared `import.partial/`: the
+    second removed the first's staging under way and wrote its own there, so the first failed
+    with a bare "[Errno 2] No such file or directory", or its new segments landed among the
+    second's and a store that said "imported" failed verify (`seq 2153 follows 0`). The second
+    must wait for the first and then be refused: the store is the first's export, whole."""
+    from keytrail.events.log import Appender
+    from keytrail.server.cli import main
+
+    monkeypatch.setenv("KEYTRAIL_EMBEDDER", "hash")
+    exports = []
+    for name in ("a", "b"):
+        with open_store(tmp_path / name) as source:
+            for i in range(5):
+                source.remember(f"{name} fact {i}", [f"{name} topic"])
+        exports.append(tmp_path / f"{name}.jsonl")
+        assert main(["export", "--home", str(tmp_path / name), "-o", str(exports[-1])]) == 0
+    home = tmp_path / "restored"
+    second: list[BaseException | int | None] = []
+
+    def import_b() -> None:
+        try:
+            second.append(main(["import", "--home", str(home), str(exports[1])]))
+        except BaseException as exc:
+            second.append(exc)
+
+    importer = threading.Thread(target=import_b)
+    append = Appender.append
+
+    def append_while_another_imports(self: Appender, event: AnyEvent, **options: Any) -> Any:
+        if not importer.is_alive() and not second and event.seq == 3:  # the first, mid-way
+            importer.start()
+            # It writes its own import, or waits for this one.
+            while importer.is_alive() and waiters_on(home / "import.partial") == 0:
+                importer.join(0.02)
+        return append(self, event, **options)
+
+    monkeypatch.setattr(Appender, "append", append_while_another_imports)
+    capsys.readouterr()
+    assert main(["import", "--home", str(home), str(exports[0])]) == 0
+    importer.join(60)
+    monkeypatch.undo()
+    assert len(second) == 1 and isinstance(second[0], SystemExit), second
+    assert "import needs an empty store" in capsys.readouterr().err
+    assert not (home / "import.partial").exists()
+    assert verify(home).ok
+    restored = main(["export", "--home", str(home), "-o", str(tmp_path / "again.jsonl")])
+    assert restored == 0
+    assert (tmp_path / "again.jsonl").read_bytes() == exports[0].read_bytes()

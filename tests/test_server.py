@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -606,6 +607,27 @@ def http_server(home: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     token = "s3cret-token"
     with serving(home, tmp_path, "--token", token) as url:
         yield url, token
+
+
+def test_a_tool_that_meets_an_os_error_says_which_file_and_why(home: Path, errlog: Path) -> None:
+    """An OSError in a tool (a full disk, a store the server may no longer write, one deleted
+    under it) reached the client as "Error executing tool remember" and nothing more: the SDK
+    hides any exception but a ToolError. The client must see the file and the reason."""
+
+    async def test() -> None:
+        async with stdio_session(home, errlog) as session:
+            await call(session, "remember", content="Dana lives in Lyon", keys=["Lyon"])
+            shutil.rmtree(home)
+            for name, args in (
+                ("remember", {"content": "Dana moved to Paris", "keys": ["Paris"]}),
+                ("list_memories", {}),
+            ):
+                result = await session.call_tool(name, args)
+                assert result.is_error
+                text = " ".join(getattr(c, "text", "") for c in result.content)
+                assert str(home) in text and "No such file or directory" in text, text
+
+    run(test)
 
 
 def test_http_remember_and_recall(http_server: tuple[str, str]) -> None:
