@@ -325,6 +325,13 @@ class PastStates:
         store = self._store
         folder = store.snapshot_path.parent
         with store._mutex, store._locked():
+            # Folded without the lock: from lines a failed append may have cut back since.
+            probe = EventLog(store.home)
+            try:
+                if not probe.seek(position):
+                    return
+            finally:
+                probe.close()
             with self._lock:
                 self._blank(state)
             # At the cap one more would only make the next thinning delete one, maybe this

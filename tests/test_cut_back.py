@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from keytrail.core import Store
+from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.events import EventLog, MemoryRemembered
 from keytrail.events import log as event_log
 
@@ -110,15 +111,38 @@ def test_a_query_after_lines_it_folded_were_cut_back_answers_from_the_log(
     assert b.reloads == 1
 
 
+def fractional() -> datetime:
+    """Now, never on a whole second: such a time is written without its fraction, shorter."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond or 1)
+
+
+@pytest.fixture
+def opened() -> Iterator[Make]:
+    """Stores whose lines of equal content have equal length (see `fractional`)."""
+    stores: list[Store] = []
+
+    def make(home: Path) -> Store:
+        store = Store(
+            Settings(home=home, embedder="hash"), embedder=HashEmbedder(), clock=fractional
+        )
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()
+
+
 @pytest.mark.parametrize("first", ["query", "write"])
 def test_a_line_cut_back_and_written_again_at_the_same_length_is_not_kept(
-    make_store: Make, tmp_path: Path, first: str
+    make_store: Make, opened: Make, tmp_path: Path, first: str
 ) -> None:
     """The line a writes after the cut has the cut one's length: b's cursor stood at its end,
     so b saw nothing new and silently kept the pears memory, which no log holds. Under the
     lock the file has the size and inode b last saw, so b wrote on after it too."""
     home = tmp_path / "store"
-    a, b = make_store(home), make_store(home)
+    a, b = opened(home), opened(home)
     b.remember("first fact about apples", ["apple"])  # b has written: its lock's shortcut
     a.memory_stats()
     with failing("fsync", b.memory_stats), pytest.raises(Exception, match="nothing was recorded"):

@@ -482,6 +482,12 @@ def test_seek_rejects_a_stale_position(tmp_path: Path) -> None:
     assert fresh.seek(p1) and [e.seq for e in fresh.read_new()] == [2, 3, 4]
 
 
+def fractional() -> datetime:
+    """Now, never on a whole second: such a time is written without its fraction, shorter."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond or 1)
+
+
 @pytest.mark.parametrize("regrown", ["nothing", "shorter", "longer", "same length"])
 def test_lines_a_reader_folded_and_a_writer_cut_back_are_noticed_never_written_past(
     tmp_path: Path, regrown: str
@@ -490,7 +496,7 @@ def test_lines_a_reader_folded_and_a_writer_cut_back_are_noticed_never_written_p
     raises LogCutBack, reading and under the lock, whatever was written there since; it read
     on from the middle of a line (CorruptLog), kept the cut line, or wrote past the end of
     the file, leaving a hole of NUL bytes that no process could read again."""
-    writer, reader = EventLog(tmp_path), EventLog(tmp_path)
+    writer, reader = EventLog(tmp_path, clock=fractional), EventLog(tmp_path, clock=fractional)
     append(writer, 2)
     reader.read_new()
     append(reader, 1)  # the reader has written: its lock may take the shortcut
@@ -502,7 +508,7 @@ def test_lines_a_reader_folded_and_a_writer_cut_back_are_noticed_never_written_p
     os.truncate(segment, size)  # what the failed append does
     if regrown != "nothing":
         content = {"shorter": "t", "longer": "a much longer turn", "same length": "turn number 2"}
-        with EventLog(tmp_path).lock() as app:
+        with EventLog(tmp_path, clock=fractional).lock() as app:
             app.append(TurnRecorded(session_id="s1", turn=2, role="user", content=content[regrown]))
         assert (segment.stat().st_size == folded_end) == (regrown == "same length")
     before = segment.read_bytes()
@@ -537,6 +543,24 @@ def test_a_line_redacted_in_place_is_not_taken_for_a_cut(tmp_path: Path) -> None
     append(writer, 1, start=3)
     assert [e.seq for e in reader.read_new()] == [4]
     assert append(reader, 1, start=4) == [5]
+
+
+def test_seek_rejects_a_position_whose_line_was_cut_back_and_written_again(
+    tmp_path: Path,
+) -> None:
+    """A snapshot's position after seq 3, whose line a failed append cut back and another
+    writer then wrote again (another event at seq 3): the snapshot holds the cut event, so
+    the position is stale, though the byte before it is a newline and nothing follows."""
+    times = ticking()
+    append(EventLog(tmp_path, clock=lambda: next(times)), 3)
+    reader = EventLog(tmp_path)
+    reader.read_new()
+    position = reader.position
+    (segment,) = segment_files(tmp_path)
+    os.truncate(segment, len(b"".join(line + b"\n" for line in lines_of(segment)[:2])))
+    append(EventLog(tmp_path, clock=lambda: next(times)), 1, start=2)
+    assert segment.stat().st_size == position.offset
+    assert not EventLog(tmp_path).seek(position)
 
 
 # -- a writer keeps its files open between commands -------------------------------------------
