@@ -587,7 +587,7 @@ class Store(Queries, HybridQueries):
     def _locked(self, *, wait: bool = True) -> Iterator[Appender]:
         """The log lock, with the events other processes appended folded (call holding the
         mutex). If lines this process folded were cut back, it folds the log afresh first."""
-        while True:
+        for attempt in range(3):
             entered = False
             try:
                 with self.log.lock(wait=wait) as app:
@@ -596,7 +596,7 @@ class Store(Queries, HybridQueries):
                     yield app
                 return
             except LogCutBack as cut:
-                if entered:
+                if entered or attempt == 2:  # cut again after two fresh folds: say so
                     raise
                 self._reload_after_cut(cut)
 
