@@ -154,6 +154,16 @@ def _line_back(f: Any, end: int, skip: int) -> bytes | None:
     return line
 
 
+def _same_event(line: bytes, other: bytes) -> bool:
+    """Whether `other`, of `line`'s length, is `line` redacted in place (events/redact.py: the
+    same seq, time and type, other content and checksum), not another event."""
+    try:
+        was, now = decode_line(line), decode_line(other)
+    except DecodeError:
+        return False
+    return type(now) is type(was) and now.seq == was.seq and now.at == was.at
+
+
 def _holds_a_line(path: Path) -> bool:
     """Whether the file holds a newline: reads only up to the first one."""
     with open(path, "rb") as f:
@@ -209,6 +219,9 @@ class EventLog:
         #: the line (without its newline) that ends at the cursor, the last one folded; None at
         #: a segment's start. Every read starts at it, to see that it is still there.
         self._last: bytes | None = None
+        #: (segment, offset, last line) where the cursor left the segment before its own, for
+        #: as long as it stands at its segment's start (see `_check_previous`)
+        self._previous: tuple[str, int, bytes] | None = None
         self._dir_mtime = -1
         self._segments: list[str] = []
         self._dir_str = str(self.dir)
@@ -282,6 +295,7 @@ class EventLog:
                 return False
         self._segment, self._offset, self._last = position.segment, position.offset, last
         self._seq, self._at = position.seq, position.at
+        self._previous = None
         return True
 
     def time_of(self, seq: int) -> datetime | None:
@@ -321,7 +335,7 @@ class EventLog:
 
     def _reset(self) -> None:
         self._segment, self._offset, self._seq, self._at = None, 0, 0, EPOCH
-        self._last = None
+        self._last = self._previous = None
 
     def read_new(self) -> list[AnyEvent]:
         """Every complete line appended since the cursor, decoded; advances the cursor."""
@@ -340,6 +354,8 @@ class EventLog:
             # Only a failed batch's cut removes a segment (a redaction renames over it).
             raise LogCutBack(self._segment, self._offset, self._seq, None, "the segment is gone")
         while True:
+            if self._offset == 0 and self._previous is not None:
+                self._check_previous()
             yield from self._read_segment(self._segment)
             if index + 1 >= len(segments):
                 # Segments are named by their first seq: one more stat shows whether the
@@ -353,6 +369,8 @@ class EventLog:
                 self._refuse_cut_short(self._segment)
                 return  # the line read partially was being written: the next read has it
             index += 1
+            if self._last is not None:
+                self._previous = (self._segment, self._offset, self._last)
             self._segment, self._offset, self._last = segments[index], 0, None
 
     def _open_segment(self, name: str) -> SegmentFile:
@@ -418,15 +436,9 @@ class EventLog:
         assert last is not None
         if len(data) >= back and data[back - 1 : back] == b"\n":
             line = data[: back - 1]
-            try:
-                was = decode_line(last, upcasters=self.upcasters)
-                now = decode_line(line, upcasters=self.upcasters)
-            except DecodeError:
-                pass
-            else:
-                if type(now) is type(was) and now.seq == was.seq and now.at == was.at:
-                    self._last = line
-                    return
+            if _same_event(last, line):
+                self._last = line
+                return
         try:
             size: int | None = self.segment_size(name)
         except FileNotFoundError:
@@ -437,6 +449,33 @@ class EventLog:
             reason = f"the line of seq {self._seq} is no longer there: another took its place"
         raise LogCutBack(name, self._offset, self._seq, size, reason)
 
+    def _check_previous(self) -> None:
+        """At its segment's start, the cursor has folded no line of it: check that the segment
+        before still ends with the line folded last there. A batch that started this segment
+        and failed removed it and cut that one back; another writer may have started a
+        segment of the same name since, after other lines."""
+        assert self._previous is not None
+        name, offset, last = self._previous
+        back = len(last) + 1
+        try:
+            with self._open_segment(name) as f:
+                f.seek(offset - back)
+                data = f.read(back + 1)
+        except FileNotFoundError:
+            raise LogCutBack(name, offset, self._seq, None, "the segment is gone") from None
+        if data == last + b"\n":
+            return
+        if len(data) == back and data.endswith(b"\n") and _same_event(last, data[:-1]):
+            self._previous = (name, offset, data[:-1])  # redacted in place
+            return
+        raise LogCutBack(
+            name,
+            offset,
+            self._seq,
+            None,
+            f"the line of seq {self._seq} is no longer where this reader left the segment",
+        )
+
     def _verify_tail(self) -> None:
         """Under the lock, caught up by the shortcut (`_untouched`: same file, same size): the
         segment still ends with the line folded last. A cut and a regrowth to the same size
@@ -444,7 +483,10 @@ class EventLog:
         would record a command decided on events the log does not hold."""
         last = self._last
         if last is None:
-            return  # at a segment's start, whose size (0) `_untouched` saw
+            # At a segment's start, whose size (0) `_untouched` saw.
+            if self._offset == 0 and self._previous is not None:
+                self._check_previous()
+            return
         back = len(last) + 1
         start = self._offset - back
         writer = self._writer

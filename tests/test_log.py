@@ -522,6 +522,35 @@ def test_lines_a_reader_folded_and_a_writer_cut_back_are_noticed_never_written_p
     assert b"\0" not in before
 
 
+def test_a_segment_a_cut_batch_started_and_another_writer_started_again_is_noticed(
+    tmp_path: Path,
+) -> None:
+    """A batch wrote seq 2 at the end of the first segment and started the next (named 3), then
+    failed: both cut. The reader had read seq 2 and stood at the start of segment 3. Another
+    writer's seq 2 filled the first segment and its seq 3 started a segment 3 again: the reader
+    read on from there, keeping the cut seq 2."""
+    times = ticking()
+    writer = EventLog(tmp_path, segment_bytes=2 * LINE, clock=lambda: next(times))
+    reader = EventLog(tmp_path, segment_bytes=2 * LINE)
+    append(writer, 1)
+    (first,) = segment_files(tmp_path)
+    kept = first.stat().st_size
+    append(writer, 1, start=1)
+    (tmp_path / "log" / segment_name(3)).touch()  # the batch's next segment, before its line
+    assert [e.seq for e in reader.read_new()] == [1, 2]
+    assert reader.position.segment == segment_name(3)
+    os.truncate(first, kept)  # the batch's cut
+    (tmp_path / "log" / segment_name(3)).unlink()
+    again = EventLog(tmp_path, segment_bytes=2 * LINE, clock=lambda: next(times))
+    assert append(again, 2, start=1) == [2, 3]
+    assert [p.name for p in segment_files(tmp_path)] == [first.name, segment_name(3)]
+
+    with pytest.raises(LogCutBack):
+        reader.read_new()
+    with pytest.raises(LogCutBack), reader.lock() as app:
+        app.append(event(9))
+
+
 def test_a_line_redacted_in_place_is_not_taken_for_a_cut(tmp_path: Path) -> None:
     """A forget rewrites a line at the same length, seq and time (events/redact.py): the
     reader whose last line it is reads on, and writes on."""
