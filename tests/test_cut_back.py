@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.maintenance import verify
 from keytrail.events import EventLog, MemoryRemembered
 from keytrail.events import log as event_log
 
@@ -88,6 +89,7 @@ def test_a_reader_that_writes_after_lines_it_folded_were_cut_back_writes_at_the_
     assert contents(a) == expected
     assert b.reloads == 1 and a.reloads == 0 and fresh.reloads == 0
     assert "was cut back under a reader at seq 3" in caplog.text
+    assert verify(home).ok
 
 
 def test_a_query_after_lines_it_folded_were_cut_back_answers_from_the_log(
@@ -190,6 +192,8 @@ def test_a_text_index_written_from_lines_cut_back_is_rebuilt(
         assert reader.text_index().search("pears", 5) == []
         found = reader.recall_memories("plums", learn=False)
         assert found.memories and found.memories[0].memory_id == plums.memory_id
+    report = verify(home)
+    assert report.ok, report
 
 
 @pytest.mark.parametrize("meanwhile", ["folds", "searches"])
