@@ -676,7 +676,7 @@ class HybridQueries:
         index = self.text
         index._open()
         if (
-            index.seq == self.state.seq
+            index.current_for(self.state)
             and index.seq >= self._text_observed_from
             and not self._forgotten_unindexed
         ):
@@ -686,22 +686,26 @@ class HybridQueries:
         # the forget or is written before the deletion (never into the index after it).
         with index.exclusive():
             self.refresh()
-            if index.seq < self._text_observed_from:
-                # Forgotten before this process started watching: find them in the state.
-                forgotten: list[str] = [
-                    m.id for m in self.state.memories.values() if m.status == "forgotten"
-                ]
-            else:
-                forgotten = self._forgotten_unindexed
+
+            def forgotten() -> list[str]:
+                if index.seq < self._text_observed_from:
+                    # Forgotten before this process started watching (or before it folded the
+                    # log afresh): find them in the state.
+                    return [m.id for m in self.state.memories.values() if m.status == "forgotten"]
+                return self._forgotten_unindexed
+
+            # The log's cursor stands at the state's last event: what it reads back from there
+            # tells whether the index's last event is still the log's.
+            time_of = self.log.time_of
             try:
-                index.sync(self.state, forgotten, progress)
+                index.sync(self.state, forgotten(), progress, time_of)
             except IndexAhead:
                 # Another process indexed events we have not folded yet: catch up and sync
                 # again. Still ahead after that means the log is older than the index (a
-                # restored store).
+                # restored store), or it indexed lines a failed append then cut back.
                 self.refresh()
                 try:
-                    index.sync(self.state, forgotten, progress)
+                    index.sync(self.state, forgotten(), progress, time_of)
                 except IndexAhead:
                     index.rebuild(self.state, progress)
             self._forgotten_unindexed = []

@@ -18,6 +18,7 @@ import secrets
 import threading
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from keytrail.events import (
     EventLog,
     InvalidInput,
     LockBusy,
+    LogCutBack,
     MemoriesExpired,
     MemoryCorrected,
     MemoryForgotten,
@@ -225,6 +227,9 @@ class Store(Queries, HybridQueries):
         #: read vectors wait for: see `wait_for_vectors` and core/reembed.py
         self._background_build: BackgroundBuild | None = None
         self.state = self._open_state(progress)
+        #: how often a writer's failed append cut back lines this process had folded, which it
+        #: then folded the log afresh for (see `_reload_after_cut`)
+        self.reloads = 0
         if self.state.seq == 0:
             if not create:
                 # Segments but not one complete line: a first open that died before its
@@ -308,6 +313,15 @@ class Store(Queries, HybridQueries):
         return files
 
     def _open_state(self, progress: OpenProgress | None = None) -> GraphState:
+        for _ in range(2):  # a writer's failed append may cut back lines under the read
+            try:
+                return self._read_state(progress)
+            except LogCutBack as cut:
+                logger.warning("keytrail: %s; reading the log again", cut.message)
+        return self._read_state(progress)
+
+    def _read_state(self, progress: OpenProgress | None = None) -> GraphState:
+        """The state the newest snapshot that matches the log and the log after it fold to."""
         state = GraphState()
         self.log.seek(LogPosition(None, 0, 0, state.at))
         # The newest readable snapshot that still matches the log; older ones are fallbacks.
@@ -331,8 +345,7 @@ class Store(Queries, HybridQueries):
     def _tidy(self) -> None:
         """Under the lock: finish an interrupted forget, remove temp files left by a writer
         killed mid-write, save a due snapshot."""
-        with self._mutex, self.log.lock() as app:
-            self._fold(app.pending)
+        with self._mutex, self._locked():
             self._finish_forgetting()
             self._remove_leftovers()
             if self.state.seq - self._snapshot_seq >= self.settings.snapshot_every:
@@ -362,8 +375,7 @@ class Store(Queries, HybridQueries):
         progress(total, total)
 
     def _create(self) -> None:
-        with self._mutex, self.log.lock() as app:
-            self._fold(app.pending)
+        with self._mutex, self._locked() as app:
             if self.state.seq == 0:
                 self._append(
                     app,
@@ -450,8 +462,7 @@ class Store(Queries, HybridQueries):
         process's command: it is in the log already, and reported as failed it would be
         run again."""
         try:
-            with self.log.lock() as app:
-                self._fold(app.pending)
+            with self._locked():
                 self._save_snapshot(self.state)
         except OSError as exc:
             self._snapshot_unsaved(exc)
@@ -570,8 +581,68 @@ class Store(Queries, HybridQueries):
     def refresh(self) -> GraphState:
         """Fold every event other processes appended since the last look; return the state."""
         with self._mutex:
-            self._fold(self.log.iter_new())
+            try:
+                self._fold(self.log.iter_new())
+            except LogCutBack as cut:
+                self._reload_after_cut(cut)
             return self.state
+
+    @contextmanager
+    def _locked(self, *, wait: bool = True) -> Iterator[Appender]:
+        """The log lock, with the events other processes appended folded (call holding the
+        mutex). If lines this process folded were cut back, it folds the log afresh first."""
+        for attempt in range(3):
+            entered = False
+            try:
+                with self.log.lock(wait=wait) as app:
+                    entered = True
+                    self._fold(app.pending)
+                    yield app
+                return
+            except LogCutBack as cut:
+                if entered or attempt == 2:  # cut again after two fresh folds: say so
+                    raise
+                self._reload_after_cut(cut)
+
+    def _reload_after_cut(self, cut: LogCutBack) -> None:
+        """Fold the log afresh, as an open does, after a writer whose append failed (a full
+        disk, an I/O error) cut back lines this process had folded: its state holds events the
+        log does not, and nothing derived from that state may stay (call holding the mutex)."""
+        logger.warning("keytrail: %s; folding the log afresh", cut.message)
+        self.reloads += 1
+        self._snapshot_seq = 0
+        try:
+            self.state = self._open_state()
+        except BaseException:
+            # Never fold on top of the cut state from where the failed read left the cursor:
+            # the next call folds the whole log instead.
+            self.log.rewind()
+            self.state = GraphState()
+            raise
+        finally:
+            self._forget_derived()
+
+    def _forget_derived(self) -> None:
+        """Drop what was derived from a state the log no longer holds (see `_reload_after_cut`).
+
+        Kept between calls and only topped up, not keyed by the state object (those that are
+        see the new one): they may hold the cut events' labels, memories and ids."""
+        self._key_vectors = self._memory_vectors = None
+        self._labels_embedded = self._memories_embedded = self._labels_dropped = 0
+        self._content_digests.clear()
+        self._tally = self._key_counts = self._stats_cache = None
+        self._key_columns = self._key_columns_state = None
+        self._session_order = None
+        self.past = PastStates(self)  # past states folded from the cut lines
+        self.links_by_namespace = LinksByNamespace()
+        # A cut forget's memories are not forgotten: the text index must not drop them. Those
+        # forgotten since the index's seq are found in the state (`text_index`); an index
+        # written from the cut events is rebuilt there (TextIndex.sync checks its last event).
+        self._forgotten_unindexed = []
+        self._text_observed_from = self.state.seq
+        text: TextIndex | None = getattr(self, "text", None)  # None: a cut during the open
+        if text is not None:
+            text.forget_checked()
 
     def _append(self, app: Appender, event: Any) -> AnyEvent:
         stamped = app.append(event)
@@ -593,8 +664,7 @@ class Store(Queries, HybridQueries):
     def _write_now(self, decide: Callable[[Appender], T]) -> T:
         """`_write`, or `LockBusy` at once if another process holds the log lock."""
         with self._mutex:
-            with self.log.lock(wait=False) as app:
-                self._fold(app.pending)
+            with self._locked(wait=False) as app:
                 result = decide(app)
                 # From here the command is in the log, fsynced: what follows only keeps caches.
                 # A failure (a full disk) must not tell the caller the command failed, which
@@ -767,8 +837,7 @@ class Store(Queries, HybridQueries):
         With `covered` (store id, seq): also record that every label and content up to that seq
         has a row (see core/reembed.py).
         """
-        with self._mutex, self.log.lock() as app:
-            self._fold(app.pending)
+        with self._mutex, self._locked():
             # A forget folded just now may name a text embedded before it (a reembed batch):
             # its row must not reach the disk after that forget's purge.
             self._persist_vectors()

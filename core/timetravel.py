@@ -324,8 +324,14 @@ class PastStates:
         one after it purges this file like any other snapshot."""
         store = self._store
         folder = store.snapshot_path.parent
-        with store._mutex, store.log.lock() as app:
-            store._fold(app.pending)
+        with store._mutex, store._locked():
+            # Folded without the lock: from lines a failed append may have cut back since.
+            probe = EventLog(store.home)
+            try:
+                if not probe.seek(position):
+                    return
+            finally:
+                probe.close()
             with self._lock:
                 self._blank(state)
             # At the cap one more would only make the next thinning delete one, maybe this

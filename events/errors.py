@@ -83,3 +83,28 @@ class LockBusy(StoreError):
     def __init__(self, path: str) -> None:
         super().__init__(f"the store's lock {path} is held by another process", path=path)
         self.path = path
+
+
+class LogCutBack(StoreError):
+    """Lines this reader folded are no longer in the log: the writer that appended them failed
+    (a full disk, an I/O error) and cut them back, and others may have appended since.
+
+    Whatever was folded from them is no event of the log; the reader must fold the log afresh.
+    `segment` and `offset` are where its cursor stood, after `seq`; `size` is the segment's
+    size now (None: the segment is gone).
+    """
+
+    def __init__(self, segment: str, offset: int, seq: int, size: int | None, reason: str) -> None:
+        super().__init__(
+            f"log/{segment} was cut back under a reader at seq {seq} (offset {offset}): {reason}",
+            segment=segment,
+            offset=offset,
+            seq=seq,
+            size=size,
+            reason=reason,
+        )
+        self.segment = segment
+        self.offset = offset
+        self.seq = seq
+        self.size = size
+        self.reason = reason

@@ -11,6 +11,12 @@ other processes appended (so its decision sees them), then appends, then fsyncs 
 told the command happened. Readers never lock: they read complete lines past their cursor, and a
 partial last line (a write in progress, or a crashed writer's torn tail) is simply not there yet.
 
+A whole line can still go: an appender whose write or fsync fails cuts its lines back, and a
+reader may have folded them in between. So a reader keeps the last line it folded and reads each
+time from that line's start: if the file no longer holds that line there (shorter, or another
+line, not the same one redacted in place), it raises `LogCutBack` rather than read on from the
+middle of a line, or write past the end of the file.
+
 A writer keeps the lock file and the segment it appends to open between commands. Whether anyone
 else touched the log since is two `stat`s under the lock: the cursor's segment still has the
 inode and the size this process last saw, and no segment starts at the next seq. Anything else
@@ -19,6 +25,7 @@ inode and the size this process last saw, and no segment starts at the next seq.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import re
@@ -34,7 +41,7 @@ import msgspec
 
 from .codec import DecodeError, Upcaster, decode_line, encode_line
 from .durable import sync_dir, sync_file, sync_path
-from .errors import CorruptLog, LockBusy, NoStore, StoreError
+from .errors import CorruptLog, LockBusy, LogCutBack, NoStore, StoreError
 from .types import EPOCH, AnyEvent, Event
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -105,6 +112,58 @@ def refuse_nested_store(root: Path | str) -> None:
         )
 
 
+def _line_ending_at(f: Any, offset: int) -> bytes:
+    """The line (without its newline) whose newline is the byte before `offset` in file `f`."""
+    window = 4096
+    while True:
+        start = max(0, offset - 1 - window)
+        f.seek(start)
+        data: bytes = f.read(offset - 1 - start)
+        cut = data.rfind(b"\n")
+        if cut >= 0:
+            return data[cut + 1 :]
+        if start == 0:
+            return data
+        window *= 16
+
+
+def _line_back(f: Any, end: int, skip: int) -> bytes | None:
+    """The line (without its newline) `skip` lines before the one whose newline ends at `end`
+    in file `f`, read backwards in windows; None if the file holds fewer lines there."""
+    newlines: list[int] = []  # positions of the newlines met, from `end` back
+    pos = end
+    while pos > 0 and len(newlines) < skip + 2:
+        start = max(0, pos - (1 << 20))
+        f.seek(start)
+        data: bytes = f.read(pos - start)
+        if len(data) != pos - start:
+            return None  # shorter than the cursor: cut back
+        found = len(data)
+        while len(newlines) < skip + 2:
+            found = data.rfind(b"\n", 0, found)
+            if found < 0:
+                break
+            newlines.append(start + found)
+        pos = start
+    if len(newlines) < skip + 1 or newlines[0] != end - 1:
+        return None
+    stop = newlines[skip]
+    begin = newlines[skip + 1] + 1 if len(newlines) > skip + 1 else 0
+    f.seek(begin)
+    line: bytes = f.read(stop - begin)
+    return line
+
+
+def _same_event(line: bytes, other: bytes) -> bool:
+    """Whether `other`, of `line`'s length, is `line` redacted in place (events/redact.py: the
+    same seq, time and type, other content and checksum), not another event."""
+    try:
+        was, now = decode_line(line), decode_line(other)
+    except DecodeError:
+        return False
+    return type(now) is type(was) and now.seq == was.seq and now.at == was.at
+
+
 def _holds_a_line(path: Path) -> bool:
     """Whether the file holds a newline: reads only up to the first one."""
     with open(path, "rb") as f:
@@ -157,6 +216,12 @@ class EventLog:
         self._offset = 0
         self._seq = 0
         self._at = EPOCH
+        #: the line (without its newline) that ends at the cursor, the last one folded; None at
+        #: a segment's start. Every read starts at it, to see that it is still there.
+        self._last: bytes | None = None
+        #: (segment, offset, last line) where the cursor left the segment before its own, for
+        #: as long as it stands at its segment's start (see `_check_previous`)
+        self._previous: tuple[str, int, bytes] | None = None
         self._dir_mtime = -1
         self._segments: list[str] = []
         self._dir_str = str(self.dir)
@@ -170,6 +235,9 @@ class EventLog:
         self._tail: tuple[str, int] | None = None
         #: (segment, inode, fd) this process appends to, kept open across commands
         self._writer: tuple[str, int, int] | None = None
+        #: (segment, offset) of the cursor as the lock holder checked it: whole lines, the
+        #: last one the one it folded. An Appender writes only there.
+        self._verified: tuple[str, int] | None = None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -198,12 +266,23 @@ class EventLog:
         if position.seq == 0 or position.segment is None:
             return position.seq == 0
         path = self.dir / position.segment
+        last: bytes | None = None
         try:
             with open(path, "rb") as f:
                 if position.offset > 0:
                     f.seek(position.offset - 1)
                     if f.read(1) != b"\n":
                         return False
+                    # The line the hint stands after must be the event it names (a writer's
+                    # failed append may have cut it back and another been written there).
+                    last = _line_ending_at(f, position.offset)
+                    try:
+                        before = decode_line(last, upcasters=self.upcasters)
+                    except DecodeError:
+                        return False
+                    if before.seq != position.seq or before.at != position.at:
+                        return False
+                    f.seek(position.offset)
                 nxt = f.readline()
         except FileNotFoundError:
             return False
@@ -214,9 +293,41 @@ class EventLog:
                 return False
             if following.seq != position.seq + 1:
                 return False
-        self._segment, self._offset = position.segment, position.offset
+        self._segment, self._offset, self._last = position.segment, position.offset, last
         self._seq, self._at = position.seq, position.at
+        self._previous = None
         return True
+
+    def time_of(self, seq: int) -> datetime | None:
+        """The time of event `seq` as the log holds it now, read back from the cursor (at the
+        cursor's seq or before it); None if the log holds no such line there. Reads the lines
+        between it and the cursor's (or its segment's) end."""
+        if not 0 < seq <= self._seq or self._segment is None:
+            return None
+        segments = self.segments(fresh=True)
+        firsts = [int(name[:20]) for name in segments]
+        i = bisect.bisect_right(firsts, seq) - 1
+        if i < 0 or self._segment not in segments:
+            return None
+        name = segments[i]
+        try:
+            if name == self._segment:
+                end, end_seq = self._offset, self._seq
+            elif segments.index(self._segment) > i:
+                end, end_seq = self.segment_size(name), firsts[i + 1] - 1
+            else:
+                return None
+            with self._open_segment(name) as f:
+                line = _line_back(f, end, end_seq - seq)
+        except FileNotFoundError:
+            return None
+        if line is None:
+            return None
+        try:
+            event = decode_line(line, upcasters=self.upcasters)
+        except DecodeError:
+            return None
+        return event.at if event.seq == seq else None
 
     def rewind(self) -> None:
         """Put the cursor back at the start of the log, for another pass over it."""
@@ -224,6 +335,7 @@ class EventLog:
 
     def _reset(self) -> None:
         self._segment, self._offset, self._seq, self._at = None, 0, 0, EPOCH
+        self._last = self._previous = None
 
     def read_new(self) -> list[AnyEvent]:
         """Every complete line appended since the cursor, decoded; advances the cursor."""
@@ -236,13 +348,14 @@ class EventLog:
         if not segments:
             return
         if self._segment is None:
-            self._segment, self._offset = segments[0], 0
+            self._segment, self._offset, self._last = segments[0], 0, None
         index = segments.index(self._segment) if self._segment in segments else -1
         if index < 0:
-            raise StoreError(
-                f"log segment {self._segment} disappeared under a reader", segment=self._segment
-            )
+            # Only a failed batch's cut removes a segment (a redaction renames over it).
+            raise LogCutBack(self._segment, self._offset, self._seq, None, "the segment is gone")
         while True:
+            if self._offset == 0 and self._previous is not None:
+                self._check_previous()
             yield from self._read_segment(self._segment)
             if index + 1 >= len(segments):
                 # Segments are named by their first seq: one more stat shows whether the
@@ -256,7 +369,9 @@ class EventLog:
                 self._refuse_cut_short(self._segment)
                 return  # the line read partially was being written: the next read has it
             index += 1
-            self._segment, self._offset = segments[index], 0
+            if self._last is not None:
+                self._previous = (self._segment, self._offset, self._last)
+            self._segment, self._offset, self._last = segments[index], 0, None
 
     def _open_segment(self, name: str) -> SegmentFile:
         return open(self.dir / name, "rb")
@@ -271,11 +386,20 @@ class EventLog:
         with self._open_segment(name) as f:
             while True:
                 base = self._offset
-                f.seek(base)
-                chunk = f.read(_READ_CHUNK)
-                full = len(chunk) == _READ_CHUNK
+                # From the start of the line folded last, in the same read: that it is still
+                # there is checked at no extra call (see the module docstring).
+                last = self._last
+                back = len(last) + 1 if last is not None else 0
+                f.seek(base - back)
+                want = max(_READ_CHUNK, back + 1)
+                chunk = f.read(want)
+                if last is not None and not (
+                    chunk.startswith(last) and chunk[back - 1 : back] == b"\n"
+                ):
+                    self._tail_changed(name, chunk, back)
+                full = len(chunk) == want
                 end = chunk.rfind(b"\n")
-                if end < 0:
+                if end < back:
                     if not full:
                         return
                     chunk += f.readline()  # one line longer than a chunk
@@ -286,7 +410,7 @@ class EventLog:
                 # per-line overhead, so it keeps to locals and plain comparisons.
                 offset = base
                 seq, at = self._seq, self._at
-                for line in chunk[:end].split(b"\n"):
+                for line in chunk[back:end].split(b"\n"):
                     try:
                         event = decode_line(line, upcasters=upcasters)
                     except DecodeError as exc:
@@ -298,10 +422,89 @@ class EventLog:
                     seq, at = event.seq, event.at
                     offset += len(line) + 1
                     # Advance per line, so a consumer that stops early resumes exactly here.
-                    self._seq, self._at, self._offset = seq, at, offset
+                    self._seq, self._at, self._offset, self._last = seq, at, offset, line
                     yield event
                 if not full:
                     return
+
+    def _tail_changed(self, name: str, data: bytes, back: int) -> None:
+        """`data`, read from where the line folded last began (`back` bytes before the cursor),
+        does not start with that line: accept it if it is that line redacted in place (a
+        forget keeps its length, seq, time and type: events/redact.py), else the line was cut
+        back (LogCutBack)."""
+        last = self._last
+        assert last is not None
+        if len(data) >= back and data[back - 1 : back] == b"\n":
+            line = data[: back - 1]
+            if _same_event(last, line):
+                self._last = line
+                return
+        try:
+            size: int | None = self.segment_size(name)
+        except FileNotFoundError:
+            size = None
+        if size is not None and size < self._offset:
+            reason = f"it ends at byte {size}, before the seq {self._seq} this reader folded"
+        else:
+            reason = f"the line of seq {self._seq} is no longer there: another took its place"
+        raise LogCutBack(name, self._offset, self._seq, size, reason)
+
+    def _check_previous(self) -> None:
+        """At its segment's start, the cursor has folded no line of it: check that the segment
+        before still ends with the line folded last there. A batch that started this segment
+        and failed removed it and cut that one back; another writer may have started a
+        segment of the same name since, after other lines."""
+        assert self._previous is not None
+        name, offset, last = self._previous
+        back = len(last) + 1
+        try:
+            with self._open_segment(name) as f:
+                f.seek(offset - back)
+                data = f.read(back + 1)
+        except FileNotFoundError:
+            raise LogCutBack(name, offset, self._seq, None, "the segment is gone") from None
+        if data == last + b"\n":
+            return
+        if len(data) == back and data.endswith(b"\n") and _same_event(last, data[:-1]):
+            self._previous = (name, offset, data[:-1])  # redacted in place
+            return
+        raise LogCutBack(
+            name,
+            offset,
+            self._seq,
+            None,
+            f"the line of seq {self._seq} is no longer where this reader left the segment",
+        )
+
+    def _verify_tail(self) -> None:
+        """Under the lock, caught up by the shortcut (`_untouched`: same file, same size): the
+        segment still ends with the line folded last. A cut and a regrowth to the same size
+        leave inode and size as they were; appending after a line that is not the one folded
+        would record a command decided on events the log does not hold."""
+        last = self._last
+        if last is None:
+            # At a segment's start, whose size (0) `_untouched` saw.
+            if self._offset == 0 and self._previous is not None:
+                self._check_previous()
+            return
+        back = len(last) + 1
+        start = self._offset - back
+        writer = self._writer
+        if writer is not None and writer[0] == self._segment and writer[:2] == self._tail:
+            data = os.pread(writer[2], back + 1, start)
+        else:
+            fd = os.open(f"{self._dir_str}/{self._segment}", os.O_RDONLY)
+            try:
+                data = os.pread(fd, back + 1, start)
+            finally:
+                os.close(fd)
+        if len(data) != back or not (data.startswith(last) and data.endswith(b"\n")):
+            assert self._segment is not None
+            self._tail_changed(self._segment, data, back)
+            if len(data) != back:  # a redacted last line, but not at the end: never here
+                raise LogCutBack(
+                    self._segment, self._offset, self._seq, None, "the segment grew meanwhile"
+                )
 
     def _refuse_cut_short(self, name: str) -> None:
         """Raise if segment `name`, which later segments follow, ends in a partial line.
@@ -358,12 +561,16 @@ class EventLog:
             try:
                 if self._untouched():
                     pending: list[AnyEvent] = []
+                    self._verify_tail()
                 else:
                     self._cut_torn_tail()
-                    pending = self.read_new()
+                    pending = self.read_new()  # checks the line folded last as it reads
                     self._note_tail()
+                if self._segment is not None:
+                    self._verified = (self._segment, self._offset)
                 yield Appender(self, pending)
             finally:
+                self._verified = None
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
     def wait_for_lock(self, check: Callable[[], bool] | None = None) -> bool:
@@ -436,7 +643,8 @@ class EventLog:
         ):
             return writer[2]
         self._close_writer()
-        fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT, 0o644)
+        # Read too: the lock's shortcut reads the last line back through it (`_verify_tail`).
+        fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
         inode = os.fstat(fd).st_ino
         self._writer = (name, inode, fd)
         self._tail = (name, inode)
@@ -540,6 +748,16 @@ class Appender:
             name = segment_name(stamped.seq)
         offset = 0 if new_segment else log._offset
         assert name is not None
+        if log._segment is not None and log._verified != (log._segment, log._offset):
+            # Never write after lines that are not the ones this process folded and checked
+            # under the lock: past the end of a file cut back, that leaves a hole.
+            raise LogCutBack(
+                log._segment,
+                log._offset,
+                log._seq,
+                None,
+                "the appender's cursor was not checked under the lock",
+            )
         fd = log._writer_fd(name, new_segment)
         written = 0
         try:
@@ -552,6 +770,7 @@ class Appender:
             try:
                 os.ftruncate(fd, offset)
             except OSError:
+                log._verified = None  # a partial line may follow the cursor
                 if isinstance(exc, OSError):
                     raise _append_failed(name, exc, cut=False) from exc
                 raise
@@ -560,8 +779,9 @@ class Appender:
             raise
         if new_segment and sync:
             sync_dir(log.dir)
-        log._segment, log._offset = name, offset + len(line)
+        log._segment, log._offset, log._last = name, offset + len(line), line[:-1]
         log._seq, log._at = stamped.seq, stamped.at
+        log._verified = (name, log._offset)
         return stamped
 
     def append_all(self, events: Sequence[Event]) -> list[AnyEvent]:
@@ -574,6 +794,7 @@ class Appender:
         """
         log = self._log
         start = (log._segment, log._offset, log._seq, log._at)
+        start_last, start_verified = log._last, log._verified
         written: list[str] = []  # segments written to, in order
         stamped: list[AnyEvent] = []
         try:
@@ -588,6 +809,7 @@ class Appender:
                 sync_dir(log.dir)
         except BaseException as exc:
             cut = self._cut_back(start)
+            log._last, log._verified = start_last, start_verified if cut else None
             # A failed write raised append's own StoreError, true of its line alone: whether
             # the lines before it are gone is only known here.
             cause = exc if isinstance(exc, OSError) else exc.__cause__

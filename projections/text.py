@@ -3,9 +3,12 @@
 Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field,
 content, the key labels whose words the content lacks, and the `seq` that created it as a fast
 field, so a search can be limited to what existed at a past seq). One extra `meta` document
-carries the seq the index reflects; it is replaced in the same commit as the documents it
-describes, so the recorded seq and the indexed memories can never disagree, whatever point a
-writer is killed at. Adding a memory deletes any document with its id first, so catching up
+carries the seq the index reflects and the time of that event; it is replaced in the same commit
+as the documents it describes, so the recorded seq and the indexed memories can never disagree,
+whatever point a writer is killed at. The time tells whether that seq is still the log's: a
+writer whose append failed cuts its lines back, and a process that indexed them meanwhile left
+an index of events the log no longer holds, whose seq another event may take. Such an index is
+rebuilt. Adding a memory deletes any document with its id first, so catching up
 twice over the same events is harmless.
 
 The index is derived: when it is missing, unreadable or from another schema it is rebuilt from
@@ -30,11 +33,13 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import tantivy
 
 from keytrail.events.errors import StoreError
+from keytrail.events.types import EPOCH
 
 from .keygraph import GraphState, MemoryNode
 from .scripts import UNSPACED, marks, pattern
@@ -44,7 +49,8 @@ from .scripts import UNSPACED, marks, pattern
 #:    of 2 had dropped it like a forgotten memory's
 #: 4: content and labels are indexed in NFC, so a word typed decomposed (e + U+0308) is found;
 #:    an `unspaced` field holds each character of scripts written without spaces
-SCHEMA_VERSION = 4
+#: 5: the meta document holds the time (`at`) of the event of its seq
+SCHEMA_VERSION = 5
 #: Called with (memories indexed so far, memories to index) while an index is written.
 IndexProgress = Callable[[int, int], None]
 #: Documents between two progress reports.
@@ -78,7 +84,17 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("unspaced", stored=False, tokenizer_name="unspaced")
     builder.add_integer_field("seq", stored=True, indexed=True, fast=True)
     builder.add_integer_field("schema", stored=True)
+    builder.add_integer_field("at", stored=True)  # the meta's: microseconds since the epoch
     return builder.build()
+
+
+def _micros(at: datetime) -> int:
+    return (at - EPOCH) // _MICROSECOND
+
+
+_MICROSECOND = timedelta(microseconds=1)
+#: What says which event the log holds at a seq: its time, or None if it holds no such event.
+TimeOf = Callable[[int], datetime | None]
 
 
 class IndexAhead(StoreError):
@@ -186,6 +202,9 @@ class TextIndex:
         self._index: tantivy.Index | None = None
         self._opened: tuple[int, int] | None = None  # (device, inode) of the directory opened
         self.seq = 0  # the seq the committed index reflects
+        self.at = 0  # the time of that event (microseconds since the epoch), 0 with seq 0
+        #: (seq, at) pairs known to be the log's: committed here from a state, or looked up
+        self._checked: set[tuple[int, int]] = set()
         self._lock_fd: int | None = None
         self._lock_depth = 0
 
@@ -244,7 +263,7 @@ class TextIndex:
                         shutil.rmtree(leftover, ignore_errors=True)
                     shutil.rmtree(self.dir, ignore_errors=True)
                     index = self._create(self.dir)
-                    self.seq = 0
+                    self.seq = self.at = 0
                     self._opened = self._identity()
         self._index = index
         return index
@@ -253,7 +272,7 @@ class TextIndex:
         identity = self._identity()
         index = _with_tokenizers(tantivy.Index.open(str(self.dir)))
         index.reload()
-        self.seq = self._read_meta(index)
+        self.seq, self.at = self._read_meta(index)
         self._opened = identity
         return index
 
@@ -279,21 +298,52 @@ class TextIndex:
         path.mkdir(parents=True, exist_ok=True)
         return _with_tokenizers(tantivy.Index(self.schema, path=str(path), reuse=False))
 
-    def _read_meta(self, index: tantivy.Index) -> int:
+    def _read_meta(self, index: tantivy.Index) -> tuple[int, int]:
+        """The (seq, at) the committed index reflects."""
         searcher = index.searcher()
         hits = searcher.search(tantivy.Query.term_query(self.schema, "kind", "meta"), 1).hits
         if not hits:
             if searcher.num_docs:
                 raise ValueError("text index without a meta document")
-            return 0
+            return 0, 0
         doc = searcher.doc(hits[0][1])
         if doc.get_first("schema") != SCHEMA_VERSION:
             raise ValueError("text index of another schema version")
-        return int(doc.get_first("seq") or 0)
+        return int(doc.get_first("seq") or 0), int(doc.get_first("at") or 0)
 
     @staticmethod
-    def _meta_doc(seq: int) -> tantivy.Document:
-        return tantivy.Document(kind="meta", seq=seq, schema=SCHEMA_VERSION)
+    def _meta_doc(seq: int, at: int) -> tantivy.Document:
+        return tantivy.Document(kind="meta", seq=seq, at=at, schema=SCHEMA_VERSION)
+
+    def forget_checked(self) -> None:
+        """Forget which (seq, at) were the log's: lines were cut back since (see the module
+        docstring), so the next catch-up checks the index's against the log again."""
+        self._checked.clear()
+
+    def _of_the_log(self, state: GraphState, time_of: TimeOf | None) -> bool:
+        """Whether the event the committed index reflects is the log's (call holding the lock,
+        `state` no older than the index): the state's last one, or what `time_of` reads."""
+        if self.seq == 0 or (self.seq, self.at) in self._checked:
+            return True
+        if self.seq == state.seq:
+            same = self.at == _micros(state.at)
+        elif time_of is None:
+            return True  # nothing to look it up in: as before the time was recorded
+        else:
+            at = time_of(self.seq)
+            same = at is not None and self.at == _micros(at)
+        if same:
+            self._note_checked(self.seq, self.at)
+        return same
+
+    def _note_checked(self, seq: int, at: int) -> None:
+        if len(self._checked) >= 16:
+            self._checked.clear()
+        self._checked.add((seq, at))
+
+    def current_for(self, state: GraphState) -> bool:
+        """Whether the committed index reflects exactly `state`'s last event (no catch-up due)."""
+        return self.seq == state.seq and self.at == _micros(state.at)
 
     def _doc(self, node: MemoryNode, state: GraphState) -> tantivy.Document:
         labels = _new_labels(
@@ -308,7 +358,7 @@ class TextIndex:
         anything (for `verify`). Raises ValueError or OSError when it cannot be read."""
         index = tantivy.Index.open(str(self.dir))
         index.reload()
-        seq = self._read_meta(index)
+        seq, _ = self._read_meta(index)
         searcher = index.searcher()
         everything = searcher.search(
             tantivy.Query.term_query(self.schema, "kind", "memory"), max(1, searcher.num_docs)
@@ -323,24 +373,29 @@ class TextIndex:
         state: GraphState,
         forgotten: Iterable[str] = (),
         progress: IndexProgress | None = None,
+        time_of: TimeOf | None = None,
     ) -> int:
         """Index every memory created after the index's seq, delete `forgotten`; commit.
 
         `forgotten` are memories forgotten since the index's seq (the caller observed the
-        events). Returns how many documents were added.
+        events). `time_of(seq)` is the time of the log's event `seq` (for an index behind the
+        state). Returns how many documents were added.
 
         Raises `IndexAhead` when the committed index reflects more of the log than `state`: the
         caller catches its state up and calls again (if the log really is older than the index,
-        a restored store, the caller rebuilds).
+        a restored store, the caller rebuilds). An index whose last event is not the log's (it
+        was cut back after the index was written) is rebuilt.
         """
         forgotten = list(forgotten)
         self._open()
-        if state.seq == self.seq and not forgotten:
+        if self.current_for(state) and not forgotten:
             return 0
         with self.exclusive():
             index = self._current()
             if state.seq < self.seq:
                 raise IndexAhead(self.seq, state.seq)
+            if not self._of_the_log(state, time_of):
+                return self.rebuild(state, progress)
             if state.seq == self.seq and not forgotten:
                 return 0  # another process indexed what we came to index
             return self._add(index, state, forgotten, progress)
@@ -351,7 +406,7 @@ class TextIndex:
         if index is not None and self._identity() == self._opened:
             try:
                 index.reload()
-                self.seq = self._read_meta(index)
+                self.seq, self.at = self._read_meta(index)
                 return index
             except (ValueError, OSError):
                 pass  # rebuilt by a process of another schema, or damaged: open it afresh
@@ -374,7 +429,8 @@ class TextIndex:
         if not fresh and not forgotten:
             # Nothing the index holds changed (reads, link weights): no commit. The seq on disk
             # lags, so the next open walks back over these events again, finding nothing.
-            self.seq = state.seq
+            self.seq, self.at = state.seq, _micros(state.at)
+            self._note_checked(self.seq, self.at)
             return 0
         total = len(fresh)
         if progress is not None:
@@ -389,10 +445,11 @@ class TextIndex:
             for memory_id in forgotten:
                 writer.delete_documents_by_term("memory_id", memory_id)
             writer.delete_documents_by_term("kind", "meta")
-            writer.add_document(self._meta_doc(state.seq))
+            writer.add_document(self._meta_doc(state.seq, _micros(state.at)))
             writer.commit()
         index.reload()
-        self.seq = state.seq
+        self.seq, self.at = state.seq, _micros(state.at)
+        self._note_checked(self.seq, self.at)
         if progress is not None:
             progress(total, total)
         return len(fresh)
@@ -401,7 +458,12 @@ class TextIndex:
         """Index every memory that is not forgotten from scratch, then swap the index in."""
         nodes = [n for n in state.memories.values() if n.status != "forgotten"]
         with self.exclusive():
-            self._swap_in((self._doc(n, state) for n in nodes), state.seq, len(nodes), progress)
+            self._swap_in(
+                (self._doc(n, state) for n in nodes),
+                (state.seq, _micros(state.at)),
+                len(nodes),
+                progress,
+            )
         if progress is not None:
             progress(len(nodes), len(nodes))
         return len(nodes)
@@ -409,7 +471,7 @@ class TextIndex:
     def _swap_in(
         self,
         docs: Iterable[tantivy.Document],
-        seq: int,
+        meta: tuple[int, int],
         total: int = 0,
         progress: IndexProgress | None = None,
     ) -> None:
@@ -427,7 +489,7 @@ class TextIndex:
                 writer.add_document(doc)
                 if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
                     progress(done, total)
-            writer.add_document(self._meta_doc(seq))
+            writer.add_document(self._meta_doc(*meta))
             writer.commit()
         self._index = None
         if self.dir.exists():
@@ -437,7 +499,7 @@ class TextIndex:
         self._index = _with_tokenizers(tantivy.Index.open(str(self.dir)))
         self._index.reload()
         self._opened = self._identity()
-        self.seq = seq
+        self.seq, self.at = meta
 
     def purge(self, memory_ids: Iterable[str]) -> int:
         """Remove memories so their text is physically gone from the index files.
@@ -471,7 +533,7 @@ class TextIndex:
                     doc.get_first("seq"),
                 )
             )
-        self._swap_in(keep, self.seq)
+        self._swap_in(keep, (self.seq, self.at))
         return removed
 
     # -- searching -------------------------------------------------------------------------

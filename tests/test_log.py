@@ -18,6 +18,7 @@ from keytrail.events import (
     CorruptLog,
     EventLog,
     FoldRules,
+    LogCutBack,
     LogPosition,
     MemoryRead,
     StoreCreated,
@@ -479,6 +480,116 @@ def test_seek_rejects_a_stale_position(tmp_path: Path) -> None:
     p1 = first.position
     assert not fresh.seek(LogPosition(p1.segment, p1.offset, 2, p1.at))
     assert fresh.seek(p1) and [e.seq for e in fresh.read_new()] == [2, 3, 4]
+
+
+def fractional() -> datetime:
+    """Now, never on a whole second: such a time is written without its fraction, shorter."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond or 1)
+
+
+@pytest.mark.parametrize("regrown", ["nothing", "shorter", "longer", "same length"])
+def test_lines_a_reader_folded_and_a_writer_cut_back_are_noticed_never_written_past(
+    tmp_path: Path, regrown: str
+) -> None:
+    """A writer's failed append cuts back lines a lock-free reader already folded. The reader
+    raises LogCutBack, reading and under the lock, whatever was written there since; it read
+    on from the middle of a line (CorruptLog), kept the cut line, or wrote past the end of
+    the file, leaving a hole of NUL bytes that no process could read again."""
+    writer, reader = EventLog(tmp_path, clock=fractional), EventLog(tmp_path, clock=fractional)
+    append(writer, 2)
+    reader.read_new()
+    append(reader, 1)  # the reader has written: its lock may take the shortcut
+    (segment,) = segment_files(tmp_path)
+    size = segment.stat().st_size
+    append(writer, 1, start=2)
+    assert [e.seq for e in reader.read_new()] == [4]
+    folded_end = reader.position.offset
+    os.truncate(segment, size)  # what the failed append does
+    if regrown != "nothing":
+        content = {"shorter": "t", "longer": "a much longer turn", "same length": "turn number 2"}
+        with EventLog(tmp_path, clock=fractional).lock() as app:
+            app.append(TurnRecorded(session_id="s1", turn=2, role="user", content=content[regrown]))
+        assert (segment.stat().st_size == folded_end) == (regrown == "same length")
+    before = segment.read_bytes()
+
+    with pytest.raises(LogCutBack) as cut:
+        reader.read_new()
+    assert (cut.value.segment, cut.value.seq) == (segment.name, 4)
+    with pytest.raises(LogCutBack), reader.lock() as app:
+        app.append(event(9))
+    assert segment.read_bytes() == before  # nothing written, no hole
+    assert b"\0" not in before
+
+
+def test_a_segment_a_cut_batch_started_and_another_writer_started_again_is_noticed(
+    tmp_path: Path,
+) -> None:
+    """A batch wrote seq 2 at the end of the first segment and started the next (named 3), then
+    failed: both cut. The reader had read seq 2 and stood at the start of segment 3. Another
+    writer's seq 2 filled the first segment and its seq 3 started a segment 3 again: the reader
+    read on from there, keeping the cut seq 2."""
+    times = ticking()
+    writer = EventLog(tmp_path, segment_bytes=2 * LINE, clock=lambda: next(times))
+    reader = EventLog(tmp_path, segment_bytes=2 * LINE)
+    append(writer, 1)
+    (first,) = segment_files(tmp_path)
+    kept = first.stat().st_size
+    append(writer, 1, start=1)
+    (tmp_path / "log" / segment_name(3)).touch()  # the batch's next segment, before its line
+    assert [e.seq for e in reader.read_new()] == [1, 2]
+    assert reader.position.segment == segment_name(3)
+    os.truncate(first, kept)  # the batch's cut
+    (tmp_path / "log" / segment_name(3)).unlink()
+    again = EventLog(tmp_path, segment_bytes=2 * LINE, clock=lambda: next(times))
+    assert append(again, 2, start=1) == [2, 3]
+    assert [p.name for p in segment_files(tmp_path)] == [first.name, segment_name(3)]
+
+    with pytest.raises(LogCutBack):
+        reader.read_new()
+    with pytest.raises(LogCutBack), reader.lock() as app:
+        app.append(event(9))
+
+
+def test_a_line_redacted_in_place_is_not_taken_for_a_cut(tmp_path: Path) -> None:
+    """A forget rewrites a line at the same length, seq and time (events/redact.py): the
+    reader whose last line it is reads on, and writes on."""
+    writer, reader = EventLog(tmp_path), EventLog(tmp_path)
+    append(writer, 3)
+    reader.read_new()
+    (segment,) = segment_files(tmp_path)
+    data = segment.read_bytes()
+    last = data.rstrip(b"\n").rsplit(b"\n", 1)[1]
+    was = EventLog(tmp_path).read_new()[-1]
+    blanked = msgspec.structs.replace(was, content=" " * len(was.content))  # type: ignore[union-attr]
+    line = encode_line(blanked)[:-1]
+    assert len(line) == len(last)
+    replaced = tmp_path / "replaced"
+    replaced.write_bytes(data[: len(data) - len(last) - 1] + line + b"\n")
+    os.replace(replaced, segment)  # as apply_redaction does
+
+    assert reader.read_new() == []
+    append(writer, 1, start=3)
+    assert [e.seq for e in reader.read_new()] == [4]
+    assert append(reader, 1, start=4) == [5]
+
+
+def test_seek_rejects_a_position_whose_line_was_cut_back_and_written_again(
+    tmp_path: Path,
+) -> None:
+    """A snapshot's position after seq 3, whose line a failed append cut back and another
+    writer then wrote again (another event at seq 3): the snapshot holds the cut event, so
+    the position is stale, though the byte before it is a newline and nothing follows."""
+    times = ticking()
+    append(EventLog(tmp_path, clock=lambda: next(times)), 3)
+    reader = EventLog(tmp_path)
+    reader.read_new()
+    position = reader.position
+    (segment,) = segment_files(tmp_path)
+    os.truncate(segment, len(b"".join(line + b"\n" for line in lines_of(segment)[:2])))
+    append(EventLog(tmp_path, clock=lambda: next(times)), 1, start=2)
+    assert segment.stat().st_size == position.offset
+    assert not EventLog(tmp_path).seek(position)
 
 
 # -- a writer keeps its files open between commands -------------------------------------------

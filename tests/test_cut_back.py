@@ -1,0 +1,257 @@
+"""A writer whose append fails cuts its lines back, after another process may have folded them.
+
+Readers never lock, so a reader answering a query between a writer's write and its failed fsync
+(a full disk, an I/O error) folds lines that are then cut back, and the next writer writes its
+own events at those seqs. The reader must notice and fold the log afresh: it read on from the
+middle of a line (CorruptLog on every call), wrote past the end of the file (a hole of NUL
+bytes: every process refused the store), or kept the cut event silently (a line of the same
+length). A text index written from the cut events must not survive either.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.maintenance import verify
+from keytrail.events import EventLog, MemoryRemembered
+from keytrail.events import log as event_log
+
+Make = Callable[..., Store]
+
+
+@contextmanager
+def failing(name: str, meanwhile: Callable[[], object], *, after: int = 0) -> Iterator[None]:
+    """`os.<name>` (pwrite or fsync) raises ENOSPC on its call number `after` + 1, having run
+    `meanwhile` first: another process's query, in the window before the writer cuts back."""
+    real = getattr(os, name)
+    calls = 0
+
+    def fail(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls <= after:
+            return real(*args)
+        meanwhile()
+        raise OSError(28, "No space left on device")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(event_log.os, name, fail)
+        yield
+    assert calls > after, f"os.{name} was never called"
+
+
+def contents(store: Store) -> list[str]:
+    return sorted(m.content for m in store.state.memories.values())
+
+
+def logged(home: Path) -> list[int]:
+    log = EventLog(home)
+    try:
+        return [event.seq for event in log.read_new()]
+    finally:
+        log.close()
+
+
+def segment(home: Path) -> Path:
+    return sorted((home / "log").glob("*.jsonl"))[-1]
+
+
+def test_a_reader_that_writes_after_lines_it_folded_were_cut_back_writes_at_the_log_end(
+    make_store: Make, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """b folds a's pears line between a's write and its failed fsync; a cuts it back. b's next
+    write took its cursor for the end of the log and wrote past the end of the file: a hole of
+    NUL bytes, and every process and every open refused the store (CorruptLog)."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    b.memory_stats()
+    with failing("fsync", b.memory_stats), pytest.raises(Exception, match="nothing was recorded"):
+        a.remember("second fact about pears", ["pear"])
+    assert "second fact about pears" in contents(b)  # folded in the window
+
+    b.remember("b writes after the cut", ["cherry"])
+
+    expected = ["b writes after the cut", "first fact about apples"]
+    fresh = make_store(home)
+    assert contents(fresh) == expected
+    assert logged(home) == [1, 2, 3]
+    assert contents(b) == expected and b.state.seq == 3
+    assert "pear" not in b.state.labels
+    a.refresh()
+    assert contents(a) == expected
+    assert b.reloads == 1 and a.reloads == 0 and fresh.reloads == 0
+    assert "was cut back under a reader at seq 3" in caplog.text
+    assert verify(home).ok
+
+
+def test_a_query_after_lines_it_folded_were_cut_back_answers_from_the_log(
+    make_store: Make, tmp_path: Path
+) -> None:
+    """After the cut, a writes a longer line at the same seq: b read on from the middle of it,
+    and every query failed with `CorruptLog ... checksum mismatch` until b was restarted."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    b.memory_stats()
+    with failing("fsync", b.memory_stats), pytest.raises(Exception, match="nothing was recorded"):
+        a.remember("second fact about pears", ["pear"])
+    plums = a.remember("a much longer fact, this one about plums and their orchards", ["plum"])
+
+    found = b.recall_memories("plums orchards", learn=False)
+
+    assert plums.memory_id in [m.memory_id for m in found.memories]
+    assert contents(b) == contents(make_store(home))
+    assert b.state.memories.keys() == a.state.memories.keys()
+    assert b.reloads == 1
+
+
+def fractional() -> datetime:
+    """Now, never on a whole second: such a time is written without its fraction, shorter."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond or 1)
+
+
+@pytest.fixture
+def opened() -> Iterator[Make]:
+    """Stores whose lines of equal content have equal length (see `fractional`)."""
+    stores: list[Store] = []
+
+    def make(home: Path) -> Store:
+        store = Store(
+            Settings(home=home, embedder="hash"), embedder=HashEmbedder(), clock=fractional
+        )
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+@pytest.mark.parametrize("first", ["query", "write"])
+def test_a_line_cut_back_and_written_again_at_the_same_length_is_not_kept(
+    make_store: Make, opened: Make, tmp_path: Path, first: str
+) -> None:
+    """The line a writes after the cut has the cut one's length: b's cursor stood at its end,
+    so b saw nothing new and silently kept the pears memory, which no log holds. Under the
+    lock the file has the size and inode b last saw, so b wrote on after it too."""
+    home = tmp_path / "store"
+    a, b = opened(home), opened(home)
+    b.remember("first fact about apples", ["apple"])  # b has written: its lock's shortcut
+    a.memory_stats()
+    with failing("fsync", b.memory_stats), pytest.raises(Exception, match="nothing was recorded"):
+        a.remember("second fact about pears", ["pear"])
+    cut_size = b.log.position.offset
+    plums = a.remember("second fact about plums", ["plum"])
+    assert segment(home).stat().st_size == cut_size  # the same length, as this test needs
+
+    if first == "query":
+        b.memory_stats()
+        assert contents(b) == ["first fact about apples", "second fact about plums"]
+    b.remember("b writes next", ["cherry"])
+    assert plums.memory_id in b.state.memories
+    assert contents(b) == ["b writes next", "first fact about apples", "second fact about plums"]
+    assert contents(make_store(home)) == contents(b)
+    assert logged(home) == [1, 2, 3, 4]
+    assert b.reloads == 1
+
+
+def test_a_text_index_written_from_lines_cut_back_is_rebuilt(
+    make_store: Make, tmp_path: Path
+) -> None:
+    """b indexes the pears memory (seq 3) in the window and records seq 3 as indexed. a then
+    writes plums at seq 3 and grapes at seq 4: the index looked one event behind, so plums was
+    never indexed and BM25 found the pears memory no log holds."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    b.recall_memories("apples", learn=False)
+
+    def b_searches() -> None:
+        b.recall_memories("pears", learn=False)
+        assert b.text.seq == 3  # the index now holds the pears memory at seq 3
+
+    with failing("fsync", b_searches), pytest.raises(Exception, match="nothing was recorded"):
+        a.remember("second fact about pears", ["pear"])
+    plums = a.remember("second fact about plums", ["plum"])
+    grapes = a.remember("third fact about grapes", ["grape"])
+    assert plums.seq == 3 and grapes.seq == 4
+
+    for reader in (make_store(home), b):  # one that never saw the pears, and b
+        reader.catch_up_text_index()
+        hits = [hit.memory_id for hit in reader.text_index().search("plums", 5)]
+        assert hits == [plums.memory_id]
+        assert reader.text_index().search("pears", 5) == []
+        found = reader.recall_memories("plums", learn=False)
+        assert found.memories and found.memories[0].memory_id == plums.memory_id
+    report = verify(home)
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("meanwhile", ["folds", "searches"])
+def test_a_failed_batch_cut_back_after_a_reader_folded_its_first_line(
+    make_store: Make, tmp_path: Path, meanwhile: str
+) -> None:
+    """A forget of two versions is one batch: its first line is written whole, the second
+    write fails (ENOSPC) and both are cut. b folded the first forget meanwhile (and maybe
+    indexed the state after it); it must not keep the memory forgotten, nor drop it from its
+    text index, once a writes on."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    b.recall_memories("office", learn=False)
+
+    def b_reads() -> None:
+        if meanwhile == "searches":
+            b.recall_memories("office York", learn=False)
+        else:
+            b.memory_stats()
+        assert b.state.memories[first.memory_id].status == "forgotten"
+
+    with (
+        failing("pwrite", b_reads, after=1),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    a.remember("the canteen opens at noon", ["canteen"])
+
+    found = b.recall_memories("office York", learn=False)
+    assert second.memory_id in [m.memory_id for m in found.memories]
+    assert b.state.memories[first.memory_id].status != "forgotten"
+    b.catch_up_text_index()
+    assert [h.memory_id for h in b.text_index().search("York", 5)] == [second.memory_id]
+    assert [h.memory_id for h in b.text_index().search("Leeds", 5)] == [first.memory_id]
+    assert b.reloads == 1
+    assert contents(make_store(home)) == contents(b)
+
+
+def test_a_redacted_last_line_is_not_taken_for_a_cut(make_store: Make, tmp_path: Path) -> None:
+    """A forget rewrites the line that created the memory at the same length (new content and
+    checksum, same seq and time): when that is the line a reader folded last, the reader goes
+    on, with no fresh fold of the log."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    secret = a.remember("the door code is 4711", ["door"])
+    b.memory_stats()
+    assert b.log.position.seq == secret.seq  # b's last line is the one the forget redacts
+
+    a.forget(secret.memory_id)
+
+    b.memory_stats()
+    assert b.state.memories[secret.memory_id].status == "forgotten"
+    b.remember("b writes next", ["cherry"])
+    a.remember("a writes next", ["plum"])
+    b.memory_stats()
+    assert a.reloads == b.reloads == 0
+    assert contents(make_store(home)) == contents(b)
+    assert isinstance(EventLog(home).read_new()[secret.seq - 1], MemoryRemembered)
