@@ -523,7 +523,8 @@ class TimeView(Queries):
         if valid_at < since:
             detail = f"not yet true at {valid_at.isoformat()} (true from {since.isoformat()})"
         else:
-            ended = max((end for begins, end in held if begins <= valid_at and end), default=since)
+            ends_then = [end for begins, end in held if begins <= valid_at and end is not None]
+            ended = max(ends_then, default=since)
             detail = (
                 f"no longer true at {valid_at.isoformat()} "
                 f"(true from {since.isoformat()} until {ended.isoformat()})"
