@@ -145,6 +145,8 @@ class MemoryView:
     session_id: str | None = None
     seq: int | None = None  # the memory.read event, when the read was recorded
     valid_from: datetime | None = None  # when it became true, if told apart from when told
+    #: with valid_at: the id asked for, when the version true then is another version of it
+    asked_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +23,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
-from .queries import Queries, _PastTally, valid_at_time, visible
+from .queries import Queries, _PastTally, valid_at_time, versions, visible
 from .results import MemoryView, ProjectionState
 
 if TYPE_CHECKING:
@@ -472,7 +472,12 @@ class TimeView(Queries):
         query: str | None = None,
         namespace: str | None = None,
     ) -> MemoryView:
-        """The memory as it was then. Records no read, deepens nothing, strengthens no link."""
+        """The memory as it was then. Records no read, deepens nothing, strengthens no link.
+
+        With a valid time, the version of its chain true then, as read_key and list_memories
+        show it (`asked_id` says which id was asked for when that is another version); NotFound
+        naming valid_at when no version was true then.
+        """
         from . import validation as check
 
         if query is not None:
@@ -482,7 +487,49 @@ class TimeView(Queries):
             self.refresh()
             node = self._visible_memory("memory_id", memory_id, self._now)
             self.check_read(node, namespace, via_key_id)
-            return self.memory_view(node)
+            if self.valid_at is None:
+                return self.memory_view(node)
+            true_then = self._version_true_then(node)
+            shown = self.memory_view(true_then)
+            return shown if true_then is node else replace(shown, asked_id=node.id)
+
+    def _version_true_then(self, node: MemoryNode) -> MemoryNode:
+        """The version of `node`'s chain shown at `valid_at`, or NotFound saying when the fact
+        was true: from the earliest valid_from of the versions a read by id may show, until
+        (when it ended with no version shown after it) the last end of one begun by then."""
+        assert self.valid_at is not None
+        now, valid_at, memories = self._now, self.valid_at, self.state.memories
+        chain = [memories[v] for v in versions(memories, node.id)]
+        for version in chain:
+            if self._visible(version, now):
+                return version
+        # A version holds until the earliest valid_from of the versions after it (None: on).
+        ends: list[datetime | None] = []
+        earliest: datetime | None = None
+        for version in reversed(chain):
+            ends.append(earliest)
+            begins = version.valid_since()
+            earliest = begins if earliest is None else min(earliest, begins)
+        ends.reverse()
+        # When each version a read by id may show (`_visible_memory`; node is one) was true.
+        held = [
+            (version.valid_since(), end)
+            for version, end in zip(chain, ends, strict=True)
+            if not self._forgotten(version)
+            and version.status == "active"
+            and (version.expires_at is None or version.expires_at > now)
+        ]
+        since = min(begins for begins, _ in held)
+        if valid_at < since:
+            detail = f"not yet true at {valid_at.isoformat()} (true from {since.isoformat()})"
+        else:
+            ends_then = [end for begins, end in held if begins <= valid_at and end is not None]
+            ended = max(ends_then, default=since)
+            detail = (
+                f"no longer true at {valid_at.isoformat()} "
+                f"(true from {since.isoformat()} until {ended.isoformat()})"
+            )
+        raise NotFound("valid_at", "memory", node.id, detail)
 
 
 def check_point(

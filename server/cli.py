@@ -360,6 +360,8 @@ def cmd_read(args: argparse.Namespace) -> int:
     print("keys: " + ", ".join(f"{shown_label(k.label)} ({k.key_id})" for k in memory.keys))
     if memory.supersedes:
         print(f"supersedes {memory.supersedes}")
+    if memory.asked_id:
+        print(f"asked for {memory.asked_id}: the version true then")
     return 0
 
 

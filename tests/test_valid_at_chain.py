@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from keytrail.core import Store
-from keytrail.core.timetravel import view
+import pytest
+
+from keytrail.core import NotFound, Store
+from keytrail.core.timetravel import read_memory_at, view
 
 
 def shown(store: Store, valid_at: str) -> list[str]:
@@ -46,3 +48,74 @@ def test_a_chain_in_order_still_shows_each_version_in_its_time(
     assert shown(store, "2020-06-01") == ["The user lives in Seoul"]
     assert shown(store, "2021-06-01") == ["The user lives in Busan"]
     assert shown(store, "2022-06-01") == ["The user lives in Daegu"]
+
+
+def log_bytes(store: Store) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((store.home / "log").glob("*.jsonl")))
+
+
+def test_read_memory_valid_at_answers_the_version_of_the_chain_true_then(
+    make_store: Callable[..., Store],
+) -> None:
+    """read_memory with valid_at ignored the time: asked for Busan in 2021, it showed Busan
+    where read_key and list_memories show Seoul. It answers the version true then, saying
+    which id was asked for when that is another version."""
+    store = make_store()
+    seoul = store.remember("The user lives in Seoul", ["home"], valid_from="2020-01-01")
+    before = store.state.seq
+    busan = store.correct(seoul.memory_id, "The user lives in Busan", valid_from="2022-01-01")
+    daegu = store.correct(busan.memory_id, "The user lives in Daegu", valid_from="2021-01-01")
+    key = store.recall("home").keys[0].key_id
+    written = log_bytes(store)
+    for asked in (seoul.memory_id, busan.memory_id, daegu.memory_id):
+        for valid_at, true_id in (
+            ("2020-06-01", seoul.memory_id),
+            ("2021-06-01", daegu.memory_id),
+            ("2022-06-01", daegu.memory_id),
+        ):
+            read = read_memory_at(store, asked, valid_at=valid_at)
+            listed = view(store, None, valid_at).read_key(key).memories
+            assert [m.memory_id for m in listed] == [read.memory_id] == [true_id]
+            assert read.asked_id == (None if asked == true_id else asked)
+            assert read.seq is None
+    # As of before the corrections the store knew only Seoul: that is what was true in 2023.
+    then = read_memory_at(store, seoul.memory_id, as_of=before, valid_at="2023-01-01")
+    assert (then.memory_id, then.asked_id, then.content) == (
+        seoul.memory_id,
+        None,
+        "The user lives in Seoul",
+    )
+    assert log_bytes(store) == written, "a read at a valid time appended something"
+
+
+def test_read_memory_valid_at_refuses_when_no_version_was_true_then(
+    make_store: Callable[..., Store],
+) -> None:
+    """A memory told today showed for valid_at 2000, and one whose only successor is
+    forgotten for a time after it ended: both are refused as not found, naming valid_at and
+    when the fact was true, and append nothing."""
+    store = make_store()
+    today = store.remember("The user drinks tea", ["drinks"])
+    told = store.state.memories[today.memory_id].created_at
+    seoul = store.remember("The user lives in Seoul", ["home"], valid_from="2020-01-01")
+    busan = store.correct(seoul.memory_id, "The user lives in Busan", valid_from="2022-01-01")
+    store.forget(busan.memory_id)
+    written = log_bytes(store)
+    with pytest.raises(NotFound) as early:
+        read_memory_at(store, today.memory_id, valid_at="2000-01-01")
+    assert early.value.field == "valid_at"
+    assert early.value.problem == (
+        f"no memory {today.memory_id!r}: not yet true at 2000-01-01T00:00:00+00:00 "
+        f"(true from {told.isoformat()})"
+    )
+    with pytest.raises(NotFound) as ended:
+        read_memory_at(store, seoul.memory_id, valid_at="2023-01-01")
+    assert ended.value.field == "valid_at"
+    assert ended.value.problem == (
+        f"no memory {seoul.memory_id!r}: no longer true at 2023-01-01T00:00:00+00:00 "
+        "(true from 2020-01-01T00:00:00+00:00 until 2022-01-01T00:00:00+00:00)"
+    )
+    assert read_memory_at(store, seoul.memory_id, valid_at="2021-01-01").memory_id == (
+        seoul.memory_id
+    )
+    assert log_bytes(store) == written, "a refused read appended something"
