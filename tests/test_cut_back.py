@@ -11,6 +11,7 @@ length). A text index written from the cut events must not survive either.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, Settings, Store, timetravel
 from keytrail.core.maintenance import verify
-from keytrail.events import EventLog, MemoryRemembered
+from keytrail.core.timetravel import view
+from keytrail.events import AnyEvent, EventLog, MemoryRemembered
 from keytrail.events import log as event_log
+from keytrail.projections import GraphState
 
 Make = Callable[..., Store]
 
@@ -255,3 +258,62 @@ def test_a_redacted_last_line_is_not_taken_for_a_cut(make_store: Make, tmp_path:
     assert a.reloads == b.reloads == 0
     assert contents(make_store(home)) == contents(b)
     assert isinstance(EventLog(home).read_new()[secret.seq - 1], MemoryRemembered)
+
+
+def test_an_as_of_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b folds the past as of seq 4 (a's forget of two versions, seqs 4 and 5) when a's fsync
+    fails: a cuts both lines back and writes the canteen memory at seq 4. b answered from the
+    cut forget, as of a seq whose event the log never held (York only, no canteen)."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    real_fold = timetravel.fold
+    paused, go = threading.Event(), threading.Event()
+
+    def fold_pausing(events: Iterator[AnyEvent], state: GraphState) -> GraphState:
+        def pausing() -> Iterator[AnyEvent]:
+            for event in events:
+                yield event
+                if event.seq == 4 and not paused.is_set():  # folded: a cuts it back now
+                    paused.set()
+                    go.wait(30)
+
+        return real_fold(pausing(), state)
+
+    monkeypatch.setattr(timetravel, "fold", fold_pausing)
+    answers: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def b_reads_as_of_4() -> None:
+        try:
+            page = view(b, as_of=4).list_memories()
+            answers.append(sorted(m.memory_id for m in page.memories))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads_as_of_4)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    assert canteen.seq == 4
+    go.set()
+    reader.join(30)
+
+    assert not errors, errors
+    assert answers == [sorted([second.memory_id, canteen.memory_id])]
+    assert b.reloads == 1
+    # A past state folded from the cut lines is never served again.
+    page = view(b, as_of=4).list_memories()
+    assert sorted(m.memory_id for m in page.memories) == answers[0]
