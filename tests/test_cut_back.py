@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import HashEmbedder, Settings, Store, timetravel
+from keytrail.core import history as core_history
 from keytrail.core.maintenance import verify
 from keytrail.core.timetravel import view
 from keytrail.events import AnyEvent, EventLog, MemoryRemembered
@@ -317,3 +318,104 @@ def test_an_as_of_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
     # A past state folded from the cut lines is never served again.
     page = view(b, as_of=4).list_memories()
     assert sorted(m.memory_id for m in page.memories) == answers[0]
+
+
+def test_a_history_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b reads the history of the York memory while a's forget of both versions (seqs 4 and
+    5) is cut back by its failed fsync: b listed the two forgets, which the log never held,
+    and called York forgotten, though a had written the canteen memory there since."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    real_touches = core_history._touches
+    paused, go = threading.Event(), threading.Event()
+
+    def touches_pausing(event: AnyEvent, *args: object) -> object:
+        if event.seq == 4 and not paused.is_set():  # read: a cuts it back now
+            paused.set()
+            go.wait(30)
+        return real_touches(event, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core_history, "_touches", touches_pausing)
+    answers: list[core_history.History] = []
+    errors: list[BaseException] = []
+
+    def b_reads_history() -> None:
+        try:
+            answers.append(core_history.history(b, second.memory_id))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads_history)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    assert a.remember("the canteen opens at noon", ["canteen"]).seq == 4
+    go.set()
+    reader.join(30)
+
+    assert not errors, errors
+    [found] = answers
+    assert [t.seq for t in found.events] == [2, 3, 3]
+    assert [v.status for v in found.versions] == ["superseded", "active"]
+    assert found == core_history.history(make_store(home), second.memory_id)
+
+
+def test_a_changes_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the history read above, for `changes`: b called both versions forgotten, by the
+    forget the log never held, and left out the canteen memory that took its seq."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    monkeypatch.setattr(core_history, "_PROGRESS_EVERY", 1)  # told of every event
+    paused, go = threading.Event(), threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done == 4 and not paused.is_set():  # the scan is at the forget: a cuts it back now
+            paused.set()
+            go.wait(30)
+
+    answers: list[core_history.Changes] = []
+    errors: list[BaseException] = []
+
+    def b_reads_changes() -> None:
+        try:
+            answers.append(core_history.changes(b, progress=progress))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads_changes)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    go.set()
+    reader.join(30)
+
+    assert not errors, errors
+    [found] = answers
+    assert found.forgotten == [] and found.until_seq == 4
+    assert found.added == [first.memory_id, canteen.memory_id]
+    assert found == core_history.changes(make_store(home))
