@@ -16,16 +16,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store, timetravel
+from keytrail.core import HashEmbedder, Settings, Store, reembed, timetravel
 from keytrail.core import history as core_history
 from keytrail.core.maintenance import verify
 from keytrail.core.timetravel import view
 from keytrail.events import AnyEvent, EventLog, MemoryRemembered
 from keytrail.events import log as event_log
 from keytrail.projections import GraphState
+from keytrail.projections.vectors import text_hash
 
 Make = Callable[..., Store]
 
@@ -419,3 +421,51 @@ def test_a_changes_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
     assert found.forgotten == [] and found.until_seq == 4
     assert found.added == [first.memory_id, canteen.memory_id]
     assert found == core_history.changes(make_store(home))
+
+
+def test_a_reembed_that_listed_lines_cut_back_does_not_claim_their_seqs(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b's reembed lists its texts when the pears memory (seq 3) is in the log; a cuts it back
+    and writes the plums memory at seq 3 with another model. b recorded seq 3 as covered: a
+    server's start took the projection for current and built nothing, though plums had no
+    row of b's model."""
+    home = tmp_path / "store"
+    a, b = make_store(home, HashEmbedder(dim=128)), make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    # b's cache holds every text it will list: the build goes straight to recording.
+    b.embed(["first fact about apples", "apple", "second fact about pears", "pear"])
+    b.save_vectors()
+    recording = threading.Event()
+    real_save = b.save_vectors
+
+    def save_vectors(*args: Any, **kwargs: Any) -> None:
+        recording.set()  # waits for the lock a holds
+        real_save(*args, **kwargs)
+
+    monkeypatch.setattr(b, "save_vectors", save_vectors)
+    built: list[reembed.Reembedded] = []
+    errors: list[BaseException] = []
+
+    def b_builds() -> None:
+        try:
+            built.append(reembed.build(b))
+        except BaseException as exc:
+            errors.append(exc)
+
+    builder = threading.Thread(target=b_builds)
+
+    def b_lists_texts() -> None:
+        builder.start()
+        assert recording.wait(30)
+
+    with failing("fsync", b_lists_texts), pytest.raises(Exception, match="nothing was recorded"):
+        a.remember("second fact about pears", ["pear"])
+    assert a.remember("second fact about plums", ["plum"]).seq == 3
+    builder.join(30)
+
+    assert not errors, errors
+    assert built[0].seq == 3 and built[0].embedded == 0
+    fresh = make_store(home)
+    assert text_hash("second fact about plums") not in fresh.vectors
+    assert not reembed.status(fresh).current
