@@ -16,8 +16,15 @@ from test_cli import env_for, kt, kt_json
 from test_cut_back import failing
 from test_server import call, run, stdio_session
 
-from keytrail.events import AnyEvent, EventLog, MemoryForgotten, MemoryRemembered, event_tag
-from keytrail.server.care import follow
+from keytrail.events import (
+    AnyEvent,
+    EventLog,
+    LogCutBack,
+    MemoryForgotten,
+    MemoryRemembered,
+    event_tag,
+)
+from keytrail.server.care import Shown, follow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -166,3 +173,36 @@ def test_follow_goes_on_after_lines_it_printed_were_cut_back(
     assert isinstance(seen[2], MemoryRemembered) and seen[2].memories[0].content.endswith("pears")
     err = capsys.readouterr().err
     assert "the events shown as seq 3 were cut back by a failed write" in err
+
+
+def test_a_follower_says_every_seq_of_a_batch_cut_back_and_reads_on_from_before_it(
+    make_store: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """A forget of two versions is one batch (seqs 4 and 5), cut back whole after the follower
+    showed both: it says both seqs and shows the canteen memory that took seq 4."""
+    home = tmp_path / "store"
+    a = make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    log, shown = EventLog(home), Shown()
+    seen = [event.seq for event in shown.read(log)]
+
+    def follower_reads() -> None:
+        seen.extend(event.seq for event in shown.read(log))
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", follower_reads, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    with pytest.raises(LogCutBack) as cut:
+        list(shown.read(log))
+    shown.resume(log, cut.value.seq)
+
+    again = list(shown.read(log))
+    assert seen == [1, 2, 3, 4, 5]
+    assert [e.seq for e in again] == [4]
+    assert isinstance(again[0], MemoryRemembered)
+    assert again[0].memories[0].memory_id == canteen.memory_id
+    assert "the events shown as seq 4..5 were cut back by a failed write" in capsys.readouterr().err
