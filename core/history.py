@@ -43,6 +43,7 @@ from keytrail.events import (
     InvalidInput,
     KeyAliased,
     LinksAdjusted,
+    LogCutBack,
     MemoriesExpired,
     MemoryCorrected,
     MemoryForgotten,
@@ -636,10 +637,34 @@ def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]
     return out
 
 
+def _beside_the_state(store: Store, read: Callable[[], T]) -> T:
+    """`read()`, which reads the log beside the store's state without the lock (holding the
+    mutex): again, from a fresh fold, if a writer's failed append cut back lines of the state
+    meanwhile. Else the answer mixes the state's cut events with the lines read (the cut ones,
+    or those that took their seqs since); the store's next look notices the cut."""
+    with store._mutex:
+        for _ in range(2):
+            store.refresh()
+            reloads = store.reloads
+            try:
+                answer = read()
+            except LogCutBack:  # a reader of its own met the cut
+                store.refresh()
+                continue
+            store.refresh()
+            if store.reloads == reloads:
+                return answer
+        return read()
+
+
 def history(store: Store, memory_id: str, limit: int | None = None, offset: int = 0) -> History:
     """The version chain of a memory and a page of the events that touched any version (at most
     `limit` from `offset` on, in log order, of `events_total`), with each version's depth and
     link weights after those events, folded over the whole history."""
+    return _beside_the_state(store, lambda: _history(store, memory_id, limit, offset))
+
+
+def _history(store: Store, memory_id: str, limit: int | None, offset: int) -> History:
     memory_id = check.text("memory_id", memory_id, 64)
     limit, offset, _ = store._page(limit, offset, None)
     with store._mutex:
@@ -731,6 +756,22 @@ def changes(
 
     `progress(done, total)` is told the events scanned of those to scan, from (0, total) to
     (total, total): the whole log of 100,000 memories takes seconds."""
+    return _beside_the_state(
+        store,
+        lambda: _changes(store, since, until, namespace, top, limit, offset, progress),
+    )
+
+
+def _changes(
+    store: Store,
+    since: object | None,
+    until: object | None,
+    namespace: str | None,
+    top: int,
+    limit: int | None,
+    offset: int,
+    progress: Callable[[int, int], None] | None,
+) -> Changes:
     limit, offset, namespace = store._page(limit, offset, namespace)
     top = check.count("top", top, 1, 1000)
     with store._mutex:

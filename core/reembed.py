@@ -161,6 +161,7 @@ def build(
         _check_open(store)
         state = store.refresh()
         seq, store_id = state.seq, state.store_id
+        reloads = store.reloads
         texts = needed_texts(store)
         labels = len(state.labels)
         forgets_seen = len(store.forgets_folded)
@@ -227,7 +228,7 @@ def build(
     with store._mutex:
         _check_open(store)
         keys, memories = store.key_vectors(), store.memory_vectors()
-        store.save_vectors(covered=(store_id, seq))
+        store.save_vectors(covered=(store_id, seq), listed_at=reloads)
     return Reembedded(
         fingerprint=store.embedder.fingerprint,
         seq=seq,

@@ -831,17 +831,21 @@ class Store(Queries, HybridQueries):
             self._memories_embedded = len(memories)
         return self._memory_vectors
 
-    def save_vectors(self, covered: tuple[str, int] | None = None) -> None:
+    def save_vectors(
+        self, covered: tuple[str, int] | None = None, listed_at: int | None = None
+    ) -> None:
         """Append unsaved cache rows to disk under the log lock.
 
         With `covered` (store id, seq): also record that every label and content up to that seq
-        has a row (see core/reembed.py).
+        has a row (see core/reembed.py). `listed_at`: the store's `reloads` when those texts
+        were listed; if it has folded afresh since, nothing is recorded (lines a failed append
+        cut back may have been some of them, and others have taken their seqs).
         """
         with self._mutex, self._locked():
             # A forget folded just now may name a text embedded before it (a reembed batch):
             # its row must not reach the disk after that forget's purge.
             self._persist_vectors()
-            if covered is not None:
+            if covered is not None and listed_at in (None, self.reloads):
                 self.vectors.record(*covered)
 
     # -- commands --------------------------------------------------------------------------

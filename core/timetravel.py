@@ -9,6 +9,7 @@ state; it never appends (a past read is not a read that happened) and never rein
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keytrail.events import EventLog, InvalidInput, NotFound
+from keytrail.events import EventLog, InvalidInput, LogCutBack, NotFound
 from keytrail.events.log import LogPosition
 from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
     from .reembed import Need
     from .store import Store
+
+logger = logging.getLogger("keytrail")
 
 #: Past states kept in memory per store are bounded by their size: the nodes (keys, memories,
 #: relations, conversation turns) they hold together, about 1 KB each once decoded, so this is
@@ -279,7 +282,17 @@ class PastStates:
             self._blanked[state.seq] = len(folded)
 
     def _build(self, limit: int | datetime) -> tuple[GraphState, LogPosition | None]:
-        """The state at `limit`, and the position to keep it at as a snapshot (None: don't)."""
+        """The state at `limit`, and the position to keep it at as a snapshot (None: don't),
+        folded from the log as it is when the fold ends."""
+        for _ in range(2):  # a writer's failed append may cut back lines under the read
+            try:
+                return self._fold_log(limit)
+            except LogCutBack as cut:
+                logger.warning("keytrail: %s; reading the past state again", cut.message)
+        return self._fold_log(limit)
+
+    def _fold_log(self, limit: int | datetime) -> tuple[GraphState, LogPosition | None]:
+        """`_build`, once: LogCutBack if lines it folded were cut back before it ended."""
 
         def before(header: Header) -> bool:
             return header.seq <= limit if isinstance(limit, int) else header.at <= limit
@@ -311,6 +324,12 @@ class PastStates:
                 reached = log.position  # right after this event's line
 
         state = fold(tail(), state)  # type: ignore[arg-type]
+        # Folded without the lock: a failed append may have cut back lines it read, and the
+        # line of its last event still there (a cut takes the log's end) says none was.
+        if not log.seek(reached):
+            raise LogCutBack(
+                reached.segment or "", reached.offset, reached.seq, None, "gone after the read"
+            )
         spacing = self._store.snapshot_spacing(self._store.state.seq)
         if state.seq - start >= spacing and reached.seq == state.seq:
             # A long tail means no kept snapshot near here (e.g. an imported log): keep this

@@ -9,6 +9,7 @@ import os
 import stat
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,8 @@ from keytrail.events import (
     CorruptLog,
     DecodeError,
     EventLog,
+    LogCutBack,
+    LogPosition,
     MemoryForgotten,
     StoreCreated,
     decode_line,
@@ -169,13 +172,21 @@ def cmd_log(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     pinned = pinned_log(home, "log")
+    shown = Shown()
     try:
-        show(pinned.iter_new())
-        if args.follow:
+        if not args.follow:
+            show(pinned.iter_new())
+        else:
             # Go on from where the pinned read stopped, reading the files as they are now.
             log = EventLog(home)
-            log.seek(pinned.position)
-            follow(log, show, first_read=False)
+            try:
+                show(shown.read(pinned))
+                placed = log.seek(pinned.position)
+            except LogCutBack:
+                placed = False
+            if not placed:
+                shown.resume(log, pinned.position.seq)
+            follow(log, show, first_read=False, shown=shown)
     except KeyboardInterrupt:
         if not args.follow:
             raise  # a listing cut short: main says so (status 130)
@@ -189,6 +200,42 @@ def cmd_log(args: argparse.Namespace) -> int:
 FOLLOW_SAFETY_POLL_MS = 2000
 #: Polling interval when file-system notifications cannot be set up (ms).
 FOLLOW_POLL_MS = 100
+#: How many of the events it showed last a follower keeps the place of: lines a failed write
+#: cuts back are those of one command, so where the log still holds what it showed is there.
+FOLLOW_MARKS = 10_000
+
+
+class Shown:
+    """Where the events a follower showed last end in the log, to go on after a cut."""
+
+    def __init__(self) -> None:
+        self.marks: deque[LogPosition] = deque(maxlen=FOLLOW_MARKS)
+
+    def read(self, log: EventLog) -> Iterator[AnyEvent]:
+        """`log.iter_new()`, noting where each event's line ends."""
+        for event in log.iter_new():
+            self.marks.append(log.position)
+            yield event
+
+    def resume(self, log: EventLog, last: int) -> None:
+        """Lines shown up to seq `last` are no longer in the log (a writer's failed append cut
+        them back): say so on stderr, and put `log` right after the last event shown that the
+        log still holds, so that the events that take the cut seqs are shown next."""
+        while self.marks and (self.marks[-1].seq >= last or not log.seek(self.marks[-1])):
+            self.marks.pop()
+        if self.marks:
+            first = self.marks[-1].seq + 1
+            seqs = f"seq {first}" if first == last else f"seq {first}..{last}"
+            again = "following the log as it now is"
+        else:  # cut back further than the places kept: read it all again
+            log.rewind()
+            seqs, again = f"up to seq {last}", "showing the log again from its start"
+        print(
+            f"keytrail: the events shown as {seqs} were cut back by a failed write (they were "
+            f"never recorded); {again}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def follow(
@@ -198,6 +245,7 @@ def follow(
     *,
     safety_poll_ms: int = FOLLOW_SAFETY_POLL_MS,
     first_read: bool = True,
+    shown: Shown | None = None,
 ) -> None:
     """Show what other processes append, as they append it, until interrupted or `stop` is set.
 
@@ -206,6 +254,10 @@ def follow(
     offset, so reading on from the cursor stays right). The watch is set up before the log is
     read, so nothing appended in between is missed. Polling is used only when notifications
     cannot be set up (no inotify, or out of watches).
+
+    Lines a writer's failed append cut back after they were shown are said on stderr, and the
+    events that take their seqs shown next (`Shown.resume`). `shown`: the places of the events
+    shown before (by a first read of the caller's).
     """
     # RustNotify is what watchfiles.watch() wraps; using it directly lets the first read come
     # after the watch exists.
@@ -216,16 +268,27 @@ def follow(
     except (OSError, WatchfilesRustInternalError) as exc:
         print(f"keytrail: cannot watch {log.dir} ({exc}); polling instead", file=sys.stderr)
         watcher = RustNotify([str(log.dir)], False, True, FOLLOW_POLL_MS, False, True)
+    if shown is None:
+        shown = Shown()
+
+    def show_new() -> None:
+        while True:
+            try:
+                show(shown.read(log))
+                return
+            except LogCutBack as cut:
+                shown.resume(log, cut.seq)
+
     with watcher:
         if first_read:
-            show(log.iter_new())
+            show_new()
         while True:
             changes = watcher.watch(20, 10, safety_poll_ms, stop)
             if changes == "signal":
                 raise KeyboardInterrupt
             if changes == "stop":
                 return
-            show(log.iter_new())
+            show_new()
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -11,17 +11,23 @@ length). A text index written from the cut events must not survive either.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core import HashEmbedder, Settings, Store, reembed, timetravel
+from keytrail.core import history as core_history
 from keytrail.core.maintenance import verify
-from keytrail.events import EventLog, MemoryRemembered
+from keytrail.core.timetravel import view
+from keytrail.events import AnyEvent, EventLog, MemoryRemembered
 from keytrail.events import log as event_log
+from keytrail.projections import GraphState
+from keytrail.projections.vectors import text_hash
 
 Make = Callable[..., Store]
 
@@ -255,3 +261,211 @@ def test_a_redacted_last_line_is_not_taken_for_a_cut(make_store: Make, tmp_path:
     assert a.reloads == b.reloads == 0
     assert contents(make_store(home)) == contents(b)
     assert isinstance(EventLog(home).read_new()[secret.seq - 1], MemoryRemembered)
+
+
+def test_an_as_of_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b folds the past as of seq 4 (a's forget of two versions, seqs 4 and 5) when a's fsync
+    fails: a cuts both lines back and writes the canteen memory at seq 4. b answered from the
+    cut forget, as of a seq whose event the log never held (York only, no canteen)."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    real_fold = timetravel.fold
+    paused, go = threading.Event(), threading.Event()
+
+    def fold_pausing(events: Iterator[AnyEvent], state: GraphState) -> GraphState:
+        def pausing() -> Iterator[AnyEvent]:
+            for event in events:
+                yield event
+                if event.seq == 4 and not paused.is_set():  # folded: a cuts it back now
+                    paused.set()
+                    go.wait(30)
+
+        return real_fold(pausing(), state)
+
+    monkeypatch.setattr(timetravel, "fold", fold_pausing)
+    answers: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def b_reads_as_of_4() -> None:
+        try:
+            page = view(b, as_of=4).list_memories()
+            answers.append(sorted(m.memory_id for m in page.memories))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads_as_of_4)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    assert canteen.seq == 4
+    go.set()
+    reader.join(30)
+
+    assert not errors, errors
+    assert answers == [sorted([second.memory_id, canteen.memory_id])]
+    assert b.reloads == 1
+    # A past state folded from the cut lines is never served again.
+    page = view(b, as_of=4).list_memories()
+    assert sorted(m.memory_id for m in page.memories) == answers[0]
+
+
+def test_a_history_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b reads the history of the York memory while a's forget of both versions (seqs 4 and
+    5) is cut back by its failed fsync: b listed the two forgets, which the log never held,
+    and called York forgotten, though a had written the canteen memory there since."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    real_touches = core_history._touches
+    paused, go = threading.Event(), threading.Event()
+
+    def touches_pausing(event: AnyEvent, *args: object) -> object:
+        if event.seq == 4 and not paused.is_set():  # read: a cuts it back now
+            paused.set()
+            go.wait(30)
+        return real_touches(event, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core_history, "_touches", touches_pausing)
+    answers: list[core_history.History] = []
+    errors: list[BaseException] = []
+
+    def b_reads_history() -> None:
+        try:
+            answers.append(core_history.history(b, second.memory_id))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads_history)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    assert a.remember("the canteen opens at noon", ["canteen"]).seq == 4
+    go.set()
+    reader.join(30)
+
+    assert not errors, errors
+    [found] = answers
+    assert [t.seq for t in found.events] == [2, 3, 3]
+    assert [v.status for v in found.versions] == ["superseded", "active"]
+    assert found == core_history.history(make_store(home), second.memory_id)
+
+
+def test_a_changes_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the history read above, for `changes`: b called both versions forgotten, by the
+    forget the log never held, and left out the canteen memory that took its seq."""
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    monkeypatch.setattr(core_history, "_PROGRESS_EVERY", 1)  # told of every event
+    paused, go = threading.Event(), threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done == 4 and not paused.is_set():  # the scan is at the forget: a cuts it back now
+            paused.set()
+            go.wait(30)
+
+    answers: list[core_history.Changes] = []
+    errors: list[BaseException] = []
+
+    def b_reads_changes() -> None:
+        try:
+            answers.append(core_history.changes(b, progress=progress))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads_changes)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    go.set()
+    reader.join(30)
+
+    assert not errors, errors
+    [found] = answers
+    assert found.forgotten == [] and found.until_seq == 4
+    assert found.added == [first.memory_id, canteen.memory_id]
+    assert found == core_history.changes(make_store(home))
+
+
+def test_a_reembed_that_listed_lines_cut_back_does_not_claim_their_seqs(
+    make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b's reembed lists its texts when the pears memory (seq 3) is in the log; a cuts it back
+    and writes the plums memory at seq 3 with another model. b recorded seq 3 as covered: a
+    server's start took the projection for current and built nothing, though plums had no
+    row of b's model."""
+    home = tmp_path / "store"
+    a, b = make_store(home, HashEmbedder(dim=128)), make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    # b's cache holds every text it will list: the build goes straight to recording.
+    b.embed(["first fact about apples", "apple", "second fact about pears", "pear"])
+    b.save_vectors()
+    recording = threading.Event()
+    real_save = b.save_vectors
+
+    def save_vectors(*args: Any, **kwargs: Any) -> None:
+        recording.set()  # waits for the lock a holds
+        real_save(*args, **kwargs)
+
+    monkeypatch.setattr(b, "save_vectors", save_vectors)
+    built: list[reembed.Reembedded] = []
+    errors: list[BaseException] = []
+
+    def b_builds() -> None:
+        try:
+            built.append(reembed.build(b))
+        except BaseException as exc:
+            errors.append(exc)
+
+    builder = threading.Thread(target=b_builds)
+
+    def b_lists_texts() -> None:
+        builder.start()
+        assert recording.wait(30)
+
+    with failing("fsync", b_lists_texts), pytest.raises(Exception, match="nothing was recorded"):
+        a.remember("second fact about pears", ["pear"])
+    assert a.remember("second fact about plums", ["plum"]).seq == 3
+    builder.join(30)
+
+    assert not errors, errors
+    assert built[0].seq == 3 and built[0].embedded == 0
+    fresh = make_store(home)
+    assert text_hash("second fact about plums") not in fresh.vectors
+    assert not reembed.status(fresh).current

@@ -11,11 +11,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_cli import env_for, kt, kt_json
+from test_cut_back import failing
 from test_server import call, run, stdio_session
 
-from keytrail.events import AnyEvent, EventLog, MemoryForgotten, event_tag
-from keytrail.server.care import follow
+from keytrail.events import (
+    AnyEvent,
+    EventLog,
+    LogCutBack,
+    MemoryForgotten,
+    MemoryRemembered,
+    event_tag,
+)
+from keytrail.server.care import Shown, follow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,3 +128,81 @@ def test_a_server_sees_another_servers_forget_at_its_next_call(tmp_path: Path) -
     run(test)
     data = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
     assert b"4471" not in data
+
+
+def test_follow_goes_on_after_lines_it_printed_were_cut_back(
+    make_store: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """The follower prints the pears memory (seq 3) between a's write and its failed fsync; a
+    cuts the line back and writes the plums one at seq 3. The follower died with LogCutBack:
+    `keytrail log --follow` stopped, having printed an event the log never held."""
+    home = tmp_path / "store"
+    a = make_store(home)
+    a.remember("first fact about apples", ["apple"])
+    seen: list[AnyEvent] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def run_follow() -> None:
+        try:
+            follow(EventLog(home), seen.extend, stop, safety_poll_ms=200)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def printed_pears() -> None:
+        wait_for(lambda: len(seen) == 3, "the pears line")
+
+    thread = threading.Thread(target=run_follow, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(seen) == 2, "the existing log")
+        with (
+            failing("fsync", printed_pears),
+            pytest.raises(Exception, match="nothing was recorded"),
+        ):
+            a.remember("second fact about pears", ["pear"])
+        plums = a.remember("second fact about plums", ["plum"])
+        wait_for(lambda: len(seen) == 4 or bool(errors), "the plums line")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not errors, errors
+    assert [e.seq for e in seen] == [1, 2, 3, 3]
+    assert isinstance(seen[3], MemoryRemembered)
+    assert seen[3].memories[0].memory_id == plums.memory_id
+    assert isinstance(seen[2], MemoryRemembered) and seen[2].memories[0].content.endswith("pears")
+    err = capsys.readouterr().err
+    assert "the events shown as seq 3 were cut back by a failed write" in err
+
+
+def test_a_follower_says_every_seq_of_a_batch_cut_back_and_reads_on_from_before_it(
+    make_store: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """A forget of two versions is one batch (seqs 4 and 5), cut back whole after the follower
+    showed both: it says both seqs and shows the canteen memory that took seq 4."""
+    home = tmp_path / "store"
+    a = make_store(home)
+    first = a.remember("the office is in Leeds", ["office"])
+    second = a.correct(first.memory_id, "the office is in York")
+    log, shown = EventLog(home), Shown()
+    seen = [event.seq for event in shown.read(log)]
+
+    def follower_reads() -> None:
+        seen.extend(event.seq for event in shown.read(log))
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", follower_reads, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(second.memory_id, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    with pytest.raises(LogCutBack) as cut:
+        list(shown.read(log))
+    shown.resume(log, cut.value.seq)
+
+    again = list(shown.read(log))
+    assert seen == [1, 2, 3, 4, 5]
+    assert [e.seq for e in again] == [4]
+    assert isinstance(again[0], MemoryRemembered)
+    assert again[0].memories[0].memory_id == canteen.memory_id
+    assert "the events shown as seq 4..5 were cut back by a failed write" in capsys.readouterr().err
