@@ -42,7 +42,15 @@ from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
-from .shell import emit_json, existing_home, open_store, preview, settings_from, shown_label
+from .shell import (
+    counted,
+    emit_json,
+    existing_home,
+    open_store,
+    preview,
+    settings_from,
+    shown_label,
+)
 
 EMBED_BATCH = 256
 
@@ -617,7 +625,8 @@ def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
     if pending or log.position.seq:
         raise InvalidInput(
             "--home",
-            f"{home} already holds {log.position.seq} events; import needs an empty store",
+            f"{home} already holds {counted(log.position.seq, 'event')}; "
+            "import needs an empty store",
         )
 
 
