@@ -153,6 +153,11 @@ def pinned_log(home: Path, verb: str) -> EventLog:
     return log
 
 
+#: The type column of `keytrail log`, as wide as the longest event type: a longer one pushed the
+#: rest of its line out of line with the others.
+TAG_WIDTH = max(len(tag) for tag in BY_TAG)
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     home = existing_home(args)
     types = set(args.type or [])
@@ -173,7 +178,7 @@ def cmd_log(args: argparse.Namespace) -> int:
                 sys.stdout.write(encode_event(event).decode() + "\n")
             else:
                 at = event.at.strftime("%Y-%m-%d %H:%M:%S.%f")
-                print(f"{event.seq:>7}  {at}  {event_tag(event):<18} {summary(event)}")
+                print(f"{event.seq:>7}  {at}  {event_tag(event):<{TAG_WIDTH}} {summary(event)}")
         sys.stdout.flush()
 
     pinned = pinned_log(home, "log")
