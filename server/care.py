@@ -271,10 +271,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "no checksum, so damage to them cannot be seen (written by hand, or damaged "
                 f"where the checksum was): {', '.join(report.unchecked_lines)}"
             )
-        lines += [
-            f"temp file left by a write cut short (the next open removes it): {t}"
-            for t in report.temp_files
-        ]
+        lines += [f"{tempfiles.described(home, t)}: {t}" for t in report.temp_files]
         for line in lines:
             print(f"  {line}")
     return 0 if report.ok else 1
