@@ -250,7 +250,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         emit_json(report)
     else:
         state = "ok" if report.ok else "PROBLEMS"
-        print(f"{home}: {state}: {report.events} events in {report.segments} segments")
+        events, segments = counted(report.events, "event"), counted(report.segments, "segment")
+        print(f"{home}: {state}: {events} in {segments}")
         lines = [f"problem: {p}" for p in report.problems]
         lines += [f"torn tail kept: log/torn/{t}" for t in report.torn_files]
         if report.redacted:
