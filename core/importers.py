@@ -57,7 +57,7 @@ from keytrail.projections.keygraph import same_name
 
 from . import validation as check
 from .config import Settings
-from .kg_reads import observation_nodes
+from .kg_reads import observation_form, observation_nodes
 from .knowledge_graph import KnowledgeGraph, new_key_id, new_memory_id
 from .store import Store, content_hash
 
@@ -267,7 +267,10 @@ def _write_memory_jsonl(
             if key is not None:
                 # What the entity shows now, as add_observations compares: a text whose
                 # observation has expired (or was deleted) is new again.
-                have = {n.content for n in observation_nodes(state, key, namespace, app.at)}
+                have = {
+                    observation_form(n.content)
+                    for n in observation_nodes(state, key, namespace, app.at)
+                }
             link = KeyLink(
                 key_id=key_id,
                 label=label_,
@@ -276,8 +279,9 @@ def _write_memory_jsonl(
                 weight=initial,
             )
             for content in dict.fromkeys(e.observations):
-                if content in have:
+                if observation_form(content) in have:
                     continue
+                have.add(observation_form(content))
                 memory = NewMemory(
                     memory_id=new_memory_id(state, taken),
                     namespace=namespace,

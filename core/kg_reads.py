@@ -13,6 +13,7 @@ never cut.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
@@ -107,6 +108,12 @@ def entity_key(state: GraphState, name: str) -> KeyNode | None:
 def entity_keys(state: GraphState) -> Iterator[KeyNode]:
     """Every entity, oldest first."""
     return (k for k in state.keys.values() if k.entity_type is not None)
+
+
+def observation_form(text: str) -> str:
+    """An observation's text as observations are compared: composed (NFC), as names are. Kept
+    as typed, "cafe" + U+0301 and "café" were two observations that look the same."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def observation_nodes(

@@ -53,6 +53,7 @@ from .kg_reads import (
     GraphPage,
     Relation,
     entity_key,
+    observation_form,
     observation_nodes,
     open_nodes,
     read_entity,
@@ -220,9 +221,11 @@ class KnowledgeGraph:
     def _contents(self, field: str, value: object) -> list[str]:
         limit = self.store.settings.limits.content_chars
         items = self._list(field, value, "observations")
-        return list(
-            dict.fromkeys(check.text(f"{field}[{i}]", c, limit) for i, c in enumerate(items))
-        )
+        texts: dict[str, str] = {}  # once each (`observation_form`), the first as typed
+        for i, c in enumerate(items):
+            text = check.text(f"{field}[{i}]", c, limit)
+            texts.setdefault(observation_form(text), text)
+        return list(texts.values())
 
     def _relations(self, value: object) -> list[tuple[str, str, str]]:
         items = self._list("relations", value, "relations")
@@ -290,12 +293,15 @@ class KnowledgeGraph:
                 have = (
                     set()
                     if key is None
-                    else {n.content for n in observation_nodes(state, key, self.namespace, app.at)}
+                    else {
+                        observation_form(n.content)
+                        for n in observation_nodes(state, key, self.namespace, app.at)
+                    }
                 )
                 news += [
                     observation_memory(new_memory_id(state, taken), self.namespace, c, link)
                     for c in contents
-                    if c not in have
+                    if observation_form(c) not in have
                 ]
                 out.append(Entity(name=spec.name, entity_type=entity_type, observations=contents))
             if not specs:
@@ -356,10 +362,13 @@ class KnowledgeGraph:
                 key = self._entity_or_fail(f"observations[{i}].entityName", name)
                 known = have.setdefault(
                     key.id,
-                    {n.content for n in observation_nodes(state, key, self.namespace, app.at)},
+                    {
+                        observation_form(n.content)
+                        for n in observation_nodes(state, key, self.namespace, app.at)
+                    },
                 )
-                added = [c for c in contents if c not in known]
-                known.update(added)
+                added = [c for c in contents if observation_form(c) not in known]
+                known.update(map(observation_form, added))
                 link = KeyLink(
                     key_id=key.id,
                     label=key.label,
@@ -450,7 +459,8 @@ class KnowledgeGraph:
         return store._write(decide)
 
     def delete_observations(self, deletions: Sequence[ObservationInput]) -> Deletion:
-        """Delete observations by their exact text; unknown entities are reported, not errors."""
+        """Delete observations by their whole text (`observation_form`); unknown entities are
+        reported, not errors."""
         checked = self._observation_entries("deletions", deletions, "observations")
         store = self.store
 
@@ -469,15 +479,15 @@ class KnowledgeGraph:
                 key = entity_key(state, name)
                 if key is None:
                     missing.append(name)
-                    asked.update(("?" + name.casefold(), c) for c in contents)
+                    asked.update(("?" + name.casefold(), observation_form(c)) for c in contents)
                     continue
-                asked.update((key.id, c) for c in contents)
-                wanted = set(contents)
+                wanted = set(map(observation_form, contents))
+                asked.update((key.id, c) for c in wanted)
                 for node in observation_nodes(state, key, self.namespace, app.at):
-                    if node.content in wanted:
+                    if (form := observation_form(node.content)) in wanted:
                         doomed.setdefault(node.id, {})[key.id] = None
                         texts[node.content] = None
-                        matched.add((key.id, node.content))
+                        matched.add((key.id, form))
             # An observation shared with an entity it is not deleted from stays that entity's:
             # only the links to the entities named go. Otherwise the memory is deleted (the
             # event names it in `memory_ids`; its text stays history until a forget).

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from keytrail.events.redact import TEMP_SUFFIX as REDACT_SUFFIX
 from keytrail.projections import snapshot as snapshots
-from keytrail.projections.text import finish_swap
+from keytrail.projections.text import finish_swap, swap_to_finish
 from keytrail.projections.vectors import MANIFEST_TEMP, VECTORS_DIR
 
 from .forgetting import PENDING_FILE
@@ -106,6 +106,18 @@ def _unlocked(home: Path, remove: bool) -> list[Path]:
         finally:
             os.close(fd)  # closing releases the lock
     return found
+
+
+def described(home: Path, left: str) -> str:
+    """What `left` (a leftover under `home`, as `verify` names it: a folder ends in /) is and
+    what the next open does with it."""
+    if left == f"{TEXT_INDEX}.new/" and swap_to_finish(home / TEXT_INDEX):
+        return (
+            "text index a rebuild finished, not yet in place (the next open renames it to "
+            f"{TEXT_INDEX})"
+        )
+    kind = "temp folder" if left.endswith("/") else "temp file"
+    return f"{kind} left by a write cut short (the next open removes it)"
 
 
 @contextmanager

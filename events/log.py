@@ -60,8 +60,8 @@ def segment_name(first_seq: int) -> str:
 
 
 def require_log(root: Path | str) -> Path:
-    """`root`, if it holds a store's log: a log/ directory whose first segment holds at least
-    one complete line.
+    """`root`, if it holds a store's log: a log/ directory of segments, the first of which
+    holds at least one complete line when it is the only one.
 
     Otherwise NoStore, saying what is there instead. It only looks, so refusing a mistyped home
     leaves nothing behind (EventLog itself creates log/). A first segment with no complete line
@@ -79,7 +79,9 @@ def require_log(root: Path | str) -> Path:
         segments = sorted(name for name in os.listdir(root / "log") if _SEGMENT_RE.match(name))
         if not segments:
             reason = "its log/ directory holds no segment"
-        elif not _holds_a_line(root / "log" / segments[0]):
+        elif len(segments) == 1 and not _holds_a_line(root / "log" / segments[0]):
+            # Several segments are a log that was written: what is wrong with it, the reader
+            # says (an empty first segment followed by others is damage, not a missing store).
             reason = "its log holds no complete event"
         else:
             return root
@@ -357,6 +359,15 @@ class EventLog:
             if self._offset == 0 and self._previous is not None:
                 self._check_previous()
             yield from self._read_segment(self._segment)
+            if self._offset == 0 and self._segment != segment_name(self._seq + 1):
+                # The appender writes the next line into an empty segment it stands at: one
+                # named for another seq would hold its lines under the wrong name.
+                raise CorruptLog(
+                    self._segment,
+                    1,
+                    f"it holds no line and is named for seq {int(self._segment[:20])}, though "
+                    f"the log's next event is seq {self._seq + 1}",
+                )
             if index + 1 >= len(segments):
                 # Segments are named by their first seq: one more stat shows whether the
                 # listing missed a segment started within the same mtime tick.
@@ -368,6 +379,14 @@ class EventLog:
             if self.segment_size(self._segment) != self._offset:
                 self._refuse_cut_short(self._segment)
                 return  # the line read partially was being written: the next read has it
+            if self._offset == 0:
+                # An appender starts a segment only once the one before holds its line: the
+                # next line would go past this one into the last, read by no one from here.
+                raise CorruptLog(
+                    self._segment,
+                    1,
+                    f"it holds no line, though segment {segments[index + 1]} follows it",
+                )
             index += 1
             if self._last is not None:
                 self._previous = (self._segment, self._offset, self._last)

@@ -177,6 +177,15 @@ def finish_swap(directory: Path) -> bool:
     document (a build killed before its commit has none). Nothing else leaves `<dir>.new` with
     no `<dir>` (`remove` takes the index last). Call holding the writers' lock; True if it was
     renamed in (`<dir>.old` is then the caller's to remove)."""
+    if not swap_to_finish(directory):
+        return False
+    directory.with_name(f"{directory.name}.new").rename(directory)
+    return True
+
+
+def swap_to_finish(directory: Path) -> bool:
+    """Whether `finish_swap` would rename `<dir>.new` in: a whole one with no `<dir>`. Only
+    reads (verify says so of it)."""
     new = directory.with_name(f"{directory.name}.new")
     if directory.exists() or not new.is_dir():
         return False
@@ -185,12 +194,9 @@ def finish_swap(directory: Path) -> bool:
         index.reload()
         searcher = index.searcher()
         hits = searcher.search(tantivy.Query.term_query(_schema(), "kind", "meta"), 1).hits
-        if not hits or searcher.doc(hits[0][1]).get_first("schema") != SCHEMA_VERSION:
-            return False
+        return bool(hits) and searcher.doc(hits[0][1]).get_first("schema") == SCHEMA_VERSION
     except (ValueError, OSError):
         return False
-    new.rename(directory)
-    return True
 
 
 class TextIndex:

@@ -45,7 +45,15 @@ from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
 
 from .progress import ProgressBar
-from .shell import emit_json, existing_home, open_store, preview, settings_from, shown_label
+from .shell import (
+    counted,
+    emit_json,
+    existing_home,
+    open_store,
+    preview,
+    settings_from,
+    shown_label,
+)
 
 EMBED_BATCH = 256
 
@@ -148,6 +156,11 @@ def pinned_log(home: Path, verb: str) -> EventLog:
     return log
 
 
+#: The type column of `keytrail log`, as wide as the longest event type: a longer one pushed the
+#: rest of its line out of line with the others.
+TAG_WIDTH = max(len(tag) for tag in BY_TAG)
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     home = existing_home(args)
     types = set(args.type or [])
@@ -168,7 +181,7 @@ def cmd_log(args: argparse.Namespace) -> int:
                 sys.stdout.write(encode_event(event).decode() + "\n")
             else:
                 at = event.at.strftime("%Y-%m-%d %H:%M:%S.%f")
-                print(f"{event.seq:>7}  {at}  {event_tag(event):<18} {summary(event)}")
+                print(f"{event.seq:>7}  {at}  {event_tag(event):<{TAG_WIDTH}} {summary(event)}")
         sys.stdout.flush()
 
     pinned = pinned_log(home, "log")
@@ -300,7 +313,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         emit_json(report)
     else:
         state = "ok" if report.ok else "PROBLEMS"
-        print(f"{home}: {state}: {report.events} events in {report.segments} segments")
+        events, segments = counted(report.events, "event"), counted(report.segments, "segment")
+        print(f"{home}: {state}: {events} in {segments}")
         lines = [f"problem: {p}" for p in report.problems]
         lines += [f"torn tail kept: log/torn/{t}" for t in report.torn_files]
         if report.redacted:
@@ -321,10 +335,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "no checksum, so damage to them cannot be seen (written by hand, or damaged "
                 f"where the checksum was): {', '.join(report.unchecked_lines)}"
             )
-        lines += [
-            f"temp file left by a write cut short (the next open removes it): {t}"
-            for t in report.temp_files
-        ]
+        lines += [f"{tempfiles.described(home, t)}: {t}" for t in report.temp_files]
         for line in lines:
             print(f"  {line}")
     return 0 if report.ok else 1
@@ -680,7 +691,8 @@ def _require_empty(log: EventLog, pending: list[AnyEvent], home: Path) -> None:
     if pending or log.position.seq:
         raise InvalidInput(
             "--home",
-            f"{home} already holds {log.position.seq} events; import needs an empty store",
+            f"{home} already holds {counted(log.position.seq, 'event')}; "
+            "import needs an empty store",
         )
 
 

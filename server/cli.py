@@ -458,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Event-sourced associative memory for LLM agents, served over MCP.",
         epilog=f"{STORE_SPLIT} Exit status: 0 done, 1 verify found problems, 2 error (the "
         "message says what), 130 stopped by Ctrl-C (one line says what that left; serve over "
-        "stdio ends silently, serve --http shuts down cleanly with 0).",
+        "stdio ends silently, and with 143 on SIGTERM; serve --http shuts down cleanly with 0, "
+        "and log --follow stops with 0).",
     )
     parser.add_argument("--version", action="version", version=f"keytrail {keytrail.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -4,10 +4,12 @@ MCP field it becomes (`ttl_seconds`): one line on stderr, status 2, nothing writ
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from keytrail.core import Store
 from keytrail.server.cli import main
 
 
@@ -109,3 +111,23 @@ def test_a_refused_remember_makes_no_store(
     assert exited.value.code == 2
     assert capsys.readouterr().err.startswith(f"keytrail: error: {said}")
     assert not home.exists()
+
+
+def test_import_into_a_store_of_one_event_says_event_not_events(
+    tmp_path: Path,
+    make_store: Callable[..., Store],
+    capsys: pytest.CaptureFixture[str],
+    hash_cli: None,
+) -> None:
+    """A store made and never written to holds its one store.created event: the refusal of an
+    import there read "already holds 1 events"."""
+    home = tmp_path / "made"
+    make_store(home).close()
+    dump = tmp_path / "export.jsonl"
+    assert main(["export", "--home", str(home), "-o", str(dump)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["import", "--home", str(home), str(dump)])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert f"{home} already holds 1 event; import needs an empty store" in said

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -188,6 +189,21 @@ def test_help_says_which_verbs_create_a_store(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         main(["remember", "--help"])
     assert "Creates the store" in " ".join(capsys.readouterr().out.split())
+
+
+def test_help_names_every_exit_status_the_readme_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`keytrail --help` lists the exit statuses; it left out 143, `serve` on SIGTERM."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    said = readme.split("\nExit status:", 1)[1].split("\n\n", 1)[0]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = " ".join(capsys.readouterr().out.split())
+    listed = top.split("Exit status:", 1)[1]
+    assert {"0", "1", "2", "130", "143"} <= set(re.findall(r"\b\d+\b", said))
+    assert set(re.findall(r"\b\d+\b", said)) <= set(re.findall(r"\b\d+\b", listed))
+    assert "SIGTERM" in listed and "log --follow" in listed
 
 
 def test_remember_on_a_missing_home_creates_the_store(

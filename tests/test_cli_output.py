@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import HashEmbedder, Settings, Store
+from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+from keytrail.events import BY_TAG
 from keytrail.server.cli import main
 from keytrail.server.shell import preview
 
@@ -71,6 +73,24 @@ def test_one_turn_and_one_session_read_in_the_singular(
     assert "  1 turn  " in out_of(capsys, "sessions", "--home", str(home))
     past_the_end = out_of(capsys, "sessions", "--offset", "5", "--home", str(home))
     assert past_the_end.startswith("1 session (showing none)"), past_the_end
+
+
+def test_log_lines_keep_their_columns_for_every_event_type(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The type column was 18 wide: `observations.deleted` (20) pushed the rest of its line
+    two characters right of every other line's."""
+    store = open_store(home)
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Dana", "person", ["likes tea", "lives in Lyon"])])
+    kg.delete_observations([ObservationInput("Dana", ["likes tea"])])
+    store.close()
+    lines = out_of(capsys, "log", "--home", str(home)).splitlines()
+    tags = [line.split()[3] for line in lines]
+    assert "observations.deleted" in tags
+    starts = {len(line) - len(line.split(None, 4)[4]) for line in lines}
+    assert len(starts) == 1, lines
+    assert starts == {7 + 2 + 26 + 2 + max(len(tag) for tag in BY_TAG) + 1}
 
 
 def test_correct_prints_the_old_depth_with_two_decimals(

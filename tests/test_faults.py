@@ -672,6 +672,11 @@ def test_what_a_killed_import_or_text_index_rebuild_left_is_removed_when_the_sto
     report = verify(filled)
     assert report.ok
     assert report.temp_files == ["import.partial/", "index/text.new/"]
+    shown = keytrail_cli(filled, "verify").stdout
+    for folder in report.temp_files:  # a build cut short: removed, and no file
+        assert (
+            f"temp folder left by a write cut short (the next open removes it): {folder}"
+        ) in shown, shown
     open_and_check(filled).close()
     assert not (filled / "import.partial").exists()
     assert not (filled / "index" / "text.new").exists()
@@ -708,6 +713,16 @@ def test_a_text_index_swap_killed_between_its_renames_is_finished_not_built_agai
     run_killed(KILLED_SWAP, filled)
     index = filled / "index"
     assert not (index / "text").exists() and (index / "text.old").is_dir()
+    if server is None:
+        # verify said of the finished index too that the next open removes it
+        shown = keytrail_cli(filled, "verify").stdout
+        assert (
+            "text index a rebuild finished, not yet in place (the next open renames it to "
+            "index/text): index/text.new/"
+        ) in shown, shown
+        assert (
+            "temp folder left by a write cut short (the next open removes it): index/text.old/"
+        ) in shown, shown
     built = (index / "text.new").stat().st_ino
     store = server or open_and_check(filled)
     store.catch_up_text_index()

@@ -113,6 +113,17 @@ def test_memory_jsonl_into_a_store_that_has_the_entity_adds_only_new_observation
     assert david["observations"] == ["Speaks fluent Spanish", "Prefers morning meetings"]
 
 
+def test_memory_jsonl_observations_compare_as_add_observations_does(store: Store) -> None:
+    """An observation in the file that differs from one the entity has only in how its
+    accents are encoded is no new observation (nor one repeated in the file)."""
+    KnowledgeGraph(store).create_entities([EntityInput("Ana", "person", ["likes café"])])
+    observations = ["likes cafe\u0301", "reads cafe\u0301", "reads café"]
+    line = {"type": "entity", "name": "Ana", "entityType": "person", "observations": observations}
+    import_text(store, json.dumps(line) + "\n", "memory.jsonl")
+    ana = whole_graph(store)["entities"][0]
+    assert ana["observations"] == ["likes café", "reads cafe\u0301"]
+
+
 @pytest.mark.parametrize(
     ("fixture", "needles"),
     [

@@ -247,6 +247,31 @@ def test_search_matches_a_word_however_its_accents_are_encoded(kg: KnowledgeGrap
     assert names(kg.search_nodes("chloe\u0301")) == ["Chloé"]
 
 
+def test_an_observation_is_the_same_however_its_accents_are_encoded(
+    store: Store, kg: KnowledgeGraph
+) -> None:
+    """Observations were compared exactly: "likes cafe" + U+0301 was added next to "likes
+    café" (two observations that look the same), and deleting one in the other encoding found
+    nothing. They compare composed, as names do; the text stays as it was typed."""
+    decomposed = "likes cafe\u0301"
+    made = kg.create_entities([EntityInput("Ana", "person", ["likes café", "is 9", decomposed])])
+    assert made.entities[0].observations == ["likes café", "is 9"]
+    added = kg.add_observations([ObservationInput("Ana", [decomposed, "reads cafe\u0301"])])
+    assert added.results[0].added_observations == ["reads cafe\u0301"]
+    kg.create_entities([EntityInput("Bo", "person", [decomposed])])
+    assert kg.add_observations([ObservationInput("Bo", ["likes café"])]).seq is None
+    assert kg.open_nodes(["Bo"]).entities[0].observations == [decomposed]  # as typed
+    gone = kg.delete_observations(
+        [
+            ObservationInput("Ana", [decomposed, "reads café"]),
+            ObservationInput("Bo", ["likes café"]),
+        ]
+    )
+    assert (gone.deleted_count, gone.message) == (3, "Observations deleted successfully")
+    assert gone.deleted == ["likes café", "reads cafe\u0301", decomposed]
+    assert [e.observations for e in kg.open_nodes(["Ana", "Bo"]).entities] == [["is 9"], []]
+
+
 def test_search_finds_a_turkish_capital_i_typed_as_an_i(kg: KnowledgeGraph) -> None:
     # casefold makes İ into i + U+0307: "istanbul" was no part of "İstanbul", nor the other way
     kg.create_entities(

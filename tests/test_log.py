@@ -25,6 +25,7 @@ from keytrail.events import (
     StoreError,
     TurnRecorded,
     encode_line,
+    require_log,
     segment_name,
 )
 
@@ -275,6 +276,43 @@ def test_an_empty_segment_left_by_a_crash_is_used(tmp_path: Path) -> None:
     assert append(EventLog(tmp_path, segment_bytes=2 * line), 1) == [3]
     assert verify(tmp_path).ok
     assert [e.seq for e in EventLog(tmp_path).read_new()] == [1, 2, 3]
+
+
+def test_empty_segments_keytrail_never_leaves_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """Two empty segments (by hand: keytrail starts a segment only after the one before holds
+    a line): the appender wrote store.created, seq 1, into the last, segment 2, and every
+    reader then refused the store as holding "no complete event" (its first segment held
+    none). The reader, and with it the appender, refuses such a log, naming the segment."""
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    for seq in (1, 2):
+        (log_dir / segment_name(seq)).write_bytes(b"")
+    with pytest.raises(CorruptLog) as caught:
+        created(EventLog(tmp_path))
+    assert caught.value.segment == segment_name(1)
+    assert f"though segment {segment_name(2)} follows it" in caught.value.reason
+    assert [p.stat().st_size for p in segment_files(tmp_path)] == [0, 0]
+    assert require_log(tmp_path) == tmp_path  # readers get as far and say the same
+    with pytest.raises(CorruptLog):
+        EventLog(tmp_path).read_new()
+    # One empty segment named for a later seq than the log's next: never written into.
+    (log_dir / segment_name(1)).unlink()
+    with pytest.raises(CorruptLog) as caught:
+        created(EventLog(tmp_path))
+    assert caught.value.segment == segment_name(2)
+    assert "the log's next event is seq 1" in caught.value.reason
+    assert [p.stat().st_size for p in segment_files(tmp_path)] == [0]
+
+
+def test_an_empty_segment_named_for_the_next_seq_is_still_written_into(tmp_path: Path) -> None:
+    """What a first open or a rollover that died before its line was whole leaves."""
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / segment_name(1)).write_bytes(b"")
+    created(EventLog(tmp_path))
+    assert [json.loads(lines_of(f)[0])["seq"] for f in segment_files(tmp_path)] == [1]
+    assert [e.seq for e in EventLog(tmp_path).read_new()] == [1]
 
 
 def test_a_failed_write_leaves_no_half_line(

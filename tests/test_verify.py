@@ -402,3 +402,11 @@ def test_temp_files_a_killed_writer_left_are_named_and_left_in_place(home: Path)
         in result.stdout
     )
     assert files(home) == before  # verify writes nothing, removes nothing
+
+
+def test_a_store_of_one_event_in_one_segment_is_said_in_the_singular(tmp_path: Path) -> None:
+    """It read "ok: 1 events in 1 segments"."""
+    home = tmp_path / "store"
+    open_store(home).close()
+    shown = keytrail(home, "verify")
+    assert shown.stdout.startswith(f"{home}: ok: 1 event in 1 segment\n"), shown.stdout
