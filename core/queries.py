@@ -1185,7 +1185,8 @@ class Queries:
             self.refresh()
             now = self.clock()
             # What read_memory refuses: an expired one is hidden until cleanup, neighbours too.
-            node = self._visible_memory("memory_id", memory_id, now)
+            asked = self._visible_memory("memory_id", memory_id, now)
+            node = self._related_start(asked)
             memories, keys = self.state.memories, self.state.keys
 
             def shared_by(mid: str) -> bool:
@@ -1233,7 +1234,13 @@ class Queries:
                     )
                     for mid, score in ranked
                 ],
+                asked_id=None if node is asked else asked.id,
             )
+
+    def _related_start(self, node: MemoryNode) -> MemoryNode:
+        """The memory `related` starts from when asked for `node`: itself (at a valid time,
+        a `TimeView` starts from the version of its chain true then)."""
+        return node
 
     # -- listing and stats -----------------------------------------------------------------
 

@@ -162,6 +162,8 @@ class RelatedMemory:
 class Related:
     memory_id: str
     related: list[RelatedMemory]
+    #: with valid_at: the id asked for, when the version true then is another version of it
+    asked_id: str | None = None
 
 
 @dataclass(frozen=True)

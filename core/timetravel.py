@@ -512,6 +512,10 @@ class TimeView(Queries):
             shown = self.memory_view(true_then)
             return shown if true_then is node else replace(shown, asked_id=node.id)
 
+    def _related_start(self, node: MemoryNode) -> MemoryNode:
+        # As read_memory answers: the version true then, or NotFound naming valid_at.
+        return node if self.valid_at is None else self._version_true_then(node)
+
     def _version_true_then(self, node: MemoryNode) -> MemoryNode:
         """The version of `node`'s chain shown at `valid_at`, or NotFound saying when the fact
         was true: from the earliest valid_from of the versions a read by id may show, until

@@ -62,6 +62,8 @@ def cmd_related(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
         return 0
+    if result.asked_id:
+        print(f"asked for {result.asked_id}: related to {result.memory_id}, the version true then")
     if not result.related:
         print(f"nothing related to {result.memory_id}")
     for r in result.related:

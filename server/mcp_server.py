@@ -746,7 +746,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     ) -> Annotated[CallToolResult, Related]:
         """Memories sharing keys with this one (rare keys count most) or linked by related_to.
 
-        Example: related(memory_id="m_3f2a9c1b7d0e") ->
+        With valid_at, the neighbours of the version true then (`asked_id`: the id passed, when
+        that is another version). Example: related(memory_id="m_3f2a9c1b7d0e") ->
         {"related": [{"memory_id": "m_..", "score": 1.5, "shared_keys": [...]}]}
         """
         return _reply(lambda: view(store, as_of, valid_at).related(memory_id, limit))

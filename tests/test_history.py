@@ -558,6 +558,84 @@ def test_cli_read_valid_at_shows_the_version_true_then(
     assert log_bytes(home) == written, "a read at a valid time appended something"
 
 
+def test_mcp_related_valid_at_starts_from_the_version_true_then(
+    make_store: Callable[..., Store],
+) -> None:
+    """related over MCP with valid_at started from the id asked for whatever the time: Paris in
+    2024 had Lyon, its own earlier version, as a neighbour. It starts from the version true then
+    (Lyon) with `asked_id`, and refuses a time when no version was true, naming valid_at."""
+    from mcp import Client
+
+    from keytrail.server.mcp_server import build_server
+
+    store = make_store()
+    told = told_over_time(store)
+    lyon, paris = told["lyon"], told["paris"]
+    written = log_bytes(store.home)
+
+    async def scenario() -> None:
+        async with Client(build_server(store)) as client:
+
+            async def call(**args: Any) -> Any:
+                result = await client.session.call_tool("related", args)
+                assert not result.is_error, (args, result.content)
+                return result.structured_content
+
+            then = await call(memory_id=paris, valid_at=IN_2024)
+            assert (then["memory_id"], then["asked_id"], then["related"]) == (lyon, paris, [])
+            assert (await call(memory_id=lyon, valid_at=IN_2024))["asked_id"] is None
+            later = await call(memory_id=lyon, valid_at="2025-07-01T00:00:00Z")
+            assert (later["memory_id"], later["asked_id"], later["related"]) == (paris, lyon, [])
+            # As of before the correction, Lyon was all the store knew, in 2025 too.
+            believed = await call(memory_id=lyon, as_of=told["before"], valid_at="2025-07-01")
+            assert (believed["memory_id"], believed["asked_id"]) == (lyon, None)
+            early = await client.session.call_tool(
+                "related", {"memory_id": paris, "valid_at": "2019-01-01"}
+            )
+            assert early.is_error
+            assert early.content[0].text.endswith(  # type: ignore[union-attr]
+                f"valid_at: no memory {paris!r}: not yet true at 2019-01-01T00:00:00+00:00 "
+                "(true from 2020-01-01T00:00:00+00:00)"
+            )
+
+    anyio.run(scenario)
+    assert log_bytes(store.home) == written, "related at a valid time appended something"
+
+
+def test_cli_related_valid_at_starts_from_the_version_true_then(
+    tmp_path: Path, hash_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keytrail related PARIS --valid-at 2024` listed Lyon, Paris's own earlier version, as
+    related; it starts from Lyon, the version true then, and says which id was asked for."""
+    from keytrail.core import HashEmbedder, Settings
+    from keytrail.server.cli import main
+
+    home = tmp_path / "store"
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    told = told_over_time(store)
+    store.close()
+    lyon, paris = told["lyon"], told["paris"]
+
+    def out(*args: str) -> str:
+        capsys.readouterr()
+        assert main([*args, "--home", str(home)]) == 0
+        return capsys.readouterr().out
+
+    assert out("related", paris, "--valid-at", IN_2024) == (
+        f"asked for {paris}: related to {lyon}, the version true then\nnothing related to {lyon}\n"
+    )
+    assert "asked for" not in out("related", lyon, "--valid-at", IN_2024)
+    shown = json.loads(out("related", paris, "--valid-at", IN_2024, "--json"))
+    assert (shown["memory_id"], shown["asked_id"], shown["related"]) == (lyon, paris, [])
+    with pytest.raises(SystemExit) as refused:
+        main(["related", lyon, "--valid-at", "2019-01-01", "--home", str(home)])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == (
+        f"keytrail: error: --valid-at: no memory {lyon!r}: not yet true at "
+        "2019-01-01T00:00:00+00:00 (true from 2020-01-01T00:00:00+00:00)\n"
+    )
+
+
 def test_history_of_knowledge_graph_observations(make_store: Callable[..., Store]) -> None:
     from keytrail.core.importers import import_text
     from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput

@@ -254,9 +254,8 @@ def test_every_tool_answers_what_its_listed_output_schema_allows_in_every_branch
                 await call("history", memory_id=memory["memory_id"], limit=1, offset=1)
             # In January Lyon was true (tea not yet): asked for Paris, it answers Lyon.
             for memory in (lyon, paris):
-                await call(
-                    "read_memory", memory_id=memory["memory_id"], valid_at="2026-01-01T00:00Z"
-                )
+                for tool in ("read_memory", "related"):
+                    await call(tool, memory_id=memory["memory_id"], valid_at="2026-01-01T00:00Z")
             await call("read_memory", memory_id=lyon["memory_id"], as_of=start)
             await call("history", memory_id=trip["memory_id"], offset=10**6)
             await call("cleanup_expired", limit=1)

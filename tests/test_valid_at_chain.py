@@ -119,3 +119,66 @@ def test_read_memory_valid_at_refuses_when_no_version_was_true_then(
         seoul.memory_id
     )
     assert log_bytes(store) == written, "a refused read appended something"
+
+
+def neighbours(store: Store, memory_id: str, valid_at: str) -> tuple[str, str | None, list[str]]:
+    answer = view(store, None, valid_at).related(memory_id)
+    contents = [store.state.memories[r.memory_id].content for r in answer.related]
+    return answer.memory_id, answer.asked_id, contents
+
+
+def test_related_valid_at_starts_from_the_version_of_the_chain_true_then(
+    make_store: Callable[..., Store],
+) -> None:
+    """related with valid_at started from the id asked for whatever the time: asked for Busan
+    in 2020, it answered Busan's neighbours then, among them Seoul, its own earlier version. It
+    starts from the version true then, as read_memory does, saying which id was asked for."""
+    store = make_store()
+    seoul = store.remember("The user lives in Seoul", ["home", "Seoul"], valid_from="2020-01-01")
+    busan = store.correct(
+        seoul.memory_id, "The user lives in Busan", ["home", "Busan"], valid_from="2022-01-01"
+    )
+    daegu = store.correct(
+        busan.memory_id, "The user lives in Daegu", ["home", "Daegu"], valid_from="2021-01-01"
+    )
+    store.remember("Seoul has the Han river", ["Seoul"], valid_from="2000-01-01")
+    store.remember("Daegu is hot in summer", ["Daegu"], valid_from="2000-01-01")
+    written = log_bytes(store)
+    for asked in (seoul.memory_id, busan.memory_id, daegu.memory_id):
+        for valid_at, true_id, near in (
+            ("2020-06-01", seoul.memory_id, ["Seoul has the Han river"]),
+            ("2021-06-01", daegu.memory_id, ["Daegu is hot in summer"]),
+            ("2022-06-01", daegu.memory_id, ["Daegu is hot in summer"]),
+        ):
+            assert neighbours(store, asked, valid_at) == (
+                true_id,
+                None if asked == true_id else asked,
+                near,
+            ), (asked, valid_at)
+    assert log_bytes(store) == written, "related at a valid time appended something"
+
+
+def test_related_valid_at_refuses_when_no_version_was_true_then(
+    make_store: Callable[..., Store],
+) -> None:
+    """related answered neighbours for a valid time before the fact was true (a memory told
+    today, in 2000); it is refused as read_memory refuses it, naming valid_at."""
+    store = make_store()
+    today = store.remember("The user drinks tea", ["drinks"])
+    store.remember("The user drank coffee", ["drinks"], valid_from="1990-01-01")
+    told = store.state.memories[today.memory_id].created_at
+    seoul = store.remember("The user lives in Seoul", ["home"], valid_from="2020-01-01")
+    busan = store.correct(seoul.memory_id, "The user lives in Busan", valid_from="2022-01-01")
+    store.forget(busan.memory_id)
+    with pytest.raises(NotFound) as early:
+        view(store, None, "2000-01-01").related(today.memory_id)
+    assert early.value.field == "valid_at"
+    assert early.value.problem == (
+        f"no memory {today.memory_id!r}: not yet true at 2000-01-01T00:00:00+00:00 "
+        f"(true from {told.isoformat()})"
+    )
+    with pytest.raises(NotFound) as ended:
+        view(store, None, "2023-01-01").related(seoul.memory_id)
+    assert ended.value.field == "valid_at"
+    assert "no longer true at 2023-01-01" in ended.value.problem
+    assert neighbours(store, today.memory_id, told.isoformat())[2] == ["The user drank coffee"]
