@@ -82,9 +82,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(page)
         return 0
-    what = "hub keys" if args.hubs else "keys"
+    what = counted(page.total, "hub key" if args.hubs else "key")
     shown = f"{page.offset + 1}-{page.offset + len(page.keys)}" if page.keys else "none"
-    print(f"{page.total} {what}, most memories first (showing {shown})")
+    print(f"{what}, most memories first (showing {shown})")
     for k in page.keys:
         hub = " hub" if k.hub else ""
         aliases = f"  aliases: {', '.join(map(shown_label, k.aliases))}" if k.aliases else ""

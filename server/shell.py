@@ -15,6 +15,7 @@ from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
 from keytrail.core.validation import BIDI_CONTROLS
+from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
 
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
@@ -142,11 +143,6 @@ def set_up_stdout(machine_output: bool) -> None:
 def emit_json(value: Any, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
-
-
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """ "1 turn", "2 turns": a count as a person reads it (`plural` where it is no noun + s)."""
-    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
 
 
 def memories(count: int) -> str:

@@ -11,6 +11,7 @@ from .progress import ProgressBar
 from .shell import (
     OFFSET_HELP,
     PAGE_RANGE,
+    counted,
     emit_json,
     open_store,
     preview,
@@ -67,7 +68,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
         return 0
-    print(f"history of {result.memory_id}: {len(result.versions)} version(s)")
+    print(f"history of {result.memory_id}: {counted(len(result.versions), 'version')}")
     for i, v in enumerate(result.versions, 1):
         valid = f", valid from {short_time(v.valid_from)}" if v.valid_from else ""
         print(
