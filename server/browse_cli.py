@@ -15,6 +15,7 @@ from .shell import (
     counted,
     emit_json,
     memories,
+    note_namespace_never_told,
     open_store,
     preview,
     short_time,
@@ -39,6 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         page = view(store, args.as_of, args.valid_at).list_memories(
             args.namespace, limit, args.offset
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(page)
         return 0
@@ -79,6 +81,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         page = view(store, args.as_of, args.valid_at).browse_keys(
             args.namespace, args.hubs, args.limit, args.offset
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(page)
         return 0

@@ -145,6 +145,23 @@ def emit_json(value: Any, out: TextIO | None = None) -> None:
     out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
 
 
+def note_namespace_never_told(store: Store, args: argparse.Namespace) -> None:
+    """On text output, one note on stderr when a read's --namespace names a namespace no memory
+    was ever told in (a typo answers empty, as a namespace emptied does; export refuses it).
+    The answer stands: an empty namespace is a valid question, and --json says nothing more."""
+    if args.namespace is None or getattr(args, "json", False):
+        return
+    # The memories of the state, forgotten ones too, hold every namespace ever told; scanned
+    # once, and only for a read given --namespace.
+    told = {m.namespace for m in store.state.memories.values()}
+    if args.namespace not in told:
+        print(
+            f"note: no memory was ever told in namespace {args.namespace!r} "
+            f"(namespaces: {', '.join(sorted(told)) or 'none'})",
+            file=sys.stderr,
+        )
+
+
 def memories(count: int) -> str:
     """ "1 memory", "2 memories"."""
     return counted(count, "memory", "memories")

@@ -13,6 +13,7 @@ from .shell import (
     PAGE_RANGE,
     counted,
     emit_json,
+    note_namespace_never_told,
     open_store,
     preview,
     short_time,
@@ -123,6 +124,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             args.offset,
             progress=scan_bar(),
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(result)
         return 0
