@@ -17,6 +17,8 @@ from keytrail.core.queries import clipped
 from keytrail.core.validation import BIDI_CONTROLS
 from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
 
+from .progress import end_open_line
+
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
 PAGE_HELP = "how many to show " + PAGE_RANGE
@@ -154,12 +156,17 @@ def note_namespace_never_told(store: Store, args: argparse.Namespace) -> None:
     # The memories of the state, forgotten ones too, hold every namespace ever told; scanned
     # once, and only for a read given --namespace.
     told = {m.namespace for m in store.state.memories.values()}
-    if args.namespace not in told:
+    if args.namespace in told:
+        return
+    try:
+        end_open_line(sys.stderr)  # after a bar drawn in place (`changes` scanning the log)
         print(
             f"note: no memory was ever told in namespace {args.namespace!r} "
             f"(namespaces: {', '.join(sorted(told)) or 'none'})",
             file=sys.stderr,
         )
+    except OSError:
+        pass  # said before the answer: a stderr no one reads must not cost the answer
 
 
 def memories(count: int) -> str:
