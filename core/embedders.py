@@ -19,6 +19,8 @@ import numpy as np
 from keytrail.events import StoreError
 from keytrail.projections.vectors import Matrix
 
+from .validation import counted
+
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 EMBEDDERS = ("fastembed", "openai", "hash")
@@ -289,8 +291,8 @@ class OpenAIEmbedder:
         rows = sorted(response.data, key=lambda item: item.index)
         if len(rows) != len(texts):
             raise StoreError(
-                f"embeddings endpoint {self.url} returned {len(rows)} vectors for "
-                f"{len(texts)} texts",
+                f"embeddings endpoint {self.url} returned {counted(len(rows), 'vector')} for "
+                f"{counted(len(texts), 'text')}",
                 url=self.url,
                 model=self.model_id,
             )

@@ -137,13 +137,13 @@ def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) ->
 
     Each text once, where first added: two current memories may hold one text (a correction
     onto a text the entity has, a keymem import), and the import, like add_observations, keeps
-    a text once, so listing it twice would make export, import, export give other bytes."""
-    nodes = observation_nodes(state, key, namespace, now)
-    return Entity(
-        name=key.label,
-        entity_type=key.entity_type or "",
-        observations=list(dict.fromkeys(n.content for n in nodes)),
-    )
+    a text once, so listing it twice would make export, import, export give other bytes. Once
+    as add_observations compares (`observation_form`), as first typed: two memories may hold
+    one text in two encodings (told by remember, or added before observations compared so)."""
+    texts: dict[str, str] = {}
+    for node in observation_nodes(state, key, namespace, now):
+        texts.setdefault(observation_form(node.content), node.content)
+    return Entity(name=key.label, entity_type=key.entity_type or "", observations=[*texts.values()])
 
 
 def shown_entity(

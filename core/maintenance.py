@@ -20,6 +20,7 @@ from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VECTORS_DIR, CacheCheck, check_cache
 
 from . import forgetting, tempfiles
+from .validation import counted
 
 Progress = Callable[[int, int], None]
 #: Where the derived files live, relative to a store's directory.
@@ -120,8 +121,8 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
             if torn_tail is not None:
                 name, size = torn_tail
                 problems.append(
-                    f"{name}: torn last line ({size} bytes after the last complete line; "
-                    "the next write cuts it)"
+                    f"{name}: torn last line ({counted(size, 'byte')} after the last complete "
+                    "line; the next write cuts it)"
                 )
     torn_dir = log.dir / "torn"
     torn = sorted(p.name for p in torn_dir.iterdir()) if torn_dir.exists() else []
@@ -478,15 +479,29 @@ class _Derived:
                 # has purged the index, or is purging it now. Judge what the index holds now.
                 left &= self._indexed_now(home)
             found = [
-                (sorted(existed - forgotten - ids), "memories of the log missing"),
-                (sorted(left), "forgotten memories whose text is still indexed"),
-                (sorted(ids - existed - forgotten), "memories the log does not have by then"),
+                (
+                    sorted(existed - forgotten - ids),
+                    "memory of the log missing",
+                    "memories of the log missing",
+                ),
+                (
+                    sorted(left),
+                    "forgotten memory whose text is still indexed",
+                    "forgotten memories whose text is still indexed",
+                ),
+                (
+                    sorted(ids - existed - forgotten),
+                    "memory the log does not have by then",
+                    "memories the log does not have by then",
+                ),
             ]
-            wrong = [f"{len(m)} {what} ({_some(m)})" for m, what in found if m]
+            wrong = [f"{counted(len(m), one, many)} ({_some(m)})" for m, one, many in found if m]
             if wrong:
                 self.problems.append(f"{name} (seq {seq}): " + "; ".join(wrong))
             else:
-                self.checked.append(f"{name} (seq {seq}, {len(ids)} memories)")
+                self.checked.append(
+                    f"{name} (seq {seq}, {counted(len(ids), 'memory', 'memories')})"
+                )
 
         self._later.append(compare)
 
@@ -512,7 +527,9 @@ class _Derived:
             self.problems += [f"{name}: {problem}" for problem in problems]
             if found.manifest is None:
                 if not problems:
-                    self.checked.append(f"{name} ({found.rows} rows, no coverage recorded)")
+                    self.checked.append(
+                        f"{name} ({counted(found.rows, 'row')}, no coverage recorded)"
+                    )
                 continue
             self._at(found.manifest.seq, name, partial(self._coverage, name, found))
 
@@ -548,7 +565,7 @@ class _Derived:
                 f"though its manifest says they all do ({_some(missing)})"
             )
         elif not found.problems and not (found.unzeroed and not self.pending):
-            self.checked.append(f"{name} ({found.rows} rows, covers seq {state.seq})")
+            self.checked.append(f"{name} ({counted(found.rows, 'row')}, covers seq {state.seq})")
 
 
 def _between_writes(home: Path, read: Callable[[], bool]) -> None:

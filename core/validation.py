@@ -16,6 +16,12 @@ NAMESPACE_CHARS = 64
 SESSION_CHARS = 128
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """ "1 turn", "2 turns": a count as a person reads it (`plural` where it is no noun + s).
+    Here, not in the server, because messages of core (errors, verify) count things too."""
+    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
+
+
 @dataclass(frozen=True)
 class KeySpec:
     label: str

@@ -15,6 +15,7 @@ from .shell import (
     counted,
     emit_json,
     memories,
+    note_namespace_never_told,
     open_store,
     preview,
     short_time,
@@ -39,6 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         page = view(store, args.as_of, args.valid_at).list_memories(
             args.namespace, limit, args.offset
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(page)
         return 0
@@ -79,12 +81,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
         page = view(store, args.as_of, args.valid_at).browse_keys(
             args.namespace, args.hubs, args.limit, args.offset
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(page)
         return 0
-    what = "hub keys" if args.hubs else "keys"
+    what = counted(page.total, "hub key" if args.hubs else "key")
     shown = f"{page.offset + 1}-{page.offset + len(page.keys)}" if page.keys else "none"
-    print(f"{page.total} {what}, most memories first (showing {shown})")
+    print(f"{what}, most memories first (showing {shown})")
     for k in page.keys:
         hub = " hub" if k.hub else ""
         aliases = f"  aliases: {', '.join(map(shown_label, k.aliases))}" if k.aliases else ""

@@ -49,6 +49,7 @@ from .shell import (
     counted,
     emit_json,
     existing_home,
+    memories,
     open_store,
     preview,
     settings_from,
@@ -94,7 +95,7 @@ def summary(event: AnyEvent) -> str:
     if tag == "store.created":
         return f"store {data['store_id']} {data.get('software', '')}".strip()
     if tag == "links.adjusted":
-        return f"{len(data['adjustments'])} link adjustments"
+        return counted(len(data["adjustments"]), "link adjustment")
     if tag == "key.aliased":
         learned = " (learned)" if data.get("learned") else ""
         return f"{data['key_id']} + alias {data['alias']!r}{learned}"
@@ -111,7 +112,7 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
         names = ", ".join(
             f"{shown_label(e['name'])} [{shown_label(e['entity_type'])}]" for e in data["entities"]
         )
-        return f"{names}; {len(data.get('observations', []))} observations"
+        return f"{names}; {counted(len(data.get('observations', [])), 'observation')}"
     if tag in ("relations.added", "relations.removed"):
         return ", ".join(
             f"{r['from_key']} -{shown_label(r['relation_type'])}-> {r['to_key']}"
@@ -126,13 +127,16 @@ def kg_summary(tag: str, data: dict[str, Any]) -> str:
         return f"{deleted}; unlinked {unlinked}" if deleted else f"unlinked {unlinked}"
     if tag == "entities.deleted":
         return (
-            f"{', '.join(data['key_ids'])}; {len(data.get('forgotten', []))} observations "
-            f"deleted, {len(data.get('relations', []))} relations removed"
+            f"{', '.join(data['key_ids'])}; "
+            f"{counted(len(data.get('forgotten', [])), 'observation')} deleted, "
+            f"{counted(len(data.get('relations', [])), 'relation')} removed"
         )
     if tag == "graph.imported":
         return (
-            f"{data['format']} {data.get('source', '')}: {len(data.get('keys', []))} keys, "
-            f"{len(data.get('memories', []))} memories, {len(data.get('relations', []))} relations"
+            f"{data['format']} {data.get('source', '')}: "
+            f"{counted(len(data.get('keys', [])), 'key')}, "
+            f"{memories(len(data.get('memories', [])))}, "
+            f"{counted(len(data.get('relations', [])), 'relation')}"
         )
     return ""
 
@@ -378,10 +382,11 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         indexed = store.index_text(index_bar)
         index_bar.finish()
         print(
-            f"rebuilt {store.home}: {store.state.seq} events, {len(store.state.memories)} "
-            f"memories, {len(store.state.keys)} keys, {len(labels)} label vectors, "
-            f"{len(contents)} content vectors ({store.embedder.fingerprint}), "
-            f"{indexed} memories in the text index"
+            f"rebuilt {store.home}: {counted(store.state.seq, 'event')}, "
+            f"{memories(len(store.state.memories))}, {counted(len(store.state.keys), 'key')}, "
+            f"{counted(len(labels), 'label vector')}, "
+            f"{counted(len(contents), 'content vector')} ({store.embedder.fingerprint}), "
+            f"{memories(indexed)} in the text index"
         )
     # The lock the rebuild took cut a crashed writer's unfinished last line, if there was one.
     for name in sorted(set(os.listdir(torn_dir)) - torn_before if torn_dir.is_dir() else []):
@@ -465,7 +470,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     finally:
         log.close()
     bar.finish()
-    print(f"exported {count} events", file=sys.stderr)
+    print(f"exported {counted(count, 'event')}", file=sys.stderr)
     return 0
 
 
@@ -588,7 +593,8 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
         for line in lines:
             out.write(line + "\n")
             count += 1
-    print(f"exported {count} memory.jsonl lines (namespace {namespace})", file=sys.stderr)
+    lines_out = counted(count, "memory.jsonl line")
+    print(f"exported {lines_out} (namespace {namespace})", file=sys.stderr)
     return 0
 
 
@@ -636,7 +642,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             report = write(store)
         if report.seq is None:
             held = (
-                f"its {report.entities} entities, their observations and relations are"
+                f"its {counted(report.entities, 'entity', 'entities')}, their observations and "
+                "relations are"
                 if report.format == "memory-jsonl"
                 else "every memory and key in it is"
             )
@@ -647,8 +654,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         else:
             print(
                 f"imported {label} ({report.format}) into {store.home} at seq {report.seq}: "
-                f"{report.keys} keys, {report.entities} entities, {report.memories} memories, "
-                f"{report.relations} relations",
+                f"{counted(report.keys, 'key')}, {counted(report.entities, 'entity', 'entities')}, "
+                f"{memories(report.memories)}, {counted(report.relations, 'relation')}",
                 file=sys.stderr,
             )
         for note in report.skipped:
@@ -683,7 +690,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                 sync_dir(home)  # the rename itself must survive a crash
     finally:
         log.close()
-    print(f"imported {len(events)} events into {home}", file=sys.stderr)
+    print(f"imported {counted(len(events), 'event')} into {home}", file=sys.stderr)
     return 0
 
 

@@ -46,6 +46,7 @@ from .shell import (
     emit_json,
     is_loopback,
     memories,
+    note_namespace_never_told,
     open_store,
     preview,
     set_up_stdout,
@@ -308,6 +309,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
         result = view(store, args.as_of, args.valid_at).recall(
             args.query, args.top_k, args.namespace, args.context
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(result)
         return 0
@@ -331,6 +333,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
         page = view(store, args.as_of, args.valid_at).read_key(
             args.key_id, args.query, args.namespace, args.limit, args.offset
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(page)
         return 0

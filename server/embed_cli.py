@@ -19,7 +19,7 @@ from keytrail.core import reembed as projection
 from keytrail.core.embedders import name_of
 
 from .progress import ProgressBar
-from .shell import emit_json, open_store
+from .shell import counted, emit_json, open_store
 
 #: Fewer texts than this to embed are built silently (e.g. the labels of the last write).
 QUIET_BELOW = 64
@@ -104,7 +104,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
             for fp, rows, seq in found:
                 mark = "*" if fp in current else " "
                 covered = "not recorded" if seq is None else f"up to seq {seq}"
-                print(f"{mark} {fp}: {rows} vectors, {covered}")
+                print(f"{mark} {fp}: {counted(rows, 'vector')}, {covered}")
         return 0
     with open_store(args, build_projection=False) as store:
         bar = ProgressBar(f"embed {store.embedder.fingerprint}")
@@ -116,10 +116,10 @@ def cmd_reembed(args: argparse.Namespace) -> int:
         rate = result.embedded / result.seconds if result.seconds > 0 else 0.0
         print(
             f"{store.home}: projection {result.fingerprint} at seq {result.seq}: "
-            f"{result.texts} texts ({result.embedded} embedded, "
-            f"{result.texts - result.embedded} from the cache), {result.key_rows} key rows, "
-            f"{result.memory_rows} memory rows in {result.seconds:.1f} s"
-            + (f" ({rate:.0f} texts/s)" if result.embedded else "")
+            f"{counted(result.texts, 'text')} ({result.embedded} embedded, "
+            f"{result.texts - result.embedded} from the cache), "
+            f"{counted(result.key_rows, 'key row')}, {counted(result.memory_rows, 'memory row')} "
+            f"in {result.seconds:.1f} s" + (f" ({rate:.0f} texts/s)" if result.embedded else "")
         )
     return 0
 

@@ -5,7 +5,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .shell import TOP_K_HELP, emit_json, open_store, preview
+from .shell import TOP_K_HELP, emit_json, note_namespace_never_told, open_store, preview
 from .time_cli import add_time_options
 
 # Here rather than in hybrid_tools: importing that module imports mcp_server, whose tool
@@ -25,6 +25,7 @@ def cmd_recall_memories(args: argparse.Namespace) -> int:
             as_of=args.as_of,
             valid_at=args.valid_at,
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(result)
         return 0

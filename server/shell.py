@@ -15,6 +15,9 @@ from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
 from keytrail.core.validation import BIDI_CONTROLS
+from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
+
+from .progress import end_open_line
 
 #: Help of the paging flags; the limit is the store's (KEYTRAIL_MAX_PAGE), checked by core.
 PAGE_RANGE = "(default {default}, or KEYTRAIL_MAX_PAGE if lower; at most KEYTRAIL_MAX_PAGE, 200)"
@@ -144,9 +147,26 @@ def emit_json(value: Any, out: TextIO | None = None) -> None:
     out.write(json.dumps(to_dict(value), ensure_ascii=False, indent=2) + "\n")
 
 
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """ "1 turn", "2 turns": a count as a person reads it (`plural` where it is no noun + s)."""
-    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
+def note_namespace_never_told(store: Store, args: argparse.Namespace) -> None:
+    """On text output, one note on stderr when a read's --namespace names a namespace no memory
+    was ever told in (a typo answers empty, as a namespace emptied does; export refuses it).
+    The answer stands: an empty namespace is a valid question, and --json says nothing more."""
+    if args.namespace is None or getattr(args, "json", False):
+        return
+    # The memories of the state, forgotten ones too, hold every namespace ever told; scanned
+    # once, and only for a read given --namespace.
+    told = {m.namespace for m in store.state.memories.values()}
+    if args.namespace in told:
+        return
+    try:
+        end_open_line(sys.stderr)  # after a bar drawn in place (`changes` scanning the log)
+        print(
+            f"note: no memory was ever told in namespace {args.namespace!r} "
+            f"(namespaces: {', '.join(sorted(told)) or 'none'})",
+            file=sys.stderr,
+        )
+    except OSError:
+        pass  # said before the answer: a stderr no one reads must not cost the answer
 
 
 def memories(count: int) -> str:

@@ -11,7 +11,9 @@ from .progress import ProgressBar
 from .shell import (
     OFFSET_HELP,
     PAGE_RANGE,
+    counted,
     emit_json,
+    note_namespace_never_told,
     open_store,
     preview,
     short_time,
@@ -67,7 +69,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
         return 0
-    print(f"history of {result.memory_id}: {len(result.versions)} version(s)")
+    print(f"history of {result.memory_id}: {counted(len(result.versions), 'version')}")
     for i, v in enumerate(result.versions, 1):
         valid = f", valid from {short_time(v.valid_from)}" if v.valid_from else ""
         print(
@@ -122,6 +124,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             args.offset,
             progress=scan_bar(),
         )
+        note_namespace_never_told(store, args)
     if args.json:
         emit_json(result)
         return 0

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from keytrail.events import EventLog
+from keytrail.events import EventLog, LinkDelta, LinksAdjusted
 from keytrail.projections.snapshot import read_header
+from keytrail.server.care import kg_summary, summary
 
 REPO = Path(__file__).resolve().parent.parent
 VERBS = [
@@ -795,3 +796,77 @@ def test_read_of_a_corrected_version_says_superseded_not_active(home: Path) -> N
     record = kt_json(home, "read", old)
     assert (record["status"], record["superseded_by"]) == ("superseded", new)
     assert kt_json(home, "read", new)["status"] == "active"
+
+
+def test_counts_of_one_are_said_in_the_singular(
+    tmp_path: Path, hash_cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each said "1 memories", "1 keys", "1 events" or "1 entities"."""
+    from keytrail.core import HashEmbedder, Settings, Store
+    from keytrail.server.cli import main
+
+    def said(home: Path, *args: str) -> str:
+        assert main([*args, "--home", str(home)]) == 0
+        out = capsys.readouterr()
+        return out.out + out.err
+
+    home = tmp_path / "store"
+    told = json.loads(said(home, "remember", "the door code is 4711", "-k", "door", "--json"))
+    rebuilt = said(home, "rebuild")
+    assert "1 memory, 1 key, 1 label vector, 1 content vector (" in rebuilt
+    assert "1 memory in the text index" in rebuilt
+    assert "index/text (seq 2, 1 memory)" in said(home, "verify")
+    assert said(home, "keys").startswith("1 key, most memories first")
+    assert "1 key row, 1 memory row" in said(home, "reembed")
+    assert f"history of {told['memory_id']}: 1 version\n" in said(
+        home, "history", told["memory_id"]
+    )
+
+    fresh = tmp_path / "fresh"  # a store of one event: store.created
+    Store(Settings(home=fresh, embedder="hash"), embedder=HashEmbedder()).close()
+    backup = tmp_path / "backup.jsonl"
+    assert said(fresh, "export", "-o", str(backup)).endswith("exported 1 event\n")
+    assert "imported 1 event into" in said(tmp_path / "copy", "import", str(backup))
+
+    graph = tmp_path / "memory.jsonl"
+    graph.write_text(
+        '{"type": "entity", "name": "Door", "entityType": "thing", "observations": ["code 4711"]}\n'
+    )
+    kg = tmp_path / "kg"
+    assert ": 1 key, 1 entity, 1 memory, 0 relations" in said(kg, "import", str(graph))
+    assert "its 1 entity, their" in said(kg, "import", str(graph))
+    assert "exported 1 memory.jsonl line (" in said(kg, "export", "--format", "memory-jsonl")
+
+
+@pytest.mark.parametrize(
+    ("tag", "data", "shown"),
+    [
+        ("entities.created", {"entities": [], "observations": ["x"]}, "; 1 observation"),
+        (
+            "entities.deleted",
+            {"key_ids": ["k_1"], "forgotten": ["m_1"], "relations": [{}]},
+            "k_1; 1 observation deleted, 1 relation removed",
+        ),
+        (
+            "graph.imported",
+            {
+                "format": "keymem",
+                "source": "g.json",
+                "keys": [{}],
+                "memories": [{}],
+                "relations": [{}],
+            },
+            "keymem g.json: 1 key, 1 memory, 1 relation",
+        ),
+    ],
+)
+def test_log_summaries_say_a_count_of_one_in_the_singular(
+    tag: str, data: dict[str, Any], shown: str
+) -> None:
+    """`keytrail log` said "1 observations", "1 relations removed", "1 keys, 1 memories"."""
+    assert kg_summary(tag, data) == shown
+
+
+def test_a_links_adjusted_summary_says_one_link_adjustment() -> None:
+    delta = LinkDelta(key_id="k_1", memory_id="m_1", delta=0.1)
+    assert summary(LinksAdjusted(adjustments=[delta])) == "1 link adjustment"

@@ -48,3 +48,13 @@ def test_rebuild_finishes_when_no_one_reads_its_progress(tmp_path: Path) -> None
     assert proc.stdout.decode().startswith(f"rebuilt {home}: ")
     checked = kt_json(home, "verify")["caches_checked"]
     assert any("snapshot" in c for c in checked) and any("vectors" in c for c in checked)
+
+
+def test_a_read_answers_when_no_one_reads_its_note(tmp_path: Path) -> None:
+    """The note that a namespace was never told goes to stderr before the answer is printed:
+    a gone stderr must not take the answer with it."""
+    home = tmp_path / "store"
+    kt(home, "remember", "Dana lives in Lyon", "-n", "Dana")
+    proc = kt_closed_stderr(home, "list", "--namespace", "wrok")
+    assert proc.returncode == 0
+    assert proc.stdout.decode().startswith("0 memories, newest first")

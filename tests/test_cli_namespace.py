@@ -100,3 +100,50 @@ def test_importing_a_keytrail_export_refuses_namespace(
     err = capsys.readouterr().err
     assert err.startswith("keytrail: error: --namespace: ") and err.count("\n") == 1
     assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["list"],
+        ["keys"],
+        ["recall", "Porto"],
+        ["read-key", "KEY"],
+        ["recall-memories", "Porto"],
+        ["changes"],
+    ],
+)
+def test_a_read_of_a_namespace_never_told_says_so_on_text_output(
+    make_store: Callable[..., Store],
+    capsys: pytest.CaptureFixture[str],
+    hash_cli: None,
+    verb: list[str],
+) -> None:
+    """`list --namespace wrok` answered empty without a word (export refuses it): an empty
+    namespace is a fair question, so the answer stands, with a note naming the namespaces. A
+    namespace whose memories are all forgotten held some: no note."""
+    store = make_store()
+    store.remember("Ana moved to Porto", keys=["Ana"], namespace="home")
+    store.forget(
+        store.remember("Ana's old flat in Lisbon", keys=["Ana"], namespace="old").memory_id
+    )
+    key = store.state.key_for_label("Ana")
+    assert key is not None
+    store.close()
+    argv = [*[key.id if a == "KEY" else a for a in verb], "--home", str(store.home)]
+    note = "note: no memory was ever told in namespace 'wrok' (namespaces: home, old)"
+
+    def said(*extra: str) -> tuple[str, str]:
+        assert main([*argv, *extra]) == 0
+        out = capsys.readouterr()
+        return out.out, out.err
+
+    out, err = said("--namespace", "wrok")
+    assert [line for line in err.splitlines() if "note" in line] == [note], err
+    assert "Porto" not in out
+    for extra in (
+        ["--namespace", "wrok", "--json"],
+        ["--namespace", "old"],
+        ["--namespace", "home"],
+    ):
+        assert "note" not in said(*extra)[1], extra

@@ -245,7 +245,7 @@ def test_cli_history_changes_and_as_of(tmp_path: Path) -> None:
     page = json.loads(kt(home, "read-key", fixed["keys"][0]["key_id"], "--as-of", "2", "--json"))
     assert [m["memory_id"] for m in page["memories"]] == [mid]
     text = kt(home, "history", fixed["memory_id"])
-    assert "2 version(s)" in text and "valid from 2026-03-15" in text
+    assert "2 versions" in text and "valid from 2026-03-15" in text
     assert "read" in text and f"corrected by {fixed['memory_id']}" in text
     assert "depth 0.050" in text
     data = json.loads(kt(home, "history", mid, "--json"))

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from keytrail.core import InvalidInput, Settings, Store
+from keytrail.core.exporters import memory_jsonl_lines
 from keytrail.core.importers import check_import, detect_format, import_text
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.maintenance import verify
@@ -650,3 +651,14 @@ def test_an_observation_held_twice_exports_once_so_the_round_trip_gives_the_same
         == 0
     )
     assert again.read_bytes() == first.read_bytes()
+
+
+def test_an_observation_held_in_two_encodings_exports_once(store: Store) -> None:
+    """Observations compare composed (NFC), but the export kept each exact text once: a memory
+    told under the entity's name in the other encoding (or two stored before observations
+    compared composed) was written twice, and the import keeps one of them."""
+    kg = KnowledgeGraph(store)
+    kg.create_entities([EntityInput("Ann", "person", ["likes café", "tall"])])
+    store.remember("likes cafe\u0301", ["Ann"])
+    lines = memory_jsonl_lines(store.state, "default", datetime.now(UTC))
+    assert [json.loads(line)["observations"] for line in lines] == [["likes café", "tall"]]

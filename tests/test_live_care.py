@@ -104,7 +104,7 @@ def test_verify_reads_the_text_index_only_between_another_processs_writes_of_it(
         server.close()
     report = reports[0]
     assert report.ok and report.caches_ignored == [], report.caches_ignored
-    assert any(c.startswith("index/text (seq 2, 1 memories)") for c in report.caches_checked)
+    assert any(c.startswith("index/text (seq 2, 1 memory)") for c in report.caches_checked)
 
 
 def test_verify_is_clean_when_a_server_replaces_the_snapshot_while_it_runs(

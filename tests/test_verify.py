@@ -177,7 +177,7 @@ def test_a_forgotten_memorys_text_left_in_the_index_is_a_problem(
     shutil.copytree(tmp_path / "before-forget", home / "index" / "text")
     report = verify(home)
     assert any(
-        "1 forgotten memories whose text is still indexed" in p and kept.memory_id in p
+        "1 forgotten memory whose text is still indexed" in p and kept.memory_id in p
         for p in report.cache_problems
     )
     # The same traces while that forget's purge is recorded as unfinished (a forget killed
@@ -202,7 +202,7 @@ def test_a_memory_missing_from_the_index_is_a_problem(home: Path) -> None:
     writer.commit()
     writer.wait_merging_threads()
     report = verify(home)
-    assert any("1 memories of the log missing" in p and victim in p for p in report.cache_problems)
+    assert any("1 memory of the log missing" in p and victim in p for p in report.cache_problems)
     drop_cache(home)
     store = open_store(home)
     store.index_text()
