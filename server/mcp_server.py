@@ -29,8 +29,20 @@ import msgspec
 from anyio.lowlevel import RunVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
+from mcp.types import (
+    CallToolResult,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 import keytrail
@@ -954,15 +966,83 @@ def run_stdio(store: Store) -> None:
     143), silently (see `_end_on_interrupt`).
     """
     server = build_server(store)
+    lowlevel = server._lowlevel_server  # what run_stdio_async runs, given streams of ours
 
     async def serve() -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(_end_on_interrupt, store)
             _build_while_serving(store)  # only now: Ctrl-C must find its handler in place
-            await server.run_stdio_async()
+            async with stdio_server() as (stdin, stdout), anyio.create_task_group() as relays:
+                unanswered = _Unanswered()
+                to_server, read = anyio.create_memory_object_stream[SessionMessage | Exception]()
+                write, from_server = anyio.create_memory_object_stream[SessionMessage]()
+                relays.start_soon(_pass_requests, stdin, to_server, unanswered)
+                relays.start_soon(_pass_answers, from_server, stdout, unanswered)
+                await lowlevel.run(read, write, lowlevel.create_initialization_options())
             tasks.cancel_scope.cancel()  # stdin ended: stop listening for Ctrl-C
 
     anyio.run(serve)
+
+
+class _Unanswered:
+    """The ids of the client's requests read from stdin and not answered yet."""
+
+    def __init__(self) -> None:
+        self.ids: set[str | int] = set()
+        self._changed = anyio.Event()
+
+    def add(self, request_id: str | int) -> None:
+        self.ids.add(coerce_request_id(request_id))
+
+    def discard(self, request_id: str | int | None) -> None:
+        if request_id is not None:
+            self.ids.discard(coerce_request_id(request_id))
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_for_none(self) -> None:
+        while self.ids:
+            await self._changed.wait()
+
+
+async def _pass_requests(
+    stdin: anyio.abc.ObjectReceiveStream[SessionMessage | Exception],
+    to_server: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+    unanswered: _Unanswered,
+) -> None:
+    """Pass what stdin brings to the server; at its end, wait for every request to be answered
+    before the server hears of it.
+
+    The SDK cancels the calls still running when its input ends: `printf '<requests>' |
+    keytrail serve` had a remember land in the log unanswered (a tool's thread runs to its
+    end), so the client could not tell it had been stored. A request the client cancelled is
+    never answered, so it is not waited for. SIGTERM still ends a server that waits."""
+    async with to_server:
+        async for item in stdin:
+            if isinstance(item, SessionMessage):
+                message = item.message
+                if isinstance(message, JSONRPCRequest):
+                    unanswered.add(message.id)
+                elif (
+                    isinstance(message, JSONRPCNotification)
+                    and message.method == "notifications/cancelled"
+                ):
+                    unanswered.discard(cancelled_request_id_from_params(message.params))
+            await to_server.send(item)
+        await unanswered.wait_for_none()
+
+
+async def _pass_answers(
+    from_server: anyio.abc.ObjectReceiveStream[SessionMessage],
+    stdout: anyio.abc.ObjectSendStream[SessionMessage],
+    unanswered: _Unanswered,
+) -> None:
+    """Pass what the server writes to stdout, noting the requests it answers."""
+    async with from_server, stdout:
+        async for item in from_server:
+            await stdout.send(item)
+            if isinstance(item.message, JSONRPCResponse | JSONRPCError):
+                unanswered.discard(item.message.id)
 
 
 async def _end_on_interrupt(

@@ -630,6 +630,48 @@ def test_a_tool_that_meets_an_os_error_says_which_file_and_why(home: Path, errlo
     run(test)
 
 
+def test_requests_piped_before_stdin_closes_are_all_answered(home: Path) -> None:
+    """`printf '<requests>' | keytrail serve`: stdin ends right after the requests. The SDK
+    cancels what is still running at end of input, so a remember landed in the log but its
+    answer was never written (and a quick read's answer only sometimes): the client could
+    not tell whether it had been stored. Every request read is answered before the server
+    leaves, and the write lands once."""
+    batch = [
+        {"content": f"Piped fact {i}: the beacon {i} is lit", "keys": ["beacon"]} for i in range(40)
+    ]
+    requests = [
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "memory_stats", "arguments": {}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "remember_batch", "arguments": {"items": batch}},
+        },
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        env=server_env(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3], proc.stderr
+    remembered = answers[3]["result"]["structuredContent"]["memories"]
+    assert len(remembered) == len(batch)
+    assert log_bytes(home).count(b'"memory.remembered"') == 1
+
+
 def test_http_remember_and_recall(http_server: tuple[str, str]) -> None:
     url, token = http_server
 
