@@ -1119,8 +1119,11 @@ def check_listen(host: str, port: int) -> None:
 
 def run_http(
     store: Store, host: str, port: int, token: str | None, log_level: str = "warning"
-) -> None:
-    """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given."""
+) -> int | None:
+    """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given.
+
+    Returns SIGTERM if that stopped it, for the caller to die of once it has closed the store;
+    None otherwise."""
     import uvicorn
 
     app: Any = build_server(store).streamable_http_app(
@@ -1129,4 +1132,12 @@ def run_http(
     if token:
         app = BearerAuth(app, token)
     _build_while_serving(store)  # as over stdio: answer at once, build in the background
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    # uvicorn shuts down on SIGTERM, then raises it again to die of it: by default that killed
+    # the process in uvicorn.run, before the caller closed the store (no snapshot saved).
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: stopped.append(signum))
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return stopped[0] if stopped else None
