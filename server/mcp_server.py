@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, cast
@@ -972,31 +973,41 @@ def run_stdio(store: Store) -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(_end_on_interrupt, store)
             _build_while_serving(store)  # only now: Ctrl-C must find its handler in place
-            async with stdio_server() as (stdin, stdout), anyio.create_task_group() as relays:
-                unanswered = _Unanswered()
-                to_server, read = anyio.create_memory_object_stream[SessionMessage | Exception]()
-                write, from_server = anyio.create_memory_object_stream[SessionMessage]()
-                relays.start_soon(_pass_requests, stdin, to_server, unanswered)
-                relays.start_soon(_pass_answers, from_server, stdout, unanswered)
-                await lowlevel.run(read, write, lowlevel.create_initialization_options())
+            try:
+                async with stdio_server() as (stdin, stdout), anyio.create_task_group() as relays:
+                    unanswered = _Unanswered()
+                    to_server, read = anyio.create_memory_object_stream[
+                        SessionMessage | Exception
+                    ]()
+                    write, from_server = anyio.create_memory_object_stream[SessionMessage]()
+                    relays.start_soon(_pass_requests, stdin, to_server, unanswered)
+                    relays.start_soon(_pass_answers, from_server, stdout, unanswered)
+                    await lowlevel.run(read, write, lowlevel.create_initialization_options())
+            except* BrokenPipeError:
+                pass  # the client is gone (killed): no one is left to answer
             tasks.cancel_scope.cancel()  # stdin ended: stop listening for Ctrl-C
 
     anyio.run(serve)
 
 
 class _Unanswered:
-    """The ids of the client's requests read from stdin and not answered yet."""
+    """The ids of the client's requests read from stdin and not answered yet (counted: a
+    client may reuse an id while its first request is still running)."""
 
     def __init__(self) -> None:
-        self.ids: set[str | int] = set()
+        self.ids: Counter[str | int] = Counter()
         self._changed = anyio.Event()
 
     def add(self, request_id: str | int) -> None:
-        self.ids.add(coerce_request_id(request_id))
+        self.ids[coerce_request_id(request_id)] += 1
 
-    def discard(self, request_id: str | int | None) -> None:
+    def discard(self, request_id: str | int | None, every: bool = False) -> None:
+        """One request of that id answered, or `every` one of them cancelled."""
         if request_id is not None:
-            self.ids.discard(coerce_request_id(request_id))
+            request_id = coerce_request_id(request_id)
+            self.ids[request_id] = 0 if every else self.ids[request_id] - 1
+            if self.ids[request_id] <= 0:
+                del self.ids[request_id]
             self._changed.set()
             self._changed = anyio.Event()
 
@@ -1027,7 +1038,7 @@ async def _pass_requests(
                     isinstance(message, JSONRPCNotification)
                     and message.method == "notifications/cancelled"
                 ):
-                    unanswered.discard(cancelled_request_id_from_params(message.params))
+                    unanswered.discard(cancelled_request_id_from_params(message.params), every=True)
             await to_server.send(item)
         await unanswered.wait_for_none()
 
