@@ -97,7 +97,11 @@ def parse_as_of(value: object | None, field: str = "as_of") -> int | datetime | 
     # ASCII digits only: int() also reads other scripts' digits ("٣" is 3), which no one
     # typing a seq means.
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value.strip())
+        digits = value.strip()
+        try:
+            return int(digits)
+        except ValueError:  # over the 4,300 digits int() reads: no log holds such a seq
+            raise InvalidInput(field, f"a seq of {len(digits)} digits is outside the log") from None
     return parse_time(field, value)
 
 

@@ -12,6 +12,7 @@ import argparse
 import errno
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -133,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # A missing or stale embedding projection is built in the background once serving starts
     # (run_stdio, run_http), which then warms the store up: initialize is answered at once.
     store = open_store(args, build_projection=False)
+    stopped_by = None  # the signal `serve --http` is to die of (SIGTERM), once the store is closed
     try:
         if args.http:
             # An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8765/mcp.
@@ -145,7 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            run_http(store, args.host, args.port, token)
+            stopped_by = run_http(store, args.host, args.port, token)
         else:
             # stderr is the client's server log (stdout carries the protocol): say which store.
             print(
@@ -156,6 +158,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             run_stdio(store)
     finally:
         store.close()
+    if stopped_by is not None:
+        sys.stderr.flush()
+        signal.raise_signal(stopped_by)  # its default action: the status a supervisor expects
     if store.projection_state().status == "building":
         # The client is gone while the projection is still being built. Its thread may be
         # inside the model, and an interpreter shutting down under ONNX Runtime aborts the
@@ -462,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"{STORE_SPLIT} Exit status: 0 done, 1 verify found problems, 2 error (the "
         "message says what), 130 stopped by Ctrl-C (one line says what that left; serve over "
         "stdio ends silently, and with 143 on SIGTERM; serve --http shuts down cleanly with 0, "
-        "and log --follow stops with 0).",
+        "143 on SIGTERM, and log --follow stops with 0).",
     )
     parser.add_argument("--version", action="version", version=f"keytrail {keytrail.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, cast
@@ -29,8 +30,20 @@ import msgspec
 from anyio.lowlevel import RunVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
+from mcp.types import (
+    CallToolResult,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 import keytrail
@@ -954,15 +967,93 @@ def run_stdio(store: Store) -> None:
     143), silently (see `_end_on_interrupt`).
     """
     server = build_server(store)
+    lowlevel = server._lowlevel_server  # what run_stdio_async runs, given streams of ours
 
     async def serve() -> None:
         async with anyio.create_task_group() as tasks:
             await tasks.start(_end_on_interrupt, store)
             _build_while_serving(store)  # only now: Ctrl-C must find its handler in place
-            await server.run_stdio_async()
+            try:
+                async with stdio_server() as (stdin, stdout), anyio.create_task_group() as relays:
+                    unanswered = _Unanswered()
+                    to_server, read = anyio.create_memory_object_stream[
+                        SessionMessage | Exception
+                    ]()
+                    write, from_server = anyio.create_memory_object_stream[SessionMessage]()
+                    relays.start_soon(_pass_requests, stdin, to_server, unanswered)
+                    relays.start_soon(_pass_answers, from_server, stdout, unanswered)
+                    await lowlevel.run(read, write, lowlevel.create_initialization_options())
+            except* BrokenPipeError:
+                pass  # the client is gone (killed): no one is left to answer
             tasks.cancel_scope.cancel()  # stdin ended: stop listening for Ctrl-C
 
     anyio.run(serve)
+
+
+class _Unanswered:
+    """The ids of the client's requests read from stdin and not answered yet (counted: a
+    client may reuse an id while its first request is still running)."""
+
+    def __init__(self) -> None:
+        self.ids: Counter[str | int] = Counter()
+        self._changed = anyio.Event()
+
+    def add(self, request_id: str | int) -> None:
+        self.ids[coerce_request_id(request_id)] += 1
+
+    def discard(self, request_id: str | int | None, every: bool = False) -> None:
+        """One request of that id answered, or `every` one of them cancelled."""
+        if request_id is not None:
+            request_id = coerce_request_id(request_id)
+            self.ids[request_id] = 0 if every else self.ids[request_id] - 1
+            if self.ids[request_id] <= 0:
+                del self.ids[request_id]
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_for_none(self) -> None:
+        while self.ids:
+            await self._changed.wait()
+
+
+async def _pass_requests(
+    stdin: anyio.abc.ObjectReceiveStream[SessionMessage | Exception],
+    to_server: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+    unanswered: _Unanswered,
+) -> None:
+    """Pass what stdin brings to the server; at its end, wait for every request to be answered
+    before the server hears of it.
+
+    The SDK cancels the calls still running when its input ends: `printf '<requests>' |
+    keytrail serve` had a remember land in the log unanswered (a tool's thread runs to its
+    end), so the client could not tell it had been stored. A request the client cancelled is
+    never answered, so it is not waited for. SIGTERM still ends a server that waits."""
+    async with to_server:
+        async for item in stdin:
+            if isinstance(item, SessionMessage):
+                message = item.message
+                if isinstance(message, JSONRPCRequest):
+                    unanswered.add(message.id)
+                elif (
+                    isinstance(message, JSONRPCNotification)
+                    and message.method == "notifications/cancelled"
+                ):
+                    unanswered.discard(cancelled_request_id_from_params(message.params), every=True)
+            await to_server.send(item)
+        await unanswered.wait_for_none()
+
+
+async def _pass_answers(
+    from_server: anyio.abc.ObjectReceiveStream[SessionMessage],
+    stdout: anyio.abc.ObjectSendStream[SessionMessage],
+    unanswered: _Unanswered,
+) -> None:
+    """Pass what the server writes to stdout, noting the requests it answers."""
+    async with from_server, stdout:
+        async for item in from_server:
+            await stdout.send(item)
+            if isinstance(item.message, JSONRPCResponse | JSONRPCError):
+                unanswered.discard(item.message.id)
 
 
 async def _end_on_interrupt(
@@ -1039,8 +1130,11 @@ def check_listen(host: str, port: int) -> None:
 
 def run_http(
     store: Store, host: str, port: int, token: str | None, log_level: str = "warning"
-) -> None:
-    """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given."""
+) -> int | None:
+    """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given.
+
+    Returns SIGTERM if that stopped it, for the caller to die of once it has closed the store;
+    None otherwise."""
     import uvicorn
 
     app: Any = build_server(store).streamable_http_app(
@@ -1049,4 +1143,12 @@ def run_http(
     if token:
         app = BearerAuth(app, token)
     _build_while_serving(store)  # as over stdio: answer at once, build in the background
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    # uvicorn shuts down on SIGTERM, then raises it again to die of it: by default that killed
+    # the process in uvicorn.run, before the caller closed the store (no snapshot saved).
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: stopped.append(signum))
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return stopped[0] if stopped else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -250,3 +251,50 @@ def test_an_http_option_without_http_is_refused(tmp_path: Path, flag: list[str])
         f"keytrail: error: {flag[0]}: is for serving over HTTP: add --http (stdio has no address)\n"
     )
     assert not home.exists()
+
+
+def test_sigterm_closes_the_store_before_the_http_server_dies_of_it(tmp_path: Path) -> None:
+    """uvicorn shuts down on SIGTERM (how a service manager or a container stops a server),
+    then raises the signal again to die of it: that killed the process inside uvicorn.run,
+    before `serve` closed the store, so the snapshot of what it had folded was never saved
+    (safe, the log is the truth, but every start replayed the log from the last snapshot).
+    It still dies of SIGTERM, as before, once the store is closed."""
+    import signal
+
+    home = tmp_path / "store"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", "--http", "--port", str(port)],
+        env=server_env(home),
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "serving" in proc.stderr.readline()
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx2.Client(timeout=20) as client:
+            for _ in range(100):  # the banner comes just before uvicorn listens
+                try:
+                    init = client.post(url, json=INIT, headers=HEADERS)
+                    break
+                except httpx2.ConnectError:
+                    time.sleep(0.1)
+            session = {**HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            client.post(url, json=initialized, headers=session)
+            for i in range(3):
+                arguments = {"content": f"Fact {i} about the harbour", "keys": ["harbour"]}
+                params = {"name": "remember", "arguments": arguments}
+                request = {"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call", "params": params}
+                assert client.post(url, json=request, headers=session).status_code == 200
+        snapshot = home / "cache" / "snapshot" / "keygraph.msgpack"
+        assert not snapshot.exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert snapshot.exists()

@@ -630,6 +630,99 @@ def test_a_tool_that_meets_an_os_error_says_which_file_and_why(home: Path, errlo
     run(test)
 
 
+def test_requests_piped_before_stdin_closes_are_all_answered(home: Path) -> None:
+    """`printf '<requests>' | keytrail serve`: stdin ends right after the requests. The SDK
+    cancels what is still running at end of input, so a remember landed in the log but its
+    answer was never written (and a quick read's answer only sometimes): the client could
+    not tell whether it had been stored. Every request read is answered before the server
+    leaves, and the write lands once."""
+    batch = [
+        {"content": f"Piped fact {i}: the beacon {i} is lit", "keys": ["beacon"]} for i in range(40)
+    ]
+    requests = [
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "memory_stats", "arguments": {}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "remember_batch", "arguments": {"items": batch}},
+        },
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        env=server_env(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3], proc.stderr
+    remembered = answers[3]["result"]["structuredContent"]["memories"]
+    assert len(remembered) == len(batch)
+    assert log_bytes(home).count(b'"memory.remembered"') == 1
+
+
+def test_a_client_gone_mid_call_ends_the_server_quietly(home: Path) -> None:
+    """A client killed mid-call closes both pipes: the answer the server then writes meets a
+    broken pipe. That is no error of the server's: it ends with 0, without a traceback, and
+    the write is in the log whole."""
+    requests = [
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "remember_batch",
+                "arguments": {
+                    "items": [{"content": f"Gone {i}", "keys": ["gone"]} for i in range(40)]
+                },
+            },
+        },
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        env=server_env(home),
+        cwd=str(REPO),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    proc.stdout.close()  # gone before the answer to the batch
+    proc.stdin.close()
+    try:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    assert "Traceback" not in proc.stderr.read()
+    assert log_bytes(home).count(b'"memory.remembered"') <= 1
+    check = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "verify"],
+        env=server_env(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_http_remember_and_recall(http_server: tuple[str, str]) -> None:
     url, token = http_server
 

@@ -49,3 +49,19 @@ def test_a_seq_is_ascii_digits_only(value: str) -> None:
 def test_utc_in_either_case_is_one_instant(value: str) -> None:
     """RFC 3339 allows 'z' and 't' in lower case; '...09:00:00z' was refused as not ISO-8601."""
     assert parse_time("as_of", value) == parse_time("as_of", "2026-03-01T09:00:00Z")
+
+
+@pytest.mark.parametrize("field", ["as_of", "since"])
+def test_a_seq_of_more_digits_than_python_reads_is_refused_by_name(
+    store: Store, field: str
+) -> None:
+    """int() refuses a string of over 4,300 digits: `as_of="999…"` raised a bare ValueError,
+    which the MCP client heard as "Error executing tool memory_stats" (no field) and the
+    command line as a traceback."""
+    store.remember("Dana moved to Oslo", ["Oslo"])
+    with pytest.raises(InvalidInput) as caught:
+        parse_as_of("9" * 5000, field)
+    assert caught.value.field == field
+    with pytest.raises(InvalidInput) as caught:
+        view(store, "9" * 5000).recall("Oslo")
+    assert caught.value.field == "as_of"
