@@ -909,7 +909,7 @@ class Store(Queries, HybridQueries):
         ]
         # Alias merges, dedup and contradictions read key labels and contents of the graph.
         self.wait_for_vectors("all")
-        # Embed before taking the lock: a model call must not block other writers.
+        # Embed before taking the log lock: a model call must not block other processes' writes.
         with self._mutex:
             vectors = self.embed(
                 [c.content for c in checked]

@@ -24,6 +24,7 @@ from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import Header
 
+from . import validation as check
 from .queries import Queries, _PastTally, valid_at_time, versions, visible
 from .results import MemoryView, ProjectionState
 
@@ -68,7 +69,9 @@ def parse_time(field: str, value: object) -> datetime:
             moment = datetime.fromisoformat(text)
         except ValueError:
             raise InvalidInput(
-                field, f"{value!r} is not an ISO-8601 time", limit="e.g. 2026-03-01T09:00:00Z"
+                field,
+                f"{check.quoted(value)} is not an ISO-8601 time",
+                limit="e.g. 2026-03-01T09:00:00Z",
             ) from None
     else:
         raise InvalidInput(field, f"must be an ISO-8601 time, not {type(value).__name__}")
@@ -78,7 +81,9 @@ def parse_time(field: str, value: object) -> datetime:
         return moment.astimezone(UTC)
     except OverflowError:  # a valid local time whose UTC instant is before year 1 or past 9999
         raise InvalidInput(
-            field, f"{value!r} is outside the years 1 to 9999 in UTC", limit="0001 to 9999 UTC"
+            field,
+            f"{check.quoted(value)} is outside the years 1 to 9999 in UTC",
+            limit="0001 to 9999 UTC",
         ) from None
 
 
@@ -501,7 +506,6 @@ class TimeView(Queries):
         show it (`asked_id` says which id was asked for when that is another version); NotFound
         naming valid_at when no version was true then.
         """
-        from . import validation as check
 
         if query is not None:
             check.text("query", query, self.settings.limits.query_chars)

@@ -116,6 +116,16 @@ def visible(text: str) -> str:
     return text.translate(_INVISIBLE)
 
 
+def quoted(value: object, limit: int = 60) -> str:
+    """`value` as an error quotes it: its repr, cut short past `limit` characters (a refused
+    megabyte must not come back whole in the error)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value):,} characters)" if isinstance(value, str) else ""
+    return f"{text[:limit]}…{size}"
+
+
 def name(field: str, value: object, limit: int) -> str:
     """A namespace or session id: letters, digits and _ . : @ -, starting with a letter/digit."""
     if not isinstance(value, str) or not value:
@@ -125,7 +135,7 @@ def name(field: str, value: object, limit: int) -> str:
     if not _NAME_RE.match(value):
         raise InvalidInput(
             field,
-            f"{value!r} may only contain letters, digits and _ . : @ -, "
+            f"{quoted(value)} may only contain letters, digits and _ . : @ -, "
             "and must start with a letter or digit",
         )
     return value
@@ -172,6 +182,10 @@ def keys(
     if types is not None and not isinstance(types, Mapping):
         raise InvalidInput(types_field, "must map key labels to a type")
     types = dict(types or {})
+    if len(types) > limits.keys_per_memory:  # it can type no more keys than a memory has
+        raise InvalidInput(
+            types_field, f"has {len(types)} entries", limit=f"{limits.keys_per_memory} entries"
+        )
     specs: list[KeySpec] = []
     seen: set[str] = set()
     folded_types: dict[str, tuple[str, str]] = {}
@@ -181,7 +195,8 @@ def keys(
         if other[1] != kind:
             raise InvalidInput(
                 types_field,
-                f"gives one key two types: {other[0]!r} {other[1]!r}, {str(spelling)!r} {kind!r}",
+                f"gives one key two types: {quoted(other[0])} {quoted(other[1])}, "
+                f"{quoted(str(spelling))} {quoted(kind)}",
             )
     for i, raw in enumerate(labels):
         given = label(f"{field}[{i}]", raw, limits.key_chars)
@@ -192,7 +207,9 @@ def keys(
             given = label(f"{types_field}[{spelling!r}]", spelling, limits.key_chars)
         if kind not in KEY_TYPES:
             raise InvalidInput(
-                types_field, f"{given!r} has unknown type {kind!r}", limit=" | ".join(KEY_TYPES)
+                types_field,
+                f"{quoted(given)} has unknown type {quoted(kind)}",
+                limit=" | ".join(KEY_TYPES),
             )
         if given.casefold() not in seen:
             seen.add(given.casefold())

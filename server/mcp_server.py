@@ -1128,6 +1128,21 @@ def check_listen(host: str, port: int) -> None:
             ) from None
 
 
+def request_body_limit(limits: Limits) -> int:
+    """The largest request body a call within `limits` can take: a `remember_batch` of
+    `batch_items` items, each at every limit, each character escaped as JSON escapes it at
+    most (12 bytes: one outside the BMP as two \\uXXXX, as Python's json.dumps sends it), and
+    a MiB for the rest. The SDK's own cap (4 MiB) refused batches the limits allow, with a bare
+    413; this one stands only against a body no call could need."""
+    item = (
+        limits.content_chars
+        + limits.keys_per_memory * limits.key_chars
+        + limits.related_to * 32
+        + 4 * limits.source_chars
+    )
+    return limits.batch_items * item * 12 + (1 << 20)
+
+
 def run_http(
     store: Store, host: str, port: int, token: str | None, log_level: str = "warning"
 ) -> int | None:
@@ -1138,7 +1153,9 @@ def run_http(
     import uvicorn
 
     app: Any = build_server(store).streamable_http_app(
-        host=host, transport_security=loopback_security(host)
+        host=host,
+        transport_security=loopback_security(host),
+        max_request_body_size=request_body_limit(store.settings.limits),
     )
     if token:
         app = BearerAuth(app, token)

@@ -298,3 +298,33 @@ def test_sigterm_closes_the_store_before_the_http_server_dies_of_it(tmp_path: Pa
         proc.kill()
         proc.wait(timeout=10)
     assert snapshot.exists()
+
+
+def test_a_batch_within_the_documented_limits_is_taken_over_http(tmp_path: Path) -> None:
+    """The SDK refuses request bodies over 4 MiB with a bare 413, though 500 memories of 20,000
+    characters are within the documented limits: a batch stdio took was refused over HTTP."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from test_server import call, run
+
+    items = [
+        {"content": f"fact {i}: " + "lighthouse keeper notes " * 800, "keys": [f"k{i}"]}
+        for i in range(250)
+    ]  # about 4.8 MB of JSON
+
+    with serving(tmp_path / "store", tmp_path) as url:
+
+        async def test() -> None:
+            http = create_mcp_http_client()
+            async with (
+                http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as s,
+            ):
+                await s.initialize()
+                answer = await call(s, "remember_batch", items=items)
+                assert len(answer["memories"]) == len(items)
+                assert (await call(s, "memory_stats"))["memories"] == len(items)
+
+        run(test, timeout=120)

@@ -65,3 +65,15 @@ def test_a_seq_of_more_digits_than_python_reads_is_refused_by_name(
     with pytest.raises(InvalidInput) as caught:
         view(store, "9" * 5000).recall("Oslo")
     assert caught.value.field == "as_of"
+
+
+@pytest.mark.parametrize("field", ["as_of", "valid_from"])
+def test_a_huge_time_refused_is_not_echoed_whole(field: str) -> None:
+    """A refused megabyte of text came back whole in the error (a 1 MB MCP answer)."""
+    value = "2026-" + "x" * 1_000_000
+    with pytest.raises(InvalidInput) as caught:
+        parse_time(field, value)
+    message = str(caught.value)
+    assert caught.value.field == field
+    assert len(message) < 300, len(message)
+    assert "'2026-xxx" in message and "1,000,005 characters" in message

@@ -549,3 +549,24 @@ def test_a_correction_related_to_the_memory_it_corrects_is_refused(store: Store)
             store.correct(second.memory_id, "Dana lives in Nice", related_to=[target])
         assert refused.value.field == "related_to[0]"
     assert log_digest(store.home) == before
+
+
+def test_key_types_with_more_entries_than_keys_may_have_are_refused(store: Store) -> None:
+    """key_types had no bound: 100,000 entries naming no key came back, every one, in the
+    error (a megabyte). It can name no more keys than a memory may have."""
+    limit = store.settings.limits.keys_per_memory
+    seq = store.state.seq
+    types = {f"label {i}": "name" for i in range(100_000)}
+    with pytest.raises(InvalidInput) as caught:
+        store.remember("Dana moved to Oslo", ["Oslo"], key_types=types)
+    assert caught.value.field == "key_types"
+    assert caught.value.limit == f"{limit} entries"
+    assert len(str(caught.value)) < 200
+    assert store.refresh().seq == seq
+
+
+def test_an_unknown_key_type_is_quoted_short(store: Store) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        store.remember("Dana moved to Oslo", ["Oslo"], key_types={"Oslo": "c" * 100_000})
+    assert caught.value.field == "key_types"
+    assert len(str(caught.value)) < 300 and "100,000 characters" in str(caught.value)
