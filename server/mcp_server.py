@@ -360,7 +360,13 @@ class CallProgress:
 
     Calls come from core work in the SDK's worker thread, and are sent through the event loop
     (a no-op unless the client asked, or when the tool is called outside a client's request,
-    e.g. `server.call_tool` directly)."""
+    e.g. `server.call_tool` directly).
+
+    A step that may `stop` is where a call the client cancelled (notifications/cancelled)
+    ends, at its next report: the SDK cancels the call's task, but not the thread that runs it,
+    which would otherwise go on to the end (a cancelled batch embedded and wrote every item).
+    Only steps before anything is written may stop: never once a command holds the log lock,
+    nor while the text index is written."""
 
     def __init__(self, ctx: Context) -> None:
         try:
@@ -370,14 +376,17 @@ class CallProgress:
             self._ctx = None
         self._sent = -1.0  # the last progress sent
 
-    def step(self, message: str) -> Callable[[int, int], None]:
-        """A `progress(done, total)` for the next step of the call."""
+    def step(self, message: str, *, stop: bool = False) -> Callable[[int, int], None]:
+        """A `progress(done, total)` for the next step of the call; with `stop`, one that
+        raises the call's cancellation once the client has cancelled it."""
         ctx = self._ctx
         if ctx is None:
             return lambda done, total: None
         base: list[float] = []  # where this step starts, fixed by its first report
 
         def report(done: int, total: int) -> None:
+            if stop:
+                anyio.from_thread.check_cancelled()
             if not base:
                 base.append(max(self._sent, 0.0))
             progress = base[0] + done
@@ -391,9 +400,9 @@ class CallProgress:
         return report
 
 
-def _progress_of(ctx: Context, message: str) -> Callable[[int, int], None]:
+def _progress_of(ctx: Context, message: str, *, stop: bool = False) -> Callable[[int, int], None]:
     """A `progress(done, total)` for a call of one step (see CallProgress)."""
-    return CallProgress(ctx).step(message)
+    return CallProgress(ctx).step(message, stop=stop)
 
 
 #: What a client that sent a progress token hears while a call waits for the projection.
@@ -412,7 +421,8 @@ def _once_built(
     how far it is (the first step of `steps`, when `call` reports steps of its own). Core waits
     too, but silently; a failed build raises the error naming its cause (a tool error, through
     `_guard`)."""
-    progress = (steps or CallProgress(ctx)).step(BUILDING)
+    # Waiting writes nothing (the build goes on for later calls): a cancelled call stops.
+    progress = (steps or CallProgress(ctx)).step(BUILDING, stop=True)
 
     def run() -> T:
         store.wait_for_vectors(need, progress)
@@ -708,7 +718,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
             ctx,
             "all",
             lambda: BatchRemembered(
-                memories=store.remember_batch(batch, progress=steps.step("embedding"))
+                # Embedding comes before the batch takes the log lock: a cancelled call stops.
+                memories=store.remember_batch(batch, progress=steps.step("embedding", stop=True))
             ),
             steps,
         )

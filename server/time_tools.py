@@ -103,7 +103,7 @@ def register_time_tools(server: MCPServer[Any], store: Store) -> None:
         Example: changes(since="2026-03-01T00:00:00Z") ->
         {"added": ["m_..", ...], "added_total": 312, ..., "next_offset": 50}
         """
-        scanned = _progress_of(ctx, "scanning the log")
+        scanned = _progress_of(ctx, "scanning the log", stop=True)  # read only: may stop
         return _reply(
             lambda: timeline.changes(
                 store, since, until, namespace, top, limit, offset, progress=scanned
