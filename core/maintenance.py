@@ -561,7 +561,8 @@ class _Derived:
         )
         if missing:
             self.problems.append(
-                f"{name}: {len(missing)} labels or contents up to seq {state.seq} have no row, "
+                f"{name}: {counted(len(missing), 'label or content', 'labels or contents')} "
+                f"up to seq {state.seq} {'has' if len(missing) == 1 else 'have'} no row, "
                 f"though its manifest says they all do ({_some(missing)})"
             )
         elif not found.problems and not (found.unzeroed and not self.pending):

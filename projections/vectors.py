@@ -558,17 +558,25 @@ def check_cache(folder: Path) -> CacheCheck | None:
                 not_unit.append(row)
     problems, unzeroed = [
         [
-            f"{len(found)} {what} (rows {', '.join(map(str, found[:3]))}"
-            f"{', ...' * (len(found) > 3)})"
+            f"{len(found)} {what[len(found) > 1]} (row{'s' * (len(found) > 1)} "
+            f"{', '.join(map(str, found[:3]))}{', ...' * (len(found) > 3)})"
             for found, what in kinds
             if found
         ]
-        for kinds in (
+        for kinds in (  # each (one, more)
             (
-                (malformed, "malformed hash lines"),
-                (not_unit, "rows that are not unit vectors"),
+                (malformed, ("malformed hash line", "malformed hash lines")),
+                (not_unit, ("row that is not a unit vector", "rows that are not unit vectors")),
             ),
-            ((not_zero, "erased rows (forgotten texts) whose vector was not zeroed"),),
+            (
+                (
+                    not_zero,
+                    (
+                        "erased row (a forgotten text) whose vector was not zeroed",
+                        "erased rows (forgotten texts) whose vector was not zeroed",
+                    ),
+                ),
+            ),
         )
     ]
     return CacheCheck(manifest, digests, rows, erased, problems, unzeroed)

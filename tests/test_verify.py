@@ -218,7 +218,7 @@ def test_damaged_vector_rows_and_a_coverage_gap_are_problems(home: Path) -> None
     data[:dim] = np.nan  # row 0: not a vector any more
     data.tofile(folder / "vectors.f32")
     report = verify(home)
-    assert any("1 rows that are not unit vectors (rows 0)" in p for p in report.cache_problems)
+    assert any("1 row that is not a unit vector (row 0)" in p for p in report.cache_problems)
 
     # Erase row 1's hash as forget would, but leave its vector: the text's vector lingers, and
     # the manifest now claims a row that is not there.
@@ -227,8 +227,8 @@ def test_damaged_vector_rows_and_a_coverage_gap_are_problems(home: Path) -> None
     (folder / "hashes.txt").write_bytes(bytes(hashes))
     report = verify(home)
     problems = " | ".join(report.cache_problems)
-    assert "1 erased rows (forgotten texts) whose vector was not zeroed (rows 1)" in problems
-    assert "1 labels or contents up to seq 6 have no row" in problems
+    assert "1 erased row (a forgotten text) whose vector was not zeroed (row 1)" in problems
+    assert "1 label or content up to seq 6 has no row" in problems
 
 
 def test_the_command_line_reports_cache_problems_and_rebuild_mends_them(home: Path) -> None:
