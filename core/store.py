@@ -77,7 +77,7 @@ from .results import (
     Remembered,
     TurnSaved,
 )
-from .timetravel import PastStates, parse_optional_time
+from .timetravel import PastStates, parse_optional_time, read_again_after_cuts
 
 if TYPE_CHECKING:
     from .reembed import BackgroundBuild, Need
@@ -313,12 +313,7 @@ class Store(Queries, HybridQueries):
         return files
 
     def _open_state(self, progress: OpenProgress | None = None) -> GraphState:
-        for _ in range(2):  # a writer's failed append may cut back lines under the read
-            try:
-                return self._read_state(progress)
-            except LogCutBack as cut:
-                logger.warning("keytrail: %s; reading the log again", cut.message)
-        return self._read_state(progress)
+        return read_again_after_cuts(lambda: self._read_state(progress), "the log")
 
     def _read_state(self, progress: OpenProgress | None = None) -> GraphState:
         """The state the newest snapshot that matches the log and the log after it fold to."""

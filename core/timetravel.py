@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from keytrail.events import EventLog, InvalidInput, LogCutBack, NotFound
 from keytrail.events.log import LogPosition
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 logger = logging.getLogger("keytrail")
+T = TypeVar("T")
 
 #: Past states kept in memory per store are bounded by their size: the nodes (keys, memories,
 #: relations, conversation turns) they hold together, about 1 KB each once decoded, so this is
@@ -55,6 +56,17 @@ def state_size(state: GraphState) -> int:
     """What keeping `state` in memory costs, in nodes (see `PAST_STATES_BUDGET`)."""
     turns = sum(map(len, state.conversations.values()))
     return len(state.keys) + len(state.memories) + len(state.relations) + turns
+
+
+def read_again_after_cuts(read: Callable[[], T], what: str, tries: int = 3) -> T:
+    """`read()`, again (up to `tries` in all) while a writer's failed append cuts back lines
+    under it (LogCutBack); the last try's error is raised."""
+    for _ in range(tries - 1):
+        try:
+            return read()
+        except LogCutBack as cut:
+            logger.warning("keytrail: %s; reading %s again", cut.message, what)
+    return read()
 
 
 def parse_time(field: str, value: object) -> datetime:
@@ -293,12 +305,7 @@ class PastStates:
     def _build(self, limit: int | datetime) -> tuple[GraphState, LogPosition | None]:
         """The state at `limit`, and the position to keep it at as a snapshot (None: don't),
         folded from the log as it is when the fold ends."""
-        for _ in range(2):  # a writer's failed append may cut back lines under the read
-            try:
-                return self._fold_log(limit)
-            except LogCutBack as cut:
-                logger.warning("keytrail: %s; reading the past state again", cut.message)
-        return self._fold_log(limit)
+        return read_again_after_cuts(lambda: self._fold_log(limit), "the past state")
 
     def _fold_log(self, limit: int | datetime) -> tuple[GraphState, LogPosition | None]:
         """`_build`, once: LogCutBack if lines it folded were cut back before it ended."""
