@@ -19,10 +19,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 
+from keytrail.events.types import micros
 from keytrail.projections import GraphState, KeyNode, MemoryNode, text_hash
 
 #: Keys with fewer links than this are ranked by the plain loop, which is as fast there.
@@ -37,8 +38,6 @@ SLACK = 1e-9
 #: (weight, depth, last read) instead.
 _ONE_BY_ONE = 256
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _NO_EXPIRY = np.iinfo(np.int64).max
 _MICROS_PER_DAY = 86_400_000_000.0
 
@@ -59,11 +58,6 @@ ExactScore = Callable[[MemoryNode, float], float]
 #: read_key with a query: the shown rows (row indices, in link order) -> each one's factor
 #: (`queries.query_factor`, as float64), computed as the plain path computes it
 Similarity = Callable[[np.ndarray], np.ndarray]
-
-
-def micros(when: datetime) -> int:
-    """`when` as whole microseconds since the epoch, exactly (a timedelta's own resolution)."""
-    return (when - _EPOCH) // _MICROSECOND
 
 
 class KeyColumns:

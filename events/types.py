@@ -11,7 +11,7 @@ meaning of a field bumps the class's `VERSION` and adds an upcaster in `codec.UP
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 import msgspec
@@ -27,6 +27,12 @@ KEY_TYPES: tuple[str, ...] = ("concept", "name", "proper_noun")
 Resolution = Literal["new", "existing", "alias", "promoted"]
 
 EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(when: datetime) -> int:
+    """`when` as whole microseconds since the epoch, exactly (a timedelta's own resolution)."""
+    return (when - EPOCH) // _MICROSECOND
 
 
 class FoldRules(msgspec.Struct, frozen=True, kw_only=True):

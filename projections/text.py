@@ -33,13 +33,13 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import tantivy
 
 from keytrail.events.errors import StoreError
-from keytrail.events.types import EPOCH
+from keytrail.events.types import micros
 
 from .keygraph import GraphState, MemoryNode
 from .scripts import UNSPACED, marks, pattern
@@ -88,11 +88,6 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-def _micros(at: datetime) -> int:
-    return (at - EPOCH) // _MICROSECOND
-
-
-_MICROSECOND = timedelta(microseconds=1)
 #: What says which event the log holds at a seq: its time, or None if it holds no such event.
 TimeOf = Callable[[int], datetime | None]
 
@@ -332,12 +327,12 @@ class TextIndex:
         if self.seq == 0 or (self.seq, self.at) in self._checked:
             return True
         if self.seq == state.seq:
-            same = self.at == _micros(state.at)
+            same = self.at == micros(state.at)
         elif time_of is None:
             return True  # nothing to look it up in: as before the time was recorded
         else:
             at = time_of(self.seq)
-            same = at is not None and self.at == _micros(at)
+            same = at is not None and self.at == micros(at)
         if same:
             self._note_checked(self.seq, self.at)
         return same
@@ -349,7 +344,7 @@ class TextIndex:
 
     def current_for(self, state: GraphState) -> bool:
         """Whether the committed index reflects exactly `state`'s last event (no catch-up due)."""
-        return self.seq == state.seq and self.at == _micros(state.at)
+        return self.seq == state.seq and self.at == micros(state.at)
 
     def _doc(self, node: MemoryNode, state: GraphState) -> tantivy.Document:
         labels = _new_labels(
@@ -435,7 +430,7 @@ class TextIndex:
         if not fresh and not forgotten:
             # Nothing the index holds changed (reads, link weights): no commit. The seq on disk
             # lags, so the next open walks back over these events again, finding nothing.
-            self.seq, self.at = state.seq, _micros(state.at)
+            self.seq, self.at = state.seq, micros(state.at)
             self._note_checked(self.seq, self.at)
             return 0
         total = len(fresh)
@@ -451,10 +446,10 @@ class TextIndex:
             for memory_id in forgotten:
                 writer.delete_documents_by_term("memory_id", memory_id)
             writer.delete_documents_by_term("kind", "meta")
-            writer.add_document(self._meta_doc(state.seq, _micros(state.at)))
+            writer.add_document(self._meta_doc(state.seq, micros(state.at)))
             writer.commit()
         index.reload()
-        self.seq, self.at = state.seq, _micros(state.at)
+        self.seq, self.at = state.seq, micros(state.at)
         self._note_checked(self.seq, self.at)
         if progress is not None:
             progress(total, total)
@@ -466,7 +461,7 @@ class TextIndex:
         with self.exclusive():
             self._swap_in(
                 (self._doc(n, state) for n in nodes),
-                (state.seq, _micros(state.at)),
+                (state.seq, micros(state.at)),
                 len(nodes),
                 progress,
             )
