@@ -617,6 +617,8 @@ class HybridQueries:
     _text_observed_from: int
     _forgotten_unindexed: list[str]
     _session_order: SessionOrder | None = None
+    #: dropped by a reload after a cut-back, as `Queries._KEPT_BETWEEN_CALLS`
+    _KEPT_BETWEEN_CALLS: tuple[str, ...] = ("_session_order",)
 
     def refresh(self) -> GraphState:
         raise NotImplementedError

@@ -750,6 +750,15 @@ class Queries:
     #: key id -> its links by column, for `read_key` of a big key on the present (keyrank.py)
     _key_columns: dict[str, keyrank.KeyColumns] | None = None
     _key_columns_state: GraphState | None = None
+    #: The caches above, kept between calls and topped up: a reload after a cut-back drops
+    #: them (`Store._forget_derived`). A cache added here belongs in this list too.
+    _KEPT_BETWEEN_CALLS: tuple[str, ...] = (
+        "_stats_cache",
+        "_tally",
+        "_key_counts",
+        "_key_columns",
+        "_key_columns_state",
+    )
 
     def refresh(self) -> GraphState:
         raise NotImplementedError

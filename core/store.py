@@ -625,9 +625,9 @@ class Store(Queries, HybridQueries):
         self._key_vectors = self._memory_vectors = None
         self._labels_embedded = self._memories_embedded = self._labels_dropped = 0
         self._content_digests.clear()
-        self._tally = self._key_counts = self._stats_cache = None
-        self._key_columns = self._key_columns_state = None
-        self._session_order = None
+        for cls in type(self).__mro__:  # each query mixin names the caches it keeps
+            for name in vars(cls).get("_KEPT_BETWEEN_CALLS", ()):
+                setattr(self, name, None)
         self.past = PastStates(self)  # past states folded from the cut lines
         self.links_by_namespace = LinksByNamespace()
         # A cut forget's memories are not forgotten: the text index must not drop them. Those
