@@ -52,9 +52,10 @@ class ShownEntity(Entity, frozen=True):
     """An entity as the read tools show it: the reference's fields and two counts.
 
     `observations` holds at most a page, the newest (see `newest`), in the order they were
-    added (the reference server's order), so an entity under the cut reads as it always did.
-    `observations_total` counts them all. `relations_total` counts the relations the answer
-    holds for this entity (see GraphPage), of which it lists at most a page, the newest.
+    added (the reference server's order), each text once (`observation_texts`), so an entity
+    under the cut reads as it always did. `observations_total` counts them all, once each.
+    `relations_total` counts the relations the answer holds for this entity (see GraphPage), of
+    which it lists at most a page, the newest.
     """
 
     observations_total: int
@@ -132,18 +133,28 @@ def observation_nodes(
     ]
 
 
-def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> Entity:
-    """The whole entity, every observation: what the memory.jsonl export writes.
+def observation_texts(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> list[str]:
+    """The entity's observations, a set as the reference server keeps them: each text once,
+    where first added, oldest first.
 
-    Each text once, where first added: two current memories may hold one text (a correction
-    onto a text the entity has, a keymem import), and the import, like add_observations, keeps
-    a text once, so listing it twice would make export, import, export give other bytes. Once
-    as add_observations compares (`observation_form`), as first typed: two memories may hold
-    one text in two encodings (told by remember, or added before observations compared so)."""
+    Two current memories may hold one text (a correction onto a text the entity has, a keymem
+    import), and add_observations and the import keep a text once, so every read lists it once
+    and counts it once, and export, import, export gives the same bytes. Once as
+    add_observations compares (`observation_form`), as first typed: two memories may hold one
+    text in two encodings (told by remember, or added before observations compared so)."""
     texts: dict[str, str] = {}
     for node in observation_nodes(state, key, namespace, now):
         texts.setdefault(observation_form(node.content), node.content)
-    return Entity(name=key.label, entity_type=key.entity_type or "", observations=[*texts.values()])
+    return [*texts.values()]
+
+
+def to_entity(state: GraphState, key: KeyNode, namespace: str, now: datetime) -> Entity:
+    """The whole entity, every observation: what the memory.jsonl export writes."""
+    return Entity(
+        name=key.label,
+        entity_type=key.entity_type or "",
+        observations=observation_texts(state, key, namespace, now),
+    )
 
 
 def shown_entity(
@@ -156,12 +167,12 @@ def shown_entity(
     offset: int = 0,
 ) -> ShownEntity:
     """The entity with `limit` of its observations (the newest past `offset`) and its counts."""
-    nodes = observation_nodes(state, key, namespace, now)
+    texts = observation_texts(state, key, namespace, now)
     return ShownEntity(
         name=key.label,
         entity_type=key.entity_type or "",
-        observations=[n.content for n in newest(nodes, limit, offset)],
-        observations_total=len(nodes),
+        observations=newest(texts, limit, offset),
+        observations_total=len(texts),
         relations_total=relations_total,
     )
 

@@ -486,8 +486,10 @@ class KnowledgeGraph:
                 for node in observation_nodes(state, key, self.namespace, app.at):
                     if (form := observation_form(node.content)) in wanted:
                         doomed.setdefault(node.id, {})[key.id] = None
-                        texts[node.content] = None
-                        matched.add((key.id, form))
+                        if (key.id, form) not in matched:
+                            # as the entity lists it: once, as first typed (`observation_texts`)
+                            texts[node.content] = None
+                            matched.add((key.id, form))
             # An observation shared with an entity it is not deleted from stays that entity's:
             # only the links to the entities named go. Otherwise the memory is deleted (the
             # event names it in `memory_ids`; its text stays history until a forget).

@@ -74,6 +74,12 @@ def parse_time(field: str, value: object) -> datetime:
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str):
+        if len(value) > check.TIME_CHARS:  # before fromisoformat, which reads endless zeros
+            raise InvalidInput(
+                field,
+                f"{check.quoted(value)} is longer than any ISO-8601 time",
+                limit=f"{check.TIME_CHARS} characters",
+            )
         text = value.strip()
         if text[-1:] in ("Z", "z"):  # RFC 3339 allows either case for UTC
             text = text[:-1] + "+00:00"

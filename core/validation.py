@@ -14,6 +14,10 @@ from .config import Limits
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
 NAMESPACE_CHARS = 64
 SESSION_CHARS = 128
+#: The longest time (as_of, valid_at, valid_from, since, until) taken, as typed. The longest
+#: ISO-8601 time fromisoformat reads is 42 characters ("2026-03-01T09:00:00.123456+05:30:00.
+#: 123456"); it also reads any number of zeros after the "T", so a megabyte was midnight.
+TIME_CHARS = 64
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:

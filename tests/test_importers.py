@@ -22,6 +22,7 @@ from keytrail.core.exporters import memory_jsonl_lines
 from keytrail.core.importers import check_import, detect_format, import_text
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.maintenance import verify
+from keytrail.core.validation import TIME_CHARS
 from keytrail.events import EventLog, GraphImported, segment_name
 from keytrail.projections import GraphState, fold
 from keytrail.projections.snapshot import materialize
@@ -147,6 +148,20 @@ def test_malformed_files_name_the_line_or_path_and_write_nothing(
     for needle in needles:
         assert needle in err.value.message, err.value.message
     assert err.value.message.startswith(fixture)
+    assert log_bytes(store.home) == before
+
+
+def test_keymem_times_are_held_to_the_length_of_a_time(store: Store) -> None:
+    """fromisoformat read a megabyte of zeros after the "T" as midnight, and a refused time
+    came back whole in the error: held and quoted as the time arguments are."""
+    doc = msgspec.json.decode(text("keymem-graph.json"))
+    doc["memories"]["m_lyon"]["created_at"] = "2025-01-10T" + "0" * 1_000_000
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, msgspec.json.encode(doc).decode(), "graph.json")
+    assert err.value.field == "graph.json $.memories.m_lyon.created_at"
+    assert err.value.limit == f"{TIME_CHARS} characters"
+    assert len(str(err.value)) < 300
     assert log_bytes(store.home) == before
 
 

@@ -272,6 +272,45 @@ def test_an_observation_is_the_same_however_its_accents_are_encoded(
     assert [e.observations for e in kg.open_nodes(["Ana", "Bo"]).entities] == [["is 9"], []]
 
 
+def test_an_observation_two_memories_hold_is_listed_and_counted_once(
+    store: Store, kg: KnowledgeGraph
+) -> None:
+    """A correction onto a text the entity has, or the text told again in another encoding,
+    makes two memories of one observation. The reads listed it twice and counted both, while
+    add_observations skipped it as there and the export wrote it once: an entity's
+    observations are a set, each text once where first remembered, as first typed."""
+    kg.create_entities([EntityInput("Alice", "person", ["likes tea", "plays chess"])])
+    coffee = store.remember("likes coffee", ["Alice"]).memory_id
+    store.correct(coffee, "likes tea")  # a second memory of "likes tea"
+    store.remember("reads cafe\u0301", ["Alice"])
+    store.remember("reads café", ["Alice"])  # the same observation, composed
+    memories = [m.id for m in store.state.memories.values() if m.current()]
+    shown = ["likes tea", "plays chess", "reads cafe\u0301"]
+
+    def alice(page: object) -> tuple[list[str], int]:
+        entity = msgspec.to_builtins(page)["entities"][0]
+        return entity["observations"], entity["observations_total"]
+
+    assert alice(kg.open_nodes(["Alice"])) == (shown, 3)
+    assert alice(kg.read_graph()) == (shown, 3)
+    assert alice(kg.search_nodes("tea")) == (shown, 3)
+    newer = kg.read_entity("Alice", limit=2)
+    assert (newer.entity.observations, newer.entity.observations_total) == (shown[1:], 3)
+    assert newer.next_offset == 2
+    older = kg.read_entity("Alice", limit=2, offset=2)
+    assert (older.entity.observations, older.next_offset) == (["likes tea"], None)
+
+    # Writes agree: adding it again is skipped, deleting it deletes every memory behind it.
+    added = kg.add_observations([ObservationInput("Alice", ["likes tea", "reads café"])])
+    assert (added.results[0].added_observations, added.seq) == ([], None)
+    gone = kg.delete_observations([ObservationInput("Alice", ["reads café", "likes tea"])])
+    assert (gone.deleted, gone.deleted_count) == (["likes tea", "reads cafe\u0301"], 2)
+    assert gone.message == "Observations deleted successfully"
+    chess = [m for m in memories if store.state.memories[m].content == "plays chess"]
+    assert [m for m in memories if store.state.memories[m].status != "deleted"] == chess
+    assert alice(kg.open_nodes(["Alice"])) == (["plays chess"], 1)
+
+
 def test_search_finds_a_turkish_capital_i_typed_as_an_i(kg: KnowledgeGraph) -> None:
     # casefold makes İ into i + U+0307: "istanbul" was no part of "İstanbul", nor the other way
     kg.create_entities(
