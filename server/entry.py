@@ -4,7 +4,9 @@ Loading the command line takes about a quarter of a second (numpy, tantivy, the 
 a Ctrl-C in that time raised KeyboardInterrupt out of the import, before `cli.main` could catch
 it: a traceback instead of one line and status 130. Nothing has been opened or written then.
 
-It is also the one place that runs before numpy loads, so it chooses numpy's BLAS threads.
+It is also the one place that runs before numpy loads, so it chooses numpy's BLAS threads,
+and before `fcntl` is imported, so it can say in one line that a system without it (Windows)
+is not supported.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+
+#: What a command-line usage error exits with (argparse's, `shell.EXIT_USAGE`).
+EXIT_UNSUPPORTED = 2
+
+#: Said instead of a traceback from `import fcntl` where there is none (Windows).
+UNSUPPORTED = (
+    "keytrail: this system is not supported: keytrail needs POSIX file locks (flock) and "
+    "positioned writes to share one store between processes; it runs on Linux and macOS "
+    "(on Windows, run it inside WSL)"
+)
 
 #: What Ctrl-C exits with (128 + SIGINT): `shell.EXIT_INTERRUPTED`, which cannot be imported
 #: here without loading all that this waits out.
@@ -40,6 +52,9 @@ def one_blas_thread() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if os.name != "posix":
+        print(UNSUPPORTED, file=sys.stderr)
+        return EXIT_UNSUPPORTED
     one_blas_thread()
     try:
         from .cli import main as run

@@ -594,6 +594,24 @@ def test_the_console_script_runs_the_command_line(tmp_path: Path, hash_cli: None
     assert entry.main(["remember", "Anna lives in Lyon", "--home", str(tmp_path / "s")]) == 0
 
 
+def test_a_system_without_posix_file_locks_is_refused_in_one_line(tmp_path: Path) -> None:
+    """On Windows `import fcntl` fails deep inside the event log: the command died with a
+    traceback. It says in one line what keytrail needs and where it runs instead."""
+    from keytrail.server import entry
+
+    windows = (
+        "import os, sys; os.name = 'nt'; sys.modules['fcntl'] = None; "
+        "from keytrail.server.entry import main; sys.exit(main(['stats', '--home', sys.argv[1]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", windows, str(tmp_path / "store")], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [entry.UNSUPPORTED]
+    assert "WSL" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "store").exists()
+
+
 def test_the_entry_module_runs_as_a_script(tmp_path: Path) -> None:
     # It did nothing and exited 0: the module had no __main__ block.
     done = subprocess.run(
