@@ -25,6 +25,7 @@ committed index takes no lock.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -262,7 +263,7 @@ class TextIndex:
                 except (ValueError, OSError):
                     for leftover in (self._sibling("new"), self._sibling("old")):
                         shutil.rmtree(leftover, ignore_errors=True)
-                    shutil.rmtree(self.dir, ignore_errors=True)
+                    _remove_tree(self.dir)  # not on top of what a failed removal left
                     index = self._create(self.dir)
                     self.seq = self.at = 0
                     self._opened = self._identity()
@@ -496,7 +497,7 @@ class TextIndex:
         if self.dir.exists():
             self.dir.rename(old)
         new.rename(self.dir)
-        shutil.rmtree(old, ignore_errors=True)
+        _remove_tree(old)  # a purge's: it holds the forgotten texts
         self._index = _with_tokenizers(tantivy.Index.open(str(self.dir)))
         self._index.reload()
         self._opened = self._identity()
@@ -589,7 +590,7 @@ class TextIndex:
             # it, or `finish_swap` would take it for a swap's and put its text back.
             for directory in (self._sibling("new"), self._sibling("old"), self.dir):
                 if directory.exists():
-                    shutil.rmtree(directory)
+                    _remove_tree(directory)
                     removed.append(str(directory))
         self._index = None
         return removed
@@ -600,3 +601,21 @@ class TextIndex:
             os.close(self._lock_fd)
             self._lock_fd = None
             self._lock_depth = 0
+
+
+def _remove_tree(directory: Path, tries: int = 3) -> None:
+    """`shutil.rmtree`, again if the folder was written into while it was emptied.
+
+    Every opened tantivy index (any process's) has a reader that reloads itself from a thread,
+    and a reload creates `.tantivy-meta.lock` in the folder by path, without our lock: one
+    landing after rmtree emptied the folder fails its rmdir (ENOTEMPTY). Once the folder is
+    gone nothing can be created in it, so a second pass ends it."""
+    for attempt in range(tries):
+        try:
+            shutil.rmtree(directory)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY or attempt == tries - 1:
+                raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import rest_of_output
@@ -97,6 +99,29 @@ def test_purge_removes_the_bytes(store: Store) -> None:
     assert [h.memory_id for h in index.search("mangroves estuary", 5)] == [kept.memory_id]
     assert index.search(secret, 5) == []
     assert TextIndex(directory).search("mangroves", 5)[0].memory_id == kept.memory_id
+
+
+def test_removing_the_index_survives_a_reader_that_writes_its_lock_file_meanwhile(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every opened tantivy index has a reader that reloads itself from a thread, and a reload
+    creates `.tantivy-meta.lock` in the index folder by path, without our lock: one landing
+    after rmtree emptied the folder made its rmdir fail (ENOTEMPTY), and a forget's purge
+    with it."""
+    store.remember("Mangroves line the estuary", ["mangrove"])
+    directory = store.text_index().dir
+    real_rmdir = os.rmdir
+    refilled: list[str] = []
+
+    def a_reload_lands_first(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path) == directory and not refilled:
+            (directory / ".tantivy-meta.lock").touch()  # as the reader's reload thread does
+            refilled.append(str(path))
+        real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", a_reload_lands_first)
+    assert str(directory) in store.text.remove()
+    assert refilled and not directory.exists()
 
 
 WRITER = """
