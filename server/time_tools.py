@@ -10,17 +10,21 @@ from pydantic import Field, StrictInt
 from keytrail.core import Store
 from keytrail.core import history as timeline
 from keytrail.core.history import Changes, History
+from keytrail.core.validation import TIME_CHARS
+
+#: An ISO-8601 time as text, held to the length core holds it to (published in the schema).
+TimeText = Annotated[str, Field(max_length=TIME_CHARS)]
 
 # StrictInt: in pydantic's lax mode `true` would pass as the seq 1 (core refuses booleans).
 AsOf = Annotated[
-    StrictInt | str | None,
+    StrictInt | TimeText | None,
     Field(
         description="Answer as the store stood back then: a log seq (int) or an ISO-8601 time "
         "(e.g. '2026-03-01T09:00:00Z'). Omit for now. Records nothing, reinforces nothing."
     ),
 ]
 ValidAt = Annotated[
-    str | None,
+    TimeText | None,
     Field(
         description="Show what was true in the world at this ISO-8601 time (valid time): "
         "the version of each fact that held then. Omit for what is current. Records nothing, "
@@ -28,14 +32,14 @@ ValidAt = Annotated[
     ),
 ]
 ValidFrom = Annotated[
-    str | None,
+    TimeText | None,
     Field(
         description="When this became true in the world (ISO-8601), if earlier or later than "
         "now, e.g. the user moved in March but says so in April."
     ),
 ]
 Point = Annotated[
-    StrictInt | str | None,
+    StrictInt | TimeText | None,
     Field(description="A log seq (int) or an ISO-8601 time."),
 ]
 

@@ -140,7 +140,8 @@ def test_such_a_time_changes_nothing_over_core_and_the_command_line(
 
 def test_such_a_time_is_refused_over_mcp(tmp_path: Path) -> None:
     home = tmp_path / "store"
-    limit = f"(limit: {TIME_CHARS} characters)"
+    # Refused by the published schema (maxLength), as every other too-long string argument is.
+    limit = f"at most {TIME_CHARS} characters"
 
     async def scenario() -> None:
         flags = ("--toolsets", "keygraph,knowledge_graph")
