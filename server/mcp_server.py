@@ -27,6 +27,7 @@ import anyio.abc
 import anyio.from_thread
 import anyio.to_thread
 import msgspec
+import uvicorn
 from anyio.lowlevel import RunVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -45,6 +46,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette.sse import AppStatus
 
 import keytrail
 from keytrail.core import (
@@ -1154,15 +1156,68 @@ def request_body_limit(limits: Limits) -> int:
     return limits.batch_items * item * 12 + (1 << 20)
 
 
+#: How long `serve --http`, stopped (SIGTERM, Ctrl-C), waits for the calls already running to
+#: be answered: four times a `remember_batch` at the batch limit with the default model (5.8 s,
+#: BENCHMARKS), and under the 30 s a Kubernetes pod is given. Past it the calls are cancelled
+#: unanswered (a `remember_batch` still embedding stops; a write under way finishes first).
+SHUTDOWN_GRACE_SECONDS = 25
+
+
+class RequestsInFlight:
+    """ASGI middleware counting the HTTP requests being answered, but for GETs: a session's
+    GET is its stream for the server's own messages, open for as long as the session is."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.count = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] == "GET":
+            await self.app(scope, receive, send)
+            return
+        self.count += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.count -= 1
+
+
+class AnsweringServer(uvicorn.Server):
+    """uvicorn's server, whose shutdown lets the calls running send their answers.
+
+    Stopped, uvicorn stops listening, closes idle connections and waits for the others to end
+    (up to its timeout_graceful_shutdown), then shuts the app down. But the SDK answers a call
+    on an SSE stream, and sse-starlette ended every such stream as soon as shutdown began: a
+    call at work ran on in its thread (a remember landed in the log) while its answer was
+    dropped, so the client saw a failure and might store it again. With sse-starlette's
+    automatic drain off (see run_http), the answers go out; the sessions' GET streams, which
+    never end of themselves, are ended here once every other request has been answered."""
+
+    def __init__(self, config: uvicorn.Config, requests: RequestsInFlight) -> None:
+        super().__init__(config)
+        self.requests = requests
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        async def end_streams_once_answered() -> None:
+            while self.requests.count:
+                await anyio.sleep(0.1)  # as uvicorn waits for connections
+            AppStatus.should_exit = True  # what sse-starlette ends its streams on
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(end_streams_once_answered)
+            await super().shutdown(sockets)
+            tasks.cancel_scope.cancel()
+
+
 def run_http(
     store: Store, host: str, port: int, token: str | None, log_level: str = "warning"
 ) -> int | None:
     """Serve streamable HTTP at http://host:port/mcp, behind the bearer token if given.
 
+    On SIGTERM or Ctrl-C it stops taking requests and answers the calls already running (for
+    up to SHUTDOWN_GRACE_SECONDS) before it returns; a second Ctrl-C stops waiting.
     Returns SIGTERM if that stopped it, for the caller to die of once it has closed the store;
     None otherwise."""
-    import uvicorn
-
     app: Any = build_server(store).streamable_http_app(
         host=host,
         transport_security=loopback_security(host),
@@ -1170,13 +1225,30 @@ def run_http(
     )
     if token:
         app = BearerAuth(app, token)
+    requests = RequestsInFlight(app)
+    server = AnsweringServer(
+        uvicorn.Config(
+            requests,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        ),
+        requests,
+    )
     _build_while_serving(store)  # as over stdio: answer at once, build in the background
     # uvicorn shuts down on SIGTERM, then raises it again to die of it: by default that killed
     # the process in uvicorn.run, before the caller closed the store (no snapshot saved).
     stopped: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, _: stopped.append(signum))
+    # sse-starlette (untyped) ends its streams on shutdown only when told: AnsweringServer tells it.
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        server.run()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C, raised again by uvicorn once it has shut down (as uvicorn.run ignores it)
     finally:
+        AppStatus.enable_automatic_graceful_drain_mode()  # type: ignore[no-untyped-call]
+        AppStatus.should_exit = False  # process-wide: it would end a later server's streams
         signal.signal(signal.SIGTERM, previous)
     return stopped[0] if stopped else None

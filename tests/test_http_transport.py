@@ -1,5 +1,6 @@
-"""Streamable HTTP edges: DNS-rebinding checks on loopback, the bearer token's form, and
-several clients at once. `keytrail serve --http` in a subprocess, raw HTTP or the SDK client."""
+"""Streamable HTTP edges: DNS-rebinding checks on loopback, the bearer token's form, several
+clients at once, and stopping with calls running. `keytrail serve --http` in a subprocess, raw
+HTTP or the SDK client."""
 
 from __future__ import annotations
 
@@ -298,6 +299,159 @@ def test_sigterm_closes_the_store_before_the_http_server_dies_of_it(tmp_path: Pa
         proc.kill()
         proc.wait(timeout=10)
     assert snapshot.exists()
+
+
+def batch_of_seconds() -> list[dict[str, Any]]:
+    """A `remember_batch` that takes seconds with the hash embedder: 500 texts of 19,200
+    characters to embed, reporting progress as it goes."""
+    return [
+        {"content": f"Batch fact {i}: " + "lighthouse keeper notes " * 800, "keys": [f"b{i}"]}
+        for i in range(500)
+    ]
+
+
+def test_a_call_running_when_the_http_server_gets_sigterm_is_answered_first(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while a `remember_batch` was embedding: uvicorn waits for open connections, but
+    sse-starlette ended every SSE stream, the call's answer among them, as soon as shutdown
+    began. The batch could still land in the log (its thread runs on), and the client, seeing
+    a failure, would store it again. The call is answered first, the batch is in the log once,
+    and the server then dies of SIGTERM as it does when nothing was running."""
+    import json
+    import signal
+
+    from test_server import log_bytes
+
+    home = tmp_path / "store"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", "--http", "--port", str(port)],
+        env=server_env(home),
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    items = batch_of_seconds()
+    try:
+        assert proc.stderr is not None
+        assert "serving" in proc.stderr.readline()
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx2.Client(timeout=60) as client:
+            for _ in range(100):  # the banner comes just before uvicorn listens
+                try:
+                    init = client.post(url, json=INIT, headers=HEADERS)
+                    break
+                except httpx2.ConnectError:
+                    time.sleep(0.1)
+            session = {**HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            client.post(url, json=initialized, headers=session)
+            params = {
+                "name": "remember_batch",
+                "arguments": {"items": items},
+                "_meta": {"progressToken": "batch"},
+            }
+            request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+            progress, answer = 0, None
+            try:
+                with client.stream("POST", url, json=request, headers=session) as stream:
+                    for line in stream.iter_lines():
+                        if not line.startswith("data:") or not line[5:].strip():
+                            continue
+                        message = json.loads(line[5:])
+                        if message.get("method") == "notifications/progress":
+                            progress += 1
+                            if progress == 1:  # the call is at work
+                                proc.send_signal(signal.SIGTERM)
+                        elif message.get("id") == 2:
+                            answer = message
+            except httpx2.TransportError as exc:
+                raise AssertionError(f"the stream broke before the answer: {exc!r}") from None
+        assert progress > 0  # the signal came while the call was running
+        assert answer is not None, "the stream ended without the call's answer"
+        memories = answer["result"]["structuredContent"]["memories"]
+        assert len(memories) == len(items)
+        with httpx2.Client(timeout=20) as late, pytest.raises(httpx2.ConnectError):
+            late.post(url, json=INIT, headers=HEADERS)  # no new requests once stopped
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert code == -signal.SIGTERM  # once the store is closed, as the supervisor expects
+    log = log_bytes(home)
+    assert log.count(b'"memory.remembered"') == 1  # the batch, once
+    assert all(log.count(m["memory_id"].encode()) == 1 for m in memories)
+
+
+def test_ctrl_c_answers_an_sdk_client_and_ends_its_stream_without_waiting_out_the_grace(
+    tmp_path: Path,
+) -> None:
+    """The SDK client keeps a GET stream open for the server's own messages, which never ends
+    of itself: with sse-starlette's drain off, the server ends it once every call is answered,
+    rather than waiting out its grace period and cancelling it. Ctrl-C answers the running
+    call, as SIGTERM does, and the server leaves with 0."""
+    import signal
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from test_server import log_bytes, run
+
+    home = tmp_path / "store"
+    port = free_port()
+    errpath = tmp_path / "stderr.txt"
+    items = batch_of_seconds()
+    with open(errpath, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keytrail.server.cli", "serve", "--http", "--port", str(port)],
+            env=server_env(home),
+            cwd=str(REPO),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(300):  # until uvicorn listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+        async def test() -> None:
+            stopped: list[bool] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                if not stopped:  # the call is at work
+                    proc.send_signal(signal.SIGINT)
+                    stopped.append(True)
+
+            http = create_mcp_http_client()
+            async with (
+                http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as s,
+            ):
+                await s.initialize()
+                await s.list_tools()  # what call_tool checks answers against, asked before
+                result = await s.call_tool(
+                    "remember_batch", {"items": items}, progress_callback=on_progress
+                )
+                assert not result.is_error, result.content
+                assert result.structured_content is not None
+                assert len(result.structured_content["memories"]) == len(items)
+            assert stopped
+
+        run(test, timeout=120)
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert code == 0
+    assert "graceful shutdown exceeded" not in errpath.read_text()  # the GET stream was ended
+    assert log_bytes(home).count(b'"memory.remembered"') == 1
 
 
 def test_a_batch_within_the_documented_limits_is_taken_over_http(tmp_path: Path) -> None:
