@@ -156,7 +156,13 @@ class Batch:
         self.now = now
         #: name_form of a label -> the link of a key this command made (or aliased) for it
         self.new_keys: dict[str, KeyLink] = {}
-        self.new_key_vectors: list[tuple[str, Matrix]] = []
+        #: key id -> the labels of `new_keys` that link to it, first told first
+        self._new_labels: dict[str, list[str]] = {}
+        #: the vectors of the concept labels of `new_keys` (rows of a matrix grown by doubling)
+        #: and each row's key id: a new label is compared with all of them in one product. One
+        #: by one in Python, a batch of 500 items of 24 new labels took minutes holding the lock.
+        self._new_vectors: Matrix | None = None
+        self._new_vector_ids: list[str] = []
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
@@ -169,11 +175,27 @@ class Batch:
                 return ident
 
     def _new_key_id(self) -> str:
-        taken = {link.key_id for link in self.new_keys.values()}
         while True:
             ident = "k_" + secrets.token_hex(5)
-            if ident not in self.state.keys and ident not in taken:
+            if ident not in self.state.keys and ident not in self._new_labels:
                 return ident
+
+    def _note_new_key(self, label: str, link: KeyLink, vector: Matrix | None) -> None:
+        """`label` resolved to `link` (a key made or aliased by this command), and its vector
+        if a concept: later labels of the command find it there."""
+        self.new_keys[name_form(label)] = link
+        self._new_labels.setdefault(link.key_id, []).append(label)
+        if vector is None:
+            return
+        count = len(self._new_vector_ids)
+        rows = self._new_vectors
+        if rows is None or count == len(rows):
+            grown = np.empty((max(16, 2 * count), vector.shape[0]), dtype=vector.dtype)
+            if rows is not None:
+                grown[:count] = rows
+            rows = self._new_vectors = grown
+        rows[count] = vector
+        self._new_vector_ids.append(link.key_id)
 
     def check_related(self, field: str, memory_id: str, namespace: str) -> None:
         """Refuse a `related_to` target a memory of `namespace` may not name: one a read by id
@@ -260,6 +282,7 @@ class Batch:
 
     def _new_or_alias(self, spec: check.KeySpec, initial: float) -> tuple[KeyLink, KeyOutcome]:
         store = self.store
+        vector: Matrix | None = None
         if spec.type == "concept":
             vector = store.embed([spec.label])[0]
             best_id, best_sim = self._closest_concept(spec.label, vector)
@@ -278,8 +301,7 @@ class Batch:
                     fingerprint=store.embedder.fingerprint,
                     weight=initial,
                 )
-                self.new_keys[name_form(spec.label)] = link
-                self.new_key_vectors.append((best_id, vector))
+                self._note_new_key(spec.label, link, vector)
                 return link, KeyOutcome(
                     best_id,
                     spec.label,
@@ -295,22 +317,20 @@ class Batch:
             resolution="new",
             weight=initial,
         )
-        self.new_keys[name_form(spec.label)] = link
-        if spec.type == "concept":
-            self.new_key_vectors.append((link.key_id, store.embed([spec.label])[0]))
+        self._note_new_key(spec.label, link, vector)
         return link, KeyOutcome(link.key_id, spec.label, spec.type, "new")
 
     def _label_of(self, key_id: str) -> str:
         node = self.state.keys.get(key_id)
         if node is not None:
             return node.label
-        return next(lk.label for lk in self.new_keys.values() if lk.key_id == key_id)
+        return self._new_labels[key_id][0]
 
     def _labels_of(self, key_id: str) -> list[str]:
         node = self.state.keys.get(key_id)
         if node is not None:
             return [node.label, *node.aliases]
-        return [lk.label for lk in self.new_keys.values() if lk.key_id == key_id]
+        return list(self._new_labels.get(key_id, ()))
 
     def _closest_in_graph(self, labels: list[str]) -> dict[str, tuple[str, float]]:
         """For each label, the closest concept key already in the graph and its cosine."""
@@ -345,10 +365,12 @@ class Batch:
 
     def _closest_concept(self, label: str, vector: Matrix) -> tuple[str | None, float]:
         best_id, best = self._graph_best.get(label.casefold(), (None, -1.0))
-        for key_id, other in self.new_key_vectors:  # keys created earlier in this command
-            sim = float(other @ vector)
-            if sim > best:
-                best_id, best = key_id, sim
+        count = len(self._new_vector_ids)
+        if count and self._new_vectors is not None:  # keys made earlier in this command
+            sims = self._new_vectors[:count] @ vector
+            row = int(np.argmax(sims))  # the first of equals, as a strict > loop in order
+            if float(sims[row]) > best:
+                best_id, best = self._new_vector_ids[row], float(sims[row])
         return best_id, best
 
     def compare(

@@ -146,6 +146,42 @@ def test_a_batch_reports_a_label_it_aliased_as_its_key_as_one_by_one(tmp_path: P
             assert [(k.label, k.resolution) for k in outcomes[1].keys] == [("gardens", "existing")]
 
 
+def test_a_batch_merges_a_label_into_a_key_an_earlier_item_made_as_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """Labels are compared with the keys the batch's earlier items made (rows of one matrix,
+    past its first growth here), and decide as remembers one by one do: "garden" merges into
+    the "gardens" the first item made, 40 new keys before it."""
+    from keytrail.core import HashEmbedder, Settings
+
+    def fresh(name: str) -> Store:
+        settings = Settings(
+            home=tmp_path / name, embedder="hash", threshold_overrides={"merge": 0.6}
+        )
+        return Store(settings, embedder=HashEmbedder())
+
+    items = [
+        RememberItem("We have a garden", ["gardens", *(f"topic {i}" for i in range(20))]),
+        RememberItem("Some more topics", [f"subject {i}" for i in range(20)]),
+        RememberItem("The garden is big", ["garden", "lawn"]),
+        RememberItem("It is green", ["garden"]),
+    ]
+    with fresh("one-by-one") as one_by_one, fresh("batch") as batch:
+        told = [one_by_one.remember(i.content, i.keys) for i in items]
+        done = batch.remember_batch(items)
+        for outcomes in (told, done):
+            third = [(k.label, k.resolution, k.merged_into) for k in outcomes[2].keys]
+            assert third == [("garden", "alias", "gardens"), ("lawn", "new", None)]
+            assert outcomes[2].keys[0].key_id == outcomes[0].keys[0].key_id
+            assert [(k.label, k.resolution) for k in outcomes[3].keys] == [("gardens", "existing")]
+        assert done[2].keys[0].similarity == pytest.approx(told[2].keys[0].similarity, abs=1e-6)
+        for one, other in zip(told, done, strict=True):
+            assert [(k.label, k.resolution) for k in one.keys] == [
+                (k.label, k.resolution) for k in other.keys
+            ]
+        assert len(batch.state.keys) == len(one_by_one.state.keys) == 42
+
+
 def test_correct_promotes_the_keys_it_is_given(make_store: Callable[..., Store]) -> None:
     store = make_store()
     old = store.remember("Mia likes Berlin", ["berlin"])

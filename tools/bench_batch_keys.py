@@ -1,0 +1,90 @@
+"""A `remember_batch` whose items bring many new keys: how long it decides and writes.
+
+    .venv/bin/python tools/bench_batch_keys.py --items 500 --keys 24 > bench-batch-keys.json
+
+Each of `--items` memories brings `--keys` labels no other memory has (the hashing embedder,
+an empty store), so the batch makes items x keys new concept keys. Every new concept label is
+compared with the keys made by the items before it in the same command, to be merged as an
+alias if close enough. Times the whole `remember_batch` and, separately, the time it holds the
+store's write lock (deciding and appending), best of `--runs`. numpy's products run on one
+thread, as in the `keytrail` command. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from keytrail.server.entry import one_blas_thread
+
+one_blas_thread()  # as the `keytrail` command does, before numpy loads
+
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store  # noqa: E402
+from keytrail.events import log as event_log  # noqa: E402
+
+
+def run_once(home: Path, items: int, keys: int) -> tuple[float, float, int]:
+    batch = [
+        RememberItem(
+            f"memory {i}: a fact of its own, number {i}",
+            [f"label {i} {j} {'x' * (j % 5)}" for j in range(keys)],
+        )
+        for i in range(items)
+    ]
+    held: list[float] = []
+    real_lock = event_log.EventLog.lock
+
+    @contextmanager
+    def timed(self: event_log.EventLog, **kwargs: bool) -> Iterator[event_log.Appender]:
+        with real_lock(self, **kwargs) as app:
+            start = time.perf_counter()
+            try:
+                yield app
+            finally:
+                held.append(time.perf_counter() - start)
+
+    with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as store:
+        event_log.EventLog.lock = timed  # type: ignore[method-assign,assignment]
+        try:
+            start = time.perf_counter()
+            done = store.remember_batch(batch)
+            total = time.perf_counter() - start
+        finally:
+            event_log.EventLog.lock = real_lock  # type: ignore[method-assign]
+        made = len(store.state.keys)
+    assert len(done) == items
+    return total, max(held, default=0.0), made
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=500)
+    parser.add_argument("--keys", type=int, default=24, help="new labels per item")
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    results = []
+    for run in range(args.runs):
+        home = Path(tempfile.mkdtemp(prefix="keytrail-batch-keys-")) / f"store{run}"
+        results.append(run_once(home, args.items, args.keys))
+    total, held, made = min(results)
+    print(
+        json.dumps(
+            {
+                "items": args.items,
+                "new_labels_per_item": args.keys,
+                "keys_made": made,
+                "remember_batch_s": round(total, 3),
+                "write_lock_held_s": round(held, 3),
+                "runs": args.runs,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
