@@ -14,17 +14,20 @@ of the log.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from keytrail.core import HashEmbedder, NotFound, Settings, Store, to_dict
 from keytrail.core.history import history
 from keytrail.core.maintenance import verify
-from keytrail.core.timetravel import read_memory_at
+from keytrail.core.timetravel import read_memory_at, view
+from keytrail.projections import snapshot as snapshots
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OLD_STORES = ["store-b4e7d52", "store-600cd1a"]
@@ -109,3 +112,49 @@ def test_an_older_store_answers_as_a_replay_of_its_log(name: str, tmp_path: Path
     assert "index/text (seq" in checked and "cache/snapshot/keygraph.msgpack (seq" in checked
     content = b"The staging server is in Frankfurt"  # forgotten by the old code
     assert not [p for p in home.rglob("*") if p.is_file() and content in p.read_bytes()]
+
+
+def older_layout(path: Path) -> None:
+    """Make the snapshot at `path` one of another state layout (schema digest), as every
+    snapshot an older keytrail kept becomes once the layout changes."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[:4], "big")
+    header = msgspec.msgpack.decode(data[4 : 4 + length], type=snapshots.Header)
+    older = msgspec.msgpack.encode(msgspec.structs.replace(header, schema="0" * 16))
+    path.write_bytes(len(older).to_bytes(4, "big") + older + data[4 + length :])
+
+
+def test_kept_snapshots_of_an_older_layout_make_way_for_this_versions(tmp_path: Path) -> None:
+    """Archived snapshots this version cannot read count for nothing: a past read that folds a
+    long tail keeps its state again (the cap is not held by files no read can start from), and
+    the next archive deletes them (each holds a whole graph, for good otherwise)."""
+    settings = Settings(home=tmp_path / "s", embedder="hash", snapshot_every=3, snapshot_keep=4)
+    store = Store(settings, embedder=HashEmbedder())
+    for i in range(40):
+        store.remember(f"fact number {i}", ["facts"])
+    store.close()
+    assert store.archived_snapshots() == 4
+    for path in store.snapshot_files():
+        older_layout(path)
+
+    shutil.copytree(settings.home, tmp_path / "written")
+
+    # Read only: a past read folded from the log's start (nothing readable before seq 30)
+    # keeps its state.
+    upgraded = Store(settings, embedder=HashEmbedder())
+    key_id = upgraded.state.key_for_label("facts").id  # type: ignore[union-attr]
+    point = 30
+    assert len(view(upgraded, point).read_key(key_id, limit=50).memories) == point - 1
+    kept = upgraded.snapshot_path.with_name(snapshots.archived_name(point))
+    assert snapshots.read_header(kept) is not None
+    upgraded.close()
+
+    # Written on: the first archive of this version's own snapshot deletes them.
+    written = Store(
+        dataclasses.replace(settings, home=tmp_path / "written"), embedder=HashEmbedder()
+    )
+    for i in range(6):  # two snapshots: the second archives the first and thins the rest
+        written.remember(f"later fact {i}", ["facts"])
+    written.close()
+    unreadable = [p.name for p in written.snapshot_files() if snapshots.read_header(p) is None]
+    assert unreadable == [] and 0 < written.archived_snapshots() <= settings.snapshot_keep
