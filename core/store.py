@@ -513,6 +513,7 @@ class Store(Queries, HybridQueries):
         with the graph's size times the number of intervals.
         """
         latest = self.snapshot_path
+        self.drop_unreadable_snapshots()
         kept = [p for p in self.snapshot_files() if p != latest]
         seqs = [snapshots.archived_seq(p.name) or 0 for p in kept] + [next_seq]
         spacing = self.snapshot_spacing(next_seq)
@@ -525,6 +526,16 @@ class Store(Queries, HybridQueries):
             gone = min(range(len(kept)), key=lambda i: bounds[i + 2] - bounds[i])
             kept.pop(gone).unlink(missing_ok=True)
             seqs.pop(gone)
+
+    def drop_unreadable_snapshots(self) -> None:
+        """Delete the archived snapshots this version cannot read: of another format or state
+        layout (all an older keytrail kept, once an upgrade changes the layout) or damaged. No
+        past read starts from one, yet each holds a whole graph and counts against
+        `snapshot_keep`, so past reads could no longer keep their states. Hold the log lock."""
+        for path in self.snapshot_files():
+            if path != self.snapshot_path and snapshots.read_header(path) is None:
+                path.unlink(missing_ok=True)
+                logger.info("keytrail: removed %s, a snapshot this version cannot read", path)
 
     # -- staying current -------------------------------------------------------------------
 

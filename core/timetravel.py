@@ -376,7 +376,9 @@ class PastStates:
             with self._lock:
                 self._blank(state)
             # At the cap one more would only make the next thinning delete one, maybe this
-            # one: a snapshot written per past read for nothing.
+            # one: a snapshot written per past read for nothing. Files no read can start from
+            # (an older keytrail's) do not count.
+            store.drop_unreadable_snapshots()
             if store.archived_snapshots() >= store.settings.snapshot_keep:
                 return
             snapshots.save(
