@@ -41,10 +41,9 @@ from keytrail.events.types import EPOCH, FoldRules
 
 from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc
 
+#: Format 4 added the body's checksum. Format 3 files are no longer read: every one was
+#: written before a change of the state's layout (`SCHEMA`), so none could be read anyway.
 FORMAT = 4
-#: Format 3 is format 4 without the body's checksum: read, so an existing store does not
-#: replay its whole log once after an upgrade, and replaced as snapshots are written again.
-READABLE_FORMATS = (3, 4)
 _LENGTH_BYTES = 4
 #: `write_atomic` writes `.<name>.<pid>.tmp` beside the file, then renames it over the file
 TEMP_SUFFIX = ".tmp"
@@ -344,7 +343,7 @@ def _split(data: bytes | memoryview) -> tuple[Header, memoryview] | None:
         header = _header_decoder.decode(view[_LENGTH_BYTES:end])
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
-    if header.format not in READABLE_FORMATS or header.schema != SCHEMA:
+    if header.format != FORMAT or header.schema != SCHEMA:
         return None
     return header, view[end:]
 
@@ -392,7 +391,7 @@ def damaged(path: Path) -> bool:
 
 
 def _intact(header: Header, crc: int) -> bool:
-    return header.format < 4 or crc == header.body_crc
+    return crc == header.body_crc
 
 
 #: What a body that is not a snapshot makes the decode raise

@@ -199,35 +199,25 @@ def test_a_snapshot_with_a_damaged_node_costs_a_replay_not_answers(tmp_path: Pat
     writer.close()
 
 
-def as_format_3(path: Path) -> None:
-    """Rewrite a snapshot as the format before the body checksum: same body, older header."""
-    data = path.read_bytes()
-    length = int.from_bytes(data[:4], "big")
-    header = msgspec.msgpack.decode(data[4 : 4 + length], type=snapshots.Header)
-    old = msgspec.msgpack.encode(msgspec.structs.replace(header, format=3, body_crc=0))
-    path.write_bytes(len(old).to_bytes(4, "big") + old + data[4 + length :])
-
-
-def test_a_format_3_snapshot_is_still_read_and_written_back_as_format_4(tmp_path: Path) -> None:
-    """An upgrade must not cost a store a full replay: the format before the checksum loads
-    (unchecked), and the next snapshot written carries one."""
+def test_a_snapshot_of_the_format_before_the_checksum_is_not_read(tmp_path: Path) -> None:
+    """Format 3 (no body checksum) is a cache miss, never an unchecked load: the open folds the
+    log instead, and verify lists the file as ignored."""
     settings = Settings(home=tmp_path / "store", embedder="hash")
     store = Store(settings, embedder=HashEmbedder())
     for i in range(5):
         store.remember(f"fact number {i}", ["facts"])
     store.close()
     path = store.snapshot_path
-    as_format_3(path)
-    header = snapshots.read_header(path)
-    assert header is not None and header.format == 3
-    assert not snapshots.damaged(path) and snapshots.load(path, lazy=True) is not None
+    data = path.read_bytes()
+    length = int.from_bytes(data[:4], "big")
+    header = msgspec.msgpack.decode(data[4 : 4 + length], type=snapshots.Header)
+    old = msgspec.msgpack.encode(msgspec.structs.replace(header, format=3, body_crc=0))
+    path.write_bytes(len(old).to_bytes(4, "big") + old + data[4 + length :])
+    assert snapshots.read_header(path) is None
     reopened = Store(settings, embedder=HashEmbedder())
-    assert reopened._snapshot_seq == header.seq  # opened from it, not replayed
-    assert verify(settings.home).ok
-    reopened.remember("one more fact", ["facts"])
+    assert reopened._snapshot_seq == 0 and reopened.state.seq == header.seq  # from the log
+    assert len(reopened.state.memories) == 5
     reopened.close()
-    rewritten = snapshots.read_header(path)
-    assert rewritten is not None and rewritten.format == 4 and rewritten.body_crc != 0
 
 
 def test_a_snapshot_whose_bytes_changed_but_still_decode_is_not_believed(tmp_path: Path) -> None:
