@@ -17,7 +17,7 @@ import os
 import secrets
 import threading
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -705,24 +705,38 @@ class Store(Queries, HybridQueries):
             # Nothing embedded, so nothing to save; forgets noted meanwhile are dropped from
             # the cache when it is read (see `vectors`) and erased at the next write after.
             return
+        held: set[str] = set()
         if self._forgotten_digests:
-            self.vectors.discard_unsaved(self._forgotten_digests)
-        self.vectors.flush()
-        if self._forgotten_digests:
-            # A text another memory still holds is no secret, and a row saved for it since the
-            # forget's own purge is that memory's: other processes may map it, and would read
-            # zeros if it were erased again (its dedup would miss the memory). Only contents of
-            # a forgotten one's length are hashed.
+            # A text another memory or a key label still holds is no secret, and a row saved
+            # for it since the forget's own purge is theirs: other processes may map it, and
+            # would read zeros if it were erased again (its dedup would miss the memory), and
+            # recorded coverages count it. Only texts of a forgotten one's length are hashed.
             lengths = self._forgotten_lengths
             held = {
                 digest
                 for node in self.state.memories.values()
                 if len(node.content) in lengths
                 and (digest := text_hash(node.content)) in self._forgotten_digests
-            }
+            } | self._labels_among(self._forgotten_digests, lengths)
+            self.vectors.discard_unsaved(self._forgotten_digests - held)
+        self.vectors.flush()
+        if self._forgotten_digests:
             self.vectors.purge(self._forgotten_digests - held)
             self._forgotten_digests.clear()
             self._forgotten_lengths.clear()
+
+    def _labels_among(
+        self, digests: Collection[str], lengths: Collection[int] | None = None
+    ) -> set[str]:
+        """Those of `digests` (text hashes) that are the text of a key label or alias, whose
+        vector every model needs (a memory may hold just "bees", the key's label). With
+        `lengths`, only labels of those lengths are hashed."""
+        return {
+            digest
+            for label in self.state.labels
+            if (lengths is None or len(label) in lengths)
+            and (digest := text_hash(label)) in digests
+        }
 
     # -- embeddings ------------------------------------------------------------------------
 
@@ -1221,8 +1235,8 @@ class Store(Queries, HybridQueries):
         # The purge deletes the text index directory; drop our handle so the next query
         # rebuilds it from the (now redacted) log instead of reading deleted files.
         self.text.close()
-        # A text another memory still holds (two entities with one observation) is no secret:
-        # its vector row is that memory's, and erasing it made the recorded coverage untrue.
+        # A text another memory (two entities with one observation) or a key label still holds
+        # is no secret: its vector row is theirs, and erasing it made recorded coverages untrue.
         memories = self.state.memories
         gone = {memories[e.memory_id].content_hash: e.vector_digest for e in done}
         held = {
@@ -1231,7 +1245,7 @@ class Store(Queries, HybridQueries):
             if m.content
             and (digest := gone.get(m.content_hash)) is not None
             and text_hash(m.content) == digest
-        }
+        } | self._labels_among(gone.values())
         purged = forgetting.purge(
             self.home, self.log, done, self._vector_cache, fresh_snapshot=fresh, keep_vectors=held
         )

@@ -121,6 +121,37 @@ def test_forgetting_one_of_two_memories_of_the_same_text_leaves_the_coverage_who
     assert report.ok, report.cache_problems
 
 
+def test_forgetting_a_memory_whose_text_is_a_key_label_leaves_every_coverage_whole(
+    tmp_path: Path,
+) -> None:
+    """A memory may hold exactly a key's (case-folded) label: "bees" under the key bees. Its
+    text is no secret after a forget (the label stays in the log), and every model's key row
+    of it is needed: erasing it (the forgetting process's own model, another model's cache on
+    disk, another process's unsaved row) left recorded coverages untrue, and verify told the
+    user to rebuild."""
+    home = tmp_path / "s"
+    a = open_store(home)
+    other = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim=64))
+    try:
+        gone = a.remember("bees", ["bees"]).memory_id
+        a.remember("Ada keeps bees on the roof", ["bees", "Ada"])
+        for store in (a, other):
+            store.refresh()
+            store.key_vectors()
+            store.memory_vectors()
+        a.save_vectors((a.state.store_id, a.state.seq))  # `other`'s rows are still unsaved
+        a.forget(gone)
+        other.save_vectors((other.state.store_id, other.state.seq))
+    finally:
+        a.close()
+        other.close()
+    report = verify(home)
+    assert report.ok, report.cache_problems
+    assert sum("covers seq 3" in c for c in report.caches_checked) == 2
+    for folder in (home / "cache" / "vectors").iterdir():
+        assert text_hash("bees") in (folder / "hashes.txt").read_text()
+
+
 def test_a_snapshot_that_differs_from_the_log_is_a_problem_and_rebuild_mends_it(
     home: Path,
 ) -> None:
