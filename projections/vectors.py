@@ -474,17 +474,21 @@ def _write_at(directory: Path, path: str, offset: int, data: bytes) -> tuple[int
 def cached_fingerprints(directory: Path) -> list[tuple[str, int, int | None]]:
     """(fingerprint, rows, recorded seq) of every cache under `directory`, by name.
 
+    Rows are those holding a vector: a forget's erased rows (dashed hash lines) are not counted.
     A cache that was never recorded (or whose manifest is damaged) shows its folder name and no
     seq.
     """
     found: list[tuple[str, int, int | None]] = []
     if not directory.is_dir():
         return found
+    erased = b"-" * (_HASH_LINE - 1) + b"\n"
     for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
         try:
-            rows = (sub / "hashes.txt").stat().st_size // _HASH_LINE
+            hashes = (sub / "hashes.txt").read_bytes()
         except OSError:
-            rows = 0
+            hashes = b""
+        complete = hashes[: len(hashes) // _HASH_LINE * _HASH_LINE]  # a torn last line: no row
+        rows = len(complete) // _HASH_LINE - complete.count(erased)
         try:
             raw = json.loads((sub / "manifest.json").read_text(encoding="utf-8"))
             found.append((str(raw["fingerprint"]), rows, int(raw["seq"])))

@@ -233,6 +233,29 @@ def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
     assert kt("reembed", "--list").startswith("* ")
 
 
+def test_reembed_list_counts_the_vectors_each_model_holds_not_the_rows_forgets_erased(
+    tmp_path: Path,
+) -> None:
+    """Two models on one store (a server on each): each projection is listed with the vectors it
+    holds. A forget erases its text's row in every model's cache (the row stays, dashed and
+    zeroed, so row numbers hold): it holds no vector any more and is not counted as one."""
+    home = tmp_path / "store"
+    stores = [
+        Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim)) for dim in (256, 64)
+    ]
+    first = stores[0].remember("Ada keeps bees on the roof", ["bees"])
+    stores[1].remember("Omar plays the cello", ["cello"])
+    for store in stores:
+        projection.build(store)
+    listed = {fp: rows for fp, rows, _ in projection.list_projections(home)}
+    assert listed == {"hash:v1:256": 4, "hash:v1:64": 4}  # two labels and two contents each
+    stores[1].forget(first.memory_id)
+    listed = {fp: rows for fp, rows, _ in projection.list_projections(home)}
+    assert listed == {"hash:v1:256": 3, "hash:v1:64": 3}
+    for store in stores:
+        store.close()
+
+
 def test_the_local_model_runs_on_the_threads_its_settings_give(tmp_path: Path) -> None:
     """One ONNX thread unless told: a query embeds a text or two, which more threads do not
     speed up, and the runtime's threads spin between calls. 0 leaves it one per core."""
