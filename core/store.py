@@ -1178,7 +1178,9 @@ class Store(Queries, HybridQueries):
             try:
                 if self._vector_cache is not None:
                     self._vector_cache.flush()
-                purged = self._finish_forgetting()
+                purged = self._finish_forgetting(
+                    {text_hash(text): text for _, text in found if text is not None}
+                )
             except OSError as exc:
                 # The forget happened (its events are fsynced): say so, and who finishes it.
                 raise StoreError(
@@ -1203,8 +1205,11 @@ class Store(Queries, HybridQueries):
 
         return self._write(decide)
 
-    def _finish_forgetting(self) -> list[str]:
-        """Purge the content of every forgotten memory listed as pending. Hold the lock."""
+    def _finish_forgetting(self, texts: Mapping[str, str] | None = None) -> list[str]:
+        """Purge the content of every forgotten memory listed as pending. Hold the lock.
+
+        `texts`: the forgotten texts by vector digest, where the caller knows them (a forget
+        of this process); a purge another process left pending is finished without them."""
         entries = forgetting.read_pending(self.home)
         if not entries:
             if os.path.exists(self._pending_purge):
@@ -1245,7 +1250,14 @@ class Store(Queries, HybridQueries):
             if m.content
             and (digest := gone.get(m.content_hash)) is not None
             and text_hash(m.content) == digest
-        } | self._labels_among(gone.values())
+        }
+        # A key label holding the text: looked up by the text where it is known; a purge left
+        # pending by another process hashes the labels instead.
+        known = texts or {}
+        labels = self.state.labels
+        held |= {digest for digest in gone.values() if known.get(digest) in labels}
+        if unknown := set(gone.values()) - known.keys():
+            held |= self._labels_among(unknown)
         purged = forgetting.purge(
             self.home, self.log, done, self._vector_cache, fresh_snapshot=fresh, keep_vectors=held
         )

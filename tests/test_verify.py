@@ -121,14 +121,16 @@ def test_forgetting_one_of_two_memories_of_the_same_text_leaves_the_coverage_who
     assert report.ok, report.cache_problems
 
 
+@pytest.mark.parametrize("interrupted", [False, True])
 def test_forgetting_a_memory_whose_text_is_a_key_label_leaves_every_coverage_whole(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interrupted: bool
 ) -> None:
     """A memory may hold exactly a key's (case-folded) label: "bees" under the key bees. Its
     text is no secret after a forget (the label stays in the log), and every model's key row
     of it is needed: erasing it (the forgetting process's own model, another model's cache on
     disk, another process's unsaved row) left recorded coverages untrue, and verify told the
-    user to rebuild."""
+    user to rebuild. Interrupted, the purge is finished by the next open, which does not know
+    the forgotten text."""
     home = tmp_path / "s"
     a = open_store(home)
     other = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim=64))
@@ -140,7 +142,14 @@ def test_forgetting_a_memory_whose_text_is_a_key_label_leaves_every_coverage_who
             store.key_vectors()
             store.memory_vectors()
         a.save_vectors((a.state.store_id, a.state.seq))  # `other`'s rows are still unsaved
-        a.forget(gone)
+        if interrupted:
+            with monkeypatch.context() as m:
+                m.setattr(forgetting, "purge", _killed)
+                with pytest.raises(KeyboardInterrupt):
+                    a.forget(gone)
+            open_store(home).close()  # the next open finishes the purge
+        else:
+            a.forget(gone)
         other.save_vectors((other.state.store_id, other.state.seq))
     finally:
         a.close()
@@ -150,6 +159,10 @@ def test_forgetting_a_memory_whose_text_is_a_key_label_leaves_every_coverage_who
     assert sum("covers seq 3" in c for c in report.caches_checked) == 2
     for folder in (home / "cache" / "vectors").iterdir():
         assert text_hash("bees") in (folder / "hashes.txt").read_text()
+
+
+def _killed(*args: object, **kwargs: object) -> list[str]:
+    raise KeyboardInterrupt("killed mid-purge")
 
 
 def test_a_snapshot_that_differs_from_the_log_is_a_problem_and_rebuild_mends_it(
