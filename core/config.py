@@ -275,7 +275,7 @@ _SCALARS: dict[str, tuple[type[Any], str]] = {
     "snapshot_keep": (int, "most archived key-graph snapshots kept for time travel"),
     "segment_bytes": (int, "start a new log segment past this size"),
     "embed_threads": (int, "threads the local embedding model runs on (0: one per core)"),
-    "embed_dim": (int, "dimension of an OpenAI-compatible model keytrail does not know"),
+    "embed_dim": (int, "dimension of an unknown OpenAI-compatible model, or of hash vectors"),
     "alias_after_reads": (int, "reads through a key with the same query that make it an alias"),
     "learned_aliases_per_key": (int, "learned aliases a key may hold at once"),
     "alias_unused_reads": (int, "reads through a key without its learned alias that drop it"),

@@ -333,7 +333,7 @@ def make_embedder(
     threads: int = 1,
 ) -> Embedder:
     if backend == "hash":
-        return HashEmbedder()
+        return HashEmbedder() if dim is None else HashEmbedder(dim)
     if backend == "fastembed":
         return FastEmbedder(model_id or DEFAULT_MODEL, model_path, dim, threads=threads)
     if backend == "openai":

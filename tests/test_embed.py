@@ -361,6 +361,18 @@ def test_hash_vectors_stay_bit_identical_to_hash_v1(dim: int) -> None:
         assert embedder.embed([text])[0].tobytes() == expected
 
 
+def test_the_hashing_embedder_makes_the_embed_dim_asked_for(tmp_path: Path) -> None:
+    """KEYTRAIL_EMBED_DIM was ignored by the hashing embedder: a store asked for 64 dimensions
+    got 256 (`hash:v1:256`) without a word."""
+    home = tmp_path / "store"
+    with Store(Settings(home=home, embedder="hash", embed_dim=64)) as store:
+        store.remember("Dana lives in Lyon", ["Lyon"])
+        assert store.embedder.fingerprint == "hash:v1:64"
+        assert store.memory_stats().embedder == "hash:v1:64"
+    with Store(Settings(home=home, embedder="hash")) as default:
+        assert default.embedder.fingerprint == "hash:v1:256"
+
+
 def test_an_embed_dim_a_local_model_does_not_make_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
