@@ -256,7 +256,7 @@ class Store(Queries, HybridQueries):
         ):
             try:
                 self._tidy()
-            except OSError as exc:  # only a shortcut was due: see _save_snapshot_at_close
+            except OSError as exc:  # only a shortcut was due: see _save_at_close
                 self._snapshot_unsaved(exc)
 
     @classmethod
@@ -444,21 +444,29 @@ class Store(Queries, HybridQueries):
         with self._mutex:
             self._closing = True
             try:
-                if self.state.seq > self._snapshot_seq and self._unfoldable is None:
-                    self._save_snapshot_at_close()
+                if self._unfoldable is None and (
+                    self.state.seq > self._snapshot_seq
+                    or (self._vector_cache is not None and self._vector_cache.unsaved)
+                ):
+                    self._save_at_close()
             finally:
                 self.log.close()
 
-    def _save_snapshot_at_close(self) -> None:
-        """Save a snapshot of what this process folded, for the next open to start from.
+    def _save_at_close(self) -> None:
+        """Save a snapshot of what this process folded, for the next open to start from, and
+        the vector rows it embedded but has not saved: a server that only read (other
+        processes' memories, embedded for its searches) saved them at no write, and every
+        start embedded them again (seconds per thousand with a real model).
 
-        Only a shortcut, so a store that cannot be written (a read-only backup: even the lock
+        Only shortcuts, so a store that cannot be written (a read-only backup: even the lock
         file cannot be opened) or a full disk costs the next open a replay, not this
         process's command: it is in the log already, and reported as failed it would be
         run again."""
         try:
             with self._locked():
-                self._save_snapshot(self.state)
+                self._persist_vectors()
+                if self.state.seq > self._snapshot_seq:
+                    self._save_snapshot(self.state)
         except OSError as exc:
             self._snapshot_unsaved(exc)
 

@@ -312,6 +312,11 @@ class VectorCache:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
+    @property
+    def unsaved(self) -> int:
+        """How many rows are held in memory only, for `flush` to append."""
+        return len(self._pending) if self.dir is not None else 0
+
     def flush(self) -> None:
         """Append unsaved rows to disk. Call only holding the store lock."""
         if self.dir is None or not self._pending:

@@ -76,3 +76,31 @@ def test_a_vector_cache_maps_its_saved_rows_instead_of_holding_them(tmp_path: Pa
     writer.purge({digests[7]})
     assert not reader.get(digests[7]).any()  # type: ignore[union-attr]
     assert np.array_equal(reader.get(digests[8]), rows[8])
+
+
+def test_rows_a_reader_embedded_are_saved_when_it_closes(tmp_path: Path) -> None:
+    """A server that only reads embeds, with its own model, what other processes wrote with
+    theirs. It saved those rows only at a write of its own: every start of it embedded them
+    all again (seconds per thousand texts with a real model)."""
+    from keytrail.core import HashEmbedder, Settings
+
+    class Counting(HashEmbedder):
+        texts = 0
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            Counting.texts += len(texts)
+            return super().embed(texts)
+
+    home = tmp_path / "store"
+    with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(64)) as writer:
+        for i in range(5):
+            writer.remember(f"fact number {i} about the garden", [f"topic {i}"])
+    settings = Settings(home=home, embedder="hash")
+    with Store(settings, embedder=Counting()) as reader:  # the other model, reading only
+        reader.memory_vectors(), reader.key_vectors()
+    assert Counting.texts == 10  # five contents and five labels, with this model
+    Counting.texts = 0
+    with Store(settings, embedder=Counting()) as again:
+        assert again.memory_vectors().matrix.shape == (5, 256)
+        assert again.key_vectors().matrix.shape == (5, 256)
+    assert Counting.texts == 0  # read from the cache the first reader saved
