@@ -20,7 +20,7 @@ from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.keygraph import name_form
-from keytrail.projections.vectors import Matrix
+from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
 from .queries import preview
@@ -166,6 +166,12 @@ class Batch:
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
+        #: memory id -> the text_hash of a new memory's content, and -> the `specifics` of a
+        #: compared candidate's: each item of a batch compares with the earlier ones (and the
+        #: same stored memories), so at 500 items of 20,000 characters, scanning each text
+        #: again per item held the lock for minutes.
+        self._new_digests: dict[str, str] = {}
+        self._specifics: dict[str, Specifics] = {}
         self.promoted: dict[str, str] = {}  # key id -> the type an earlier item promoted it to
 
     def new_memory_id(self) -> str:
@@ -422,7 +428,7 @@ class Batch:
         if not candidates:
             return None, []
         ids = list(candidates)
-        sims = store.embed_contents(candidates) @ vector
+        sims = store.embed_contents(candidates, self._new_digests) @ vector
         order = np.argsort(-sims)
         fingerprint = store.embedder.fingerprint
         # The duplicate is the nearest candidate above the line that keeps the specifics: a
@@ -434,7 +440,7 @@ class Batch:
                 break
             if wanted is None:
                 wanted = specifics(content)
-            if specifics(candidates[ids[i]]) == wanted:
+            if self._specifics_of(ids[i], candidates[ids[i]]) == wanted:
                 duplicate = Similar(
                     memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint
                 )
@@ -454,6 +460,14 @@ class Batch:
                     )
                 )
         return duplicate, flagged
+
+    def _specifics_of(self, memory_id: str, content: str) -> Specifics:
+        """`specifics` of a candidate's content, read once per command (the graph and this
+        command's new memories do not change while it decides)."""
+        found = self._specifics.get(memory_id)
+        if found is None:
+            found = self._specifics[memory_id] = specifics(content)
+        return found
 
     def _walk_order(self, found: dict[str, str], key_ids: list[str]) -> dict[str, str]:
         """`found` in the order a walk of every key (as named, links oldest first) meets them.
@@ -520,3 +534,4 @@ class Batch:
 
     def add_memory(self, new: NewMemory, vector: Matrix) -> None:
         self.new_memories[new.memory_id] = (new, vector)
+        self._new_digests[new.memory_id] = text_hash(new.content)

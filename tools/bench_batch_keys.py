@@ -8,6 +8,13 @@ compared with the keys made by the items before it in the same command, to be me
 alias if close enough. Times the whole `remember_batch` and, separately, the time it holds the
 store's write lock (deciding and appending), best of `--runs`. numpy's products run on one
 thread, as in the `keytrail` command. Prints one JSON object.
+
+With `--content-chars N` each content is N characters: its own number, then the same long run
+of numbered words for all, so every item is near-identical to the earlier ones (the hashing
+embedder) and is compared with all of them for dedup and contradictions (their numbers differ).
+One key, "shared", is on every item to make them candidates of each other:
+
+    .venv/bin/python tools/bench_batch_keys.py --items 500 --keys 24 --content-chars 20000
 """
 
 from __future__ import annotations
@@ -28,11 +35,19 @@ from keytrail.core import HashEmbedder, RememberItem, Settings, Store  # noqa: E
 from keytrail.events import log as event_log  # noqa: E402
 
 
-def run_once(home: Path, items: int, keys: int) -> tuple[float, float, int]:
+def content(i: int, chars: int) -> str:
+    if not chars:
+        return f"memory {i}: a fact of its own, number {i}"
+    tail = " ".join(f"w{k}" for k in range(chars // 4))
+    return f"memory {i}: a long fact, number {i}, {tail}"[:chars]
+
+
+def run_once(home: Path, items: int, keys: int, chars: int) -> tuple[float, float, int, int]:
+    shared = ["shared"] if chars else []
     batch = [
         RememberItem(
-            f"memory {i}: a fact of its own, number {i}",
-            [f"label {i} {j} {'x' * (j % 5)}" for j in range(keys)],
+            content(i, chars),
+            shared + [f"label {i} {j} {'x' * (j % 5)}" for j in range(keys - len(shared))],
         )
         for i in range(items)
     ]
@@ -58,26 +73,32 @@ def run_once(home: Path, items: int, keys: int) -> tuple[float, float, int]:
             event_log.EventLog.lock = real_lock  # type: ignore[method-assign]
         made = len(store.state.keys)
     assert len(done) == items
-    return total, max(held, default=0.0), made
+    flagged = sum(len(r.possible_contradictions) for r in done)
+    return total, max(held, default=0.0), made, flagged
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=500)
     parser.add_argument("--keys", type=int, default=24, help="new labels per item")
+    parser.add_argument(
+        "--content-chars", type=int, default=0, help="long near-identical contents (0: short)"
+    )
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     results = []
     for run in range(args.runs):
         home = Path(tempfile.mkdtemp(prefix="keytrail-batch-keys-")) / f"store{run}"
-        results.append(run_once(home, args.items, args.keys))
-    total, held, made = min(results)
+        results.append(run_once(home, args.items, args.keys, args.content_chars))
+    total, held, made, flagged = min(results)
     print(
         json.dumps(
             {
                 "items": args.items,
                 "new_labels_per_item": args.keys,
+                "content_chars": args.content_chars or None,
                 "keys_made": made,
+                "contradictions_flagged": flagged,
                 "remember_batch_s": round(total, 3),
                 "write_lock_held_s": round(held, 3),
                 "runs": args.runs,
