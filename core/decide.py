@@ -46,6 +46,11 @@ COMPARE_LIMIT = 200
 COMPARE_SCAN_PER_KEY = 4 * COMPARE_LIMIT
 
 
+#: Labels a batch compares with every key of the graph in one product (`_closest_in_graph`):
+#: the product holds this many scores per key.
+LABEL_CHUNK = 256
+
+
 _NEGATIONS = frozenset(("not", "no", "never", "none", "nobody", "nothing", "n't", "cannot"))
 
 Specifics = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
@@ -218,7 +223,7 @@ class Batch:
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
         """Find the closest concept key of the graph for every concept label that may become
-        an alias, in one matrix product over all key labels (read whole: ~8 ms at 20,000
+        an alias, in matrix products over all key labels (read whole: ~8 ms at 20,000
         labels). A batch calls this with every item's labels before deciding any, so its
         decisions, made holding the appenders' lock, read the matrix once, not once per item.
         The graph does not change while a command decides, so the answers hold for all items.
@@ -345,12 +350,16 @@ class Batch:
         rows = self.store.key_vectors()
         if not len(rows):
             return {}
-        scores = rows.matrix @ self.store.embed(labels).T
+        vectors = self.store.embed(labels)
         keys = self.state.keys
         found: dict[str, tuple[str, float]] = {}
         concept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
         for j, label in enumerate(labels):
-            column = scores[:, j]
+            if j % LABEL_CHUNK == 0:
+                # A chunk of labels at a time, each label's scores a contiguous row: all of a
+                # batch's at once (500 x 24 labels) made a matrix of gigabytes at 50,000 keys.
+                scores = vectors[j : j + LABEL_CHUNK] @ rows.matrix.T
+            column = scores[j % LABEL_CHUNK]
             for _ in range(16):  # the best row whose key is (still) a concept
                 row = int(np.argmax(column))
                 if keys[rows.ids[row]].type == "concept":

@@ -15,12 +15,19 @@ embedder) and is compared with all of them for dedup and contradictions (their n
 One key, "shared", is on every item to make them candidates of each other:
 
     .venv/bin/python tools/bench_batch_keys.py --items 500 --keys 24 --content-chars 20000
+
+With `--stored-keys N` the store first holds about N concept keys (24 per memory, told in
+batches of 50 items), with which every new label of the timed batch is compared: the
+`peak_rss_mb` of the process then is mostly what that comparison holds.
+
+    .venv/bin/python tools/bench_batch_keys.py --items 500 --keys 24 --stored-keys 50000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import tempfile
 import time
 from collections.abc import Iterator
@@ -42,7 +49,21 @@ def content(i: int, chars: int) -> str:
     return f"memory {i}: a long fact, number {i}, {tail}"[:chars]
 
 
-def run_once(home: Path, items: int, keys: int, chars: int) -> tuple[float, float, int, int]:
+def fill(store: Store, keys: int) -> None:
+    memories = keys // 24
+    for start in range(0, memories, 50):
+        store.remember_batch(
+            [
+                RememberItem(f"stored {i}", [f"stored label {i} {j}" for j in range(24)])
+                for i in range(start, min(start + 50, memories))
+            ]
+        )
+    store.key_vectors()  # the graph's rows, as a server has them before the batch
+
+
+def run_once(
+    home: Path, items: int, keys: int, chars: int, stored_keys: int
+) -> tuple[float, float, int, int]:
     shared = ["shared"] if chars else []
     batch = [
         RememberItem(
@@ -64,6 +85,7 @@ def run_once(home: Path, items: int, keys: int, chars: int) -> tuple[float, floa
                 held.append(time.perf_counter() - start)
 
     with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as store:
+        fill(store, stored_keys)
         event_log.EventLog.lock = timed  # type: ignore[method-assign,assignment]
         try:
             start = time.perf_counter()
@@ -84,12 +106,13 @@ def main() -> None:
     parser.add_argument(
         "--content-chars", type=int, default=0, help="long near-identical contents (0: short)"
     )
+    parser.add_argument("--stored-keys", type=int, default=0, help="keys stored before")
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     results = []
     for run in range(args.runs):
         home = Path(tempfile.mkdtemp(prefix="keytrail-batch-keys-")) / f"store{run}"
-        results.append(run_once(home, args.items, args.keys, args.content_chars))
+        results.append(run_once(home, args.items, args.keys, args.content_chars, args.stored_keys))
     total, held, made, flagged = min(results)
     print(
         json.dumps(
@@ -97,10 +120,12 @@ def main() -> None:
                 "items": args.items,
                 "new_labels_per_item": args.keys,
                 "content_chars": args.content_chars or None,
+                "stored_keys": args.stored_keys // 24 * 24,
                 "keys_made": made,
                 "contradictions_flagged": flagged,
                 "remember_batch_s": round(total, 3),
                 "write_lock_held_s": round(held, 3),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
                 "runs": args.runs,
             }
         )
