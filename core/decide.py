@@ -20,7 +20,7 @@ from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.keygraph import name_form
-from keytrail.projections.vectors import Matrix
+from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
 from .queries import preview
@@ -44,6 +44,11 @@ COMPARE_LIMIT = 200
 #: Links looked at per key while filling the candidates: those of other namespaces and
 #: replaced versions are skipped, but not without end.
 COMPARE_SCAN_PER_KEY = 4 * COMPARE_LIMIT
+
+
+#: Labels a batch compares with every key of the graph in one product (`_closest_in_graph`):
+#: the product holds this many scores per key.
+LABEL_CHUNK = 256
 
 
 _NEGATIONS = frozenset(("not", "no", "never", "none", "nobody", "nothing", "n't", "cannot"))
@@ -166,6 +171,12 @@ class Batch:
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
+        #: memory id -> the text_hash of a new memory's content, and -> the `specifics` of a
+        #: compared candidate's: each item of a batch compares with the earlier ones (and the
+        #: same stored memories), so at 500 items of 20,000 characters, scanning each text
+        #: again per item held the lock for minutes.
+        self._new_digests: dict[str, str] = {}
+        self._specifics: dict[str, Specifics] = {}
         self.promoted: dict[str, str] = {}  # key id -> the type an earlier item promoted it to
 
     def new_memory_id(self) -> str:
@@ -212,7 +223,7 @@ class Batch:
 
     def match_labels(self, specs: Iterable[check.KeySpec]) -> None:
         """Find the closest concept key of the graph for every concept label that may become
-        an alias, in one matrix product over all key labels (read whole: ~8 ms at 20,000
+        an alias, in matrix products over all key labels (read whole: ~8 ms at 20,000
         labels). A batch calls this with every item's labels before deciding any, so its
         decisions, made holding the appenders' lock, read the matrix once, not once per item.
         The graph does not change while a command decides, so the answers hold for all items.
@@ -339,12 +350,16 @@ class Batch:
         rows = self.store.key_vectors()
         if not len(rows):
             return {}
-        scores = rows.matrix @ self.store.embed(labels).T
+        vectors = self.store.embed(labels)
         keys = self.state.keys
         found: dict[str, tuple[str, float]] = {}
         concept: np.ndarray[Any, np.dtype[np.bool_]] | None = None
         for j, label in enumerate(labels):
-            column = scores[:, j]
+            if j % LABEL_CHUNK == 0:
+                # A chunk of labels at a time, each label's scores a contiguous row: all of a
+                # batch's at once (500 x 24 labels) made a matrix of gigabytes at 50,000 keys.
+                scores = vectors[j : j + LABEL_CHUNK] @ rows.matrix.T
+            column = scores[j % LABEL_CHUNK]
             for _ in range(16):  # the best row whose key is (still) a concept
                 row = int(np.argmax(column))
                 if keys[rows.ids[row]].type == "concept":
@@ -422,7 +437,7 @@ class Batch:
         if not candidates:
             return None, []
         ids = list(candidates)
-        sims = store.embed_contents(candidates) @ vector
+        sims = store.embed_contents(candidates, self._new_digests) @ vector
         order = np.argsort(-sims)
         fingerprint = store.embedder.fingerprint
         # The duplicate is the nearest candidate above the line that keeps the specifics: a
@@ -434,7 +449,7 @@ class Batch:
                 break
             if wanted is None:
                 wanted = specifics(content)
-            if specifics(candidates[ids[i]]) == wanted:
+            if self._specifics_of(ids[i], candidates[ids[i]]) == wanted:
                 duplicate = Similar(
                     memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint
                 )
@@ -454,6 +469,14 @@ class Batch:
                     )
                 )
         return duplicate, flagged
+
+    def _specifics_of(self, memory_id: str, content: str) -> Specifics:
+        """`specifics` of a candidate's content, read once per command (the graph and this
+        command's new memories do not change while it decides)."""
+        found = self._specifics.get(memory_id)
+        if found is None:
+            found = self._specifics[memory_id] = specifics(content)
+        return found
 
     def _walk_order(self, found: dict[str, str], key_ids: list[str]) -> dict[str, str]:
         """`found` in the order a walk of every key (as named, links oldest first) meets them.
@@ -520,3 +543,4 @@ class Batch:
 
     def add_memory(self, new: NewMemory, vector: Matrix) -> None:
         self.new_memories[new.memory_id] = (new, vector)
+        self._new_digests[new.memory_id] = text_hash(new.content)

@@ -804,16 +804,19 @@ class Store(Queries, HybridQueries):
                     progress(end, total)
         return self.vectors.rows(digests)
 
-    def embed_contents(self, contents: Mapping[str, str]) -> Matrix:
+    def embed_contents(
+        self, contents: Mapping[str, str], hashed: Mapping[str, str] | None = None
+    ) -> Matrix:
         """Unit vectors of memory contents, given by memory id (each one hashed only once).
 
         Only memories of the log are remembered: an id decided in a command that then failed
-        was never written, and could come again with another content.
+        was never written, and could come again with another content. `hashed`: the
+        text_hash of contents the caller knows (a command's own new memories).
         """
         memo, known = self._content_digests, self.state.memories
         digests = []
         for memory_id, content in contents.items():
-            digest = memo.get(memory_id)
+            digest = memo.get(memory_id) or (hashed.get(memory_id) if hashed else None)
             if digest is None:
                 digest = text_hash(content)
                 if memory_id in known:

@@ -186,16 +186,23 @@ def _lines_naming(data: bytes, memory_ids: Collection[str]) -> set[int]:
             at = data.find(needle)
             while at >= 0:
                 starts.add(data.rfind(b"\n", 0, at) + 1)
-                at = data.find(needle, at + len(needle))
+                # On from the line's end: a memory that 500 items of one batch relate to
+                # searched back to that line's start (megabytes) once per naming.
+                end = data.find(b"\n", at)
+                at = -1 if end < 0 else data.find(needle, end + 1)
         return starts
     # A search per id read the segment once per version: forgetting 3,000 took ~15 s of them.
     # One pass instead, looking from every quote to the next: an id's `"id"` is such a pair.
     wanted = set(ids)
     sizes = [len(m) for m in ids]
     pair = re.compile(b'"(?=([^"]{%d,%d})")' % (min(sizes), max(sizes)))
+    line_end = -1  # the end of the last line found: later ids in it start no search back
     for found in pair.finditer(data):
-        if found.group(1) in wanted:
+        if found.group(1) in wanted and found.start() > line_end:
             starts.add(data.rfind(b"\n", 0, found.start()) + 1)
+            line_end = data.find(b"\n", found.start())
+            if line_end < 0:
+                line_end = len(data)
     return starts
 
 

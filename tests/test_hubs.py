@@ -40,9 +40,9 @@ def compared_sizes(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     embed_contents = store.embed_contents
 
-    def spy(contents: Mapping[str, str]) -> Matrix:
+    def spy(contents: Mapping[str, str], hashed: Mapping[str, str] | None = None) -> Matrix:
         sizes.append(len(contents))
-        return embed_contents(contents)
+        return embed_contents(contents, hashed)
 
     monkeypatch.setattr(store, "embed_contents", spy)
     return sizes
@@ -279,9 +279,9 @@ def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_or
     compare, embed_contents = Batch.compare, store.embed_contents
     taken: list[list[str]] = []
 
-    def spy(contents: Mapping[str, str]) -> Matrix:
+    def spy(contents: Mapping[str, str], hashed: Mapping[str, str] | None = None) -> Matrix:
         taken.append(list(contents))
-        return embed_contents(contents)
+        return embed_contents(contents, hashed)
 
     def checked(
         batch: Batch, namespace: str, content: str, vector: Matrix, key_ids: list[str]

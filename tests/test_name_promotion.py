@@ -182,6 +182,39 @@ def test_a_batch_merges_a_label_into_a_key_an_earlier_item_made_as_one_by_one(
         assert len(batch.state.keys) == len(one_by_one.state.keys) == 42
 
 
+def test_a_batch_matches_its_labels_with_the_graph_in_bounded_memory(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every new concept label of a batch is compared with every key of the graph: a chunk of
+    labels at a time, so the scores held are not keys x labels (500 items of 24 labels at
+    50,000 keys made a matrix of 2.4 GB), and a label past the first chunk still merges."""
+    import tracemalloc
+
+    from keytrail.core import decide
+
+    store = make_store(threshold_overrides={"merge": 0.6})
+    stored = [
+        RememberItem(f"stored {i}", [f"stored {i} {j}" for j in range(24)]) for i in range(200)
+    ]
+    stored.append(RememberItem("We have gardens", ["gardens"]))
+    store.remember_batch(stored)
+    store.key_vectors()  # the graph's rows, read before the batch is measured
+    monkeypatch.setattr(decide, "LABEL_CHUNK", 16, raising=False)
+    items = [RememberItem(f"new {i}", [f"new {i} {j}" for j in range(24)]) for i in range(100)]
+    items.append(RememberItem("The garden is big", ["garden"]))
+    labels = sum(len(item.keys or ()) for item in items)
+    tracemalloc.start()
+    try:
+        done = store.remember_batch(items)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    every_score = len(store.key_vectors()) * labels * 4  # float32, all labels at once
+    assert peak < every_score / 2  # about a quarter with chunks of 16 labels
+    (garden,) = done[-1].keys
+    assert (garden.resolution, garden.merged_into) == ("alias", "gardens")
+
+
 def test_correct_promotes_the_keys_it_is_given(make_store: Callable[..., Store]) -> None:
     store = make_store()
     old = store.remember("Mia likes Berlin", ["berlin"])

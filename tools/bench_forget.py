@@ -10,6 +10,11 @@ Runs with the hashing embedder. Prints one JSON object:
   store; `segment_mb` is the size of the segments rewritten.
 - `chain_forget_ms` (with `--chain N`): one `forget(all_versions=True)` of a fact corrected
   N - 1 times (N versions), and the fsyncs it made (`chain_forget_fsyncs`).
+- `hub_forget_ms` (with `--referrers N`): one `forget` of a memory N others relate to, told
+  in batches of 500 items of `--content-chars` characters (one long log line per batch).
+  `--memories 0 --probes 0` leaves out the rest:
+
+      .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 --referrers 1500
 - `follow_latency_ms`: from just before another process calls `remember` to the moment a
   `follow()` loop in this process has decoded the event (includes the writer's fsync), with the
   safety poll off, so only file-system notifications wake it.
@@ -121,6 +126,24 @@ def bench_chain(home: Path, versions: int) -> dict[str, Any]:
     }
 
 
+def bench_hub(home: Path, referrers: int, chars: int) -> dict[str, Any]:
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    hub = store.remember("the fact all others relate to", ["hub"]).memory_id
+    filler = " ".join(f"w{k}" for k in range(chars // 4))
+    for start in range(0, referrers, 500):
+        store.remember_batch(
+            [
+                RememberItem(f"memory {i}: {filler}"[:chars], [f"topic {i}"], related_to=[hub])
+                for i in range(start, min(start + 500, referrers))
+            ]
+        )
+    t = time.perf_counter()
+    store.forget(hub)
+    took = time.perf_counter() - t
+    store.close()
+    return {"referrers": referrers, "content_chars": chars, "hub_forget_ms": round(took * 1000, 1)}
+
+
 def bench_follow(home: Path, probes: int) -> dict[str, Any]:
     Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()).close()
     latencies: list[float] = []
@@ -164,13 +187,22 @@ def main() -> None:
     parser.add_argument(
         "--chain", type=int, default=0, help="also forget a fact of this many versions at once"
     )
+    parser.add_argument(
+        "--referrers", type=int, default=0, help="also forget a memory this many relate to"
+    )
+    parser.add_argument("--content-chars", type=int, default=20_000, help="of the referrers")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        result = bench_forget(Path(tmp) / "forget", args.memories, args.sample, rng)
+        result: dict[str, Any] = {}
+        if args.memories:
+            result.update(bench_forget(Path(tmp) / "forget", args.memories, args.sample, rng))
         if args.chain:
             result.update(bench_chain(Path(tmp) / "chain", args.chain))
-        result.update(bench_follow(Path(tmp) / "follow", args.probes))
+        if args.referrers:
+            result.update(bench_hub(Path(tmp) / "hub", args.referrers, args.content_chars))
+        if args.probes:
+            result.update(bench_follow(Path(tmp) / "follow", args.probes))
     json.dump(result, sys.stdout, indent=2)
     print()
 
