@@ -275,9 +275,19 @@ class BackgroundBuild:
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Run the build (again) in a new daemon thread."""
+        """Run the build (again) in a new daemon thread: a finished one too, when the store
+        finds its projection far behind again (see `Store.wait_for_vectors`)."""
         with self._changed:
+            self._done = self._total = 0
+            self._keys_ready = self._finished = False
+            self.result = None
             self._start()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the latest attempt has built everything (not: failed, or still building)."""
+        with self._changed:
+            return self._finished
 
     def _start(self) -> None:
         self._attempt += 1

@@ -94,6 +94,14 @@ OpenProgress = Callable[[int, int], None]
 Progress = Callable[[int, int], None]
 #: Texts a progress-reporting embed hands the model at a time
 EMBED_CHUNK = 64
+#: Texts without a vector (labels and contents other processes added: an import, a batch of
+#: thousands, writes under another model) that a call needing vectors embeds inline, as part of
+#: its own work. Past this many it has the projection built first (a server's in the
+#: background, as at its start) and waits for that, hearing its progress (see
+#: `wait_for_vectors`): embedded inline, thousands of texts took seconds under the mutex, or a
+#: remember's under the log lock, holding up every other call and process, and told the
+#: caller nothing.
+INLINE_EMBED_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -202,6 +210,9 @@ class Store(Queries, HybridQueries):
         self._labels_dropped = 0
         self._memory_vectors: VectorSet | None = None
         self._memories_embedded = 0
+        #: labels and memories (counts, in fold order) known to have a vector in the cache, or
+        #: few enough missing to embed inline: `wait_for_vectors` looks past them only
+        self._labels_checked = self._contents_checked = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
         #: Vector keys of contents another process forgot, to erase at our next write: rows we
@@ -643,6 +654,7 @@ class Store(Queries, HybridQueries):
         see the new one): they may hold the cut events' labels, memories and ids."""
         self._key_vectors = self._memory_vectors = None
         self._labels_embedded = self._memories_embedded = self._labels_dropped = 0
+        self._labels_checked = self._contents_checked = 0
         self._content_digests.clear()
         for cls in type(self).__mro__:  # each query mixin names the caches it keeps
             for name in vars(cls).get("_KEPT_BETWEEN_CALLS", ()):
@@ -759,10 +771,64 @@ class Store(Queries, HybridQueries):
         it waits for the builder (which holds the mutex only a step at a time) instead of
         embedding every missing text itself under the mutex, where every other call would
         wait with it, hearing nothing.
+
+        Not only at a server's start: when more than INLINE_EMBED_MAX of those texts have no
+        vector (other processes wrote them since: an import, a big batch, another model's
+        writes), the server's build is started again and waited for here, before the caller
+        takes the mutex or a remember the log lock. A store used directly (a library, tests;
+        the command line builds at open, see server/embed_cli.py) builds it here instead, in
+        the caller's thread, as `keytrail reembed` does: `progress` hears it, rows are saved
+        and the coverage recorded, no lock is held while the model runs, and no thread is left
+        embedding when the caller is done (a process exiting under a model call aborts), at
+        the cost of a recall waiting for the contents too. Fewer are embedded inline by the
+        call that reads them, as before.
         """
         background = self._background_build
+        if background is None or background.finished:  # a build under way is waited for
+            with self._mutex:
+                background = self._background_build
+                behind = (background is None or background.finished) and self._far_behind(need)
+                if behind and background is not None:
+                    background.start()  # again, with the server's bar and warm-up
+            if behind and background is None:
+                from . import reembed  # lazily: reembed imports this module
+
+                reembed.build(self, progress)
+                return
         if background is not None:
             background.wait(need, progress)
+
+    def _far_behind(self, need: Need) -> bool:
+        """Whether more than INLINE_EMBED_MAX of the texts `need` names lack a vector (hold the
+        mutex). Cheap when nothing is behind: only the labels and memories folded since the
+        last look are counted, and hashed only when they are many."""
+        # Not folded again when nothing was appended: the caller folds anyway, and a fold reads.
+        state = self.refresh() if self.log.appended() else self.state
+        labels, memories = state.labels, state.memories
+        new_labels = len(labels) - max(self._labels_embedded, self._labels_checked)
+        new_contents = (
+            0
+            if need == "keys"
+            else len(memories) - max(self._memories_embedded, self._contents_checked)
+        )
+        if max(new_labels, 0) + max(new_contents, 0) <= INLINE_EMBED_MAX:
+            return False
+        cache = self.vectors
+        manifest = cache.manifest()
+        # A build that recorded the log as it is now left nothing to look up.
+        if manifest is None or manifest.store_id != state.store_id or manifest.seq < state.seq:
+            texts = list(itertools.islice(reversed(labels), max(new_labels, 0)))
+            tail = itertools.islice(reversed(memories.values()), max(new_contents, 0))
+            texts += [node.content for node in tail if node.content]
+            digests = [text_hash(text) for text in dict.fromkeys(texts)]
+            if len(cache.missing(digests)) > INLINE_EMBED_MAX:
+                cache.refresh()  # another process may have embedded them meanwhile
+                if len(cache.missing(digests)) > INLINE_EMBED_MAX:
+                    return True
+        self._labels_checked = len(labels)
+        if need == "all":
+            self._contents_checked = len(memories)
+        return False
 
     def projection_state(self) -> ProjectionState:
         """How far a build of the projection in the background is (`memory_stats`)."""

@@ -247,6 +247,20 @@ class EventLog:
     def position(self) -> LogPosition:
         return LogPosition(self._segment, self._offset, self._seq, self._at)
 
+    def appended(self) -> bool:
+        """Whether lines may have been appended past the cursor, by a stat or two and no read:
+        for a caller that only needs to know whether to look (`iter_new` reads a chunk of the
+        segment every time, to check the line folded last)."""
+        if self._segment is None:
+            return True
+        try:
+            size = self.segment_size(self._segment)
+        except FileNotFoundError:
+            return True
+        return size != self._offset or os.path.exists(
+            f"{self._dir_str}/{segment_name(self._seq + 1)}"
+        )
+
     def segments(self, *, fresh: bool = False) -> list[str]:
         """Segment file names in seq order (cached until the directory changes).
 

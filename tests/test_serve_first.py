@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -31,6 +32,7 @@ from test_server import REPO, serving
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store, StoreError
 from keytrail.core import reembed as projection
+from keytrail.core import store as store_module
 from keytrail.core.embedders import OpenAIEmbedder
 from keytrail.projections.vectors import Matrix
 from keytrail.server.embed_cli import build_while_serving
@@ -680,3 +682,126 @@ def test_a_waiter_woken_after_several_steps_says_how_far_the_build_got() -> None
     waiter.join(SAFETY)
     assert not waiter.is_alive()
     assert heard == [(36, 68), (68, 68)]
+
+
+def holds_lock(lock_file: Path) -> bool:
+    """Whether this process holds a flock on `lock_file` (from /proc/locks, whose lines read
+    "1: FLOCK  ADVISORY  WRITE <pid> <dev>:<inode> 0 EOF"; a waiter's has "->")."""
+    inode, pid = f":{os.stat(lock_file).st_ino} ", f" {os.getpid()} "
+    with open("/proc/locks") as f:
+        return any("->" not in line and inode in line and pid in line for line in f)
+
+
+class LockWatchingEmbedder(HashEmbedder):
+    """The hashing embedder, noting for each call its thread, whether this process held the
+    store's log lock (once `lock_file` is set) and the texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock_file: Path | None = None
+        self.calls: list[tuple[str, bool, list[str]]] = []
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        held = self.lock_file is not None and holds_lock(self.lock_file)
+        self.calls.append((threading.current_thread().name, held, list(texts)))
+        return super().embed(texts)
+
+    def texts(self, *, thread: str | None = None, held: bool | None = None) -> set[str]:
+        return {
+            text
+            for name, locked, texts in list(self.calls)
+            if thread in (None, name) and held in (None, locked)
+            for text in texts
+        }
+
+
+#: What another process writes while a long-lived store is open: 41 key labels and 40 contents,
+#: more than the store embeds inline (INLINE_EMBED_MAX is set to 20 below).
+BACKLOG = [
+    RememberItem(f"imported fact {i} about subject {i}", [f"subject {i}", "imports"])
+    for i in range(40)
+]
+BACKLOG_TEXTS = {"imports", *(f"subject {i}" for i in range(40)), *(i.content for i in BACKLOG)}
+
+
+@dataclass
+class Behind:
+    store: Store
+    embedder: LockWatchingEmbedder
+    #: the thread that builds the projection: the server's build, or the caller of a store
+    #: used directly
+    builder: str
+
+
+@pytest.fixture(params=["server", "direct"])
+def behind(
+    request: pytest.FixtureRequest,
+    make_store: Callable[..., Store],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Behind:
+    """A long-lived store (a server's, whose projection was built at its start, or one used
+    directly) whose projection was current, after another process, with a model whose rows it
+    cannot read, wrote the BACKLOG."""
+    monkeypatch.setattr(store_module, "INLINE_EMBED_MAX", 20)
+    home = tmp_path / "store"
+    embedder = LockWatchingEmbedder()
+    store = make_store(home, embedder=embedder)
+    store.remember("Dana keeps bees on the roof", ["bees", "roof"])
+    if request.param == "server":
+        build_while_serving(store)
+    store.wait_for_vectors()
+    assert store.recall("bees").keys
+    embedder.lock_file = store.log.lock_path
+    make_store(home, embedder=HashEmbedder(64)).remember_batch(BACKLOG)
+    embedder.calls.clear()
+    me = threading.current_thread().name
+    return Behind(store, embedder, "keytrail-projection" if request.param == "server" else me)
+
+
+def test_a_recall_behind_another_process_s_backlog_waits_for_a_build_with_progress(
+    behind: Behind,
+) -> None:
+    store, embedder = behind.store, behind.embedder
+    heard: list[tuple[int, int]] = []
+    # As the server does before a recall: wait for the key labels, hearing the build move.
+    store.wait_for_vectors("keys", lambda done, total: heard.append((done, total)))
+    assert heard and {total for _, total in heard} == {81}  # the 41 labels and 40 contents
+    assert heard[-1][0] >= 41  # every label was in before recall ran
+    embedded = embedder.texts(thread=behind.builder)
+    embedder.calls.clear()
+    found = store.recall("subject 7")
+    assert "subject 7" in [k.label for k in found.keys]
+    # The recall embedded its query only: the build had embedded the backlog's labels.
+    me = threading.current_thread().name
+    assert [texts for name, _, texts in embedder.calls if name == me] == [["subject 7"]]
+    store.wait_for_vectors()
+    assert embedded | embedder.texts(thread=behind.builder) == BACKLOG_TEXTS
+    assert projection.status(store).current  # rows saved and coverage recorded, as at a start
+    assert store.projection_state().status == "ready"
+
+
+def test_a_remember_behind_another_process_s_backlog_embeds_none_of_it_holding_the_lock(
+    behind: Behind,
+) -> None:
+    store, embedder = behind.store, behind.embedder
+    told = store.remember("Dana read about subject 7 by the hives", ["subject 7", "hives"])
+    assert [k.resolution for k in told.keys] == ["existing", "new"]
+    assert embedder.texts(held=True).isdisjoint(BACKLOG_TEXTS)
+    assert embedder.texts(thread=behind.builder) >= BACKLOG_TEXTS
+    # The build recorded its coverage: the log up to the remember, which came after it.
+    assert projection.status(store).covered_seq == told.seq - 1
+
+
+def test_a_server_behind_a_backlog_tells_the_client_how_far_its_build_is(behind: Behind) -> None:
+    heard: Heard = []
+
+    async def check(client: Client) -> None:
+        args = {"content": "Dana read about subject 7 by the hives", "keys": ["subject 7"]}
+        await answer(client, "remember", args, heard)
+
+    with_client(behind.store, check)
+    building = [(done, total) for done, total, message in heard if message == BUILDING]
+    assert building and {total for _, total in building} == {81}
+    assert building[-1][0] == 81  # remember waits for every label and content
+    assert behind.embedder.texts(held=True).isdisjoint(BACKLOG_TEXTS)
