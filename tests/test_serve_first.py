@@ -694,16 +694,23 @@ def holds_lock(lock_file: Path) -> bool:
 
 class LockWatchingEmbedder(HashEmbedder):
     """The hashing embedder, noting for each call its thread, whether this process held the
-    store's log lock (once `lock_file` is set) and the texts."""
+    store's log lock (once `lock_file` is set) and the texts. A server's build waits at each
+    call while `gate` is clear: a test clears it to hear the build's progress before the build
+    can finish (a waiter that arrives once it is done hears nothing)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lock_file: Path | None = None
         self.calls: list[tuple[str, bool, list[str]]] = []
+        self.gate = threading.Event()
+        self.gate.set()
 
     def embed(self, texts: Sequence[str]) -> Matrix:
+        name = threading.current_thread().name
+        if name == "keytrail-projection" and not self.gate.wait(SAFETY):
+            raise RuntimeError("the test never opened the gate")
         held = self.lock_file is not None and holds_lock(self.lock_file)
-        self.calls.append((threading.current_thread().name, held, list(texts)))
+        self.calls.append((name, held, list(texts)))
         return super().embed(texts)
 
     def texts(self, *, thread: str | None = None, held: bool | None = None) -> set[str]:
@@ -764,8 +771,14 @@ def test_a_recall_behind_another_process_s_backlog_waits_for_a_build_with_progre
 ) -> None:
     store, embedder = behind.store, behind.embedder
     heard: list[tuple[int, int]] = []
+
+    def told(done: int, total: int) -> None:
+        heard.append((done, total))
+        embedder.gate.set()
+
+    embedder.gate.clear()
     # As the server does before a recall: wait for the key labels, hearing the build move.
-    store.wait_for_vectors("keys", lambda done, total: heard.append((done, total)))
+    store.wait_for_vectors("keys", told)
     assert heard and {total for _, total in heard} == {81}  # the 41 labels and 40 contents
     assert heard[-1][0] >= 41  # every label was in before recall ran
     embedded = embedder.texts(thread=behind.builder)
@@ -796,10 +809,16 @@ def test_a_remember_behind_another_process_s_backlog_embeds_none_of_it_holding_t
 def test_a_server_behind_a_backlog_tells_the_client_how_far_its_build_is(behind: Behind) -> None:
     heard: Heard = []
 
+    async def told(done: float, total: float | None, message: str | None) -> None:
+        heard.append((done, total, message))
+        behind.embedder.gate.set()
+
     async def check(client: Client) -> None:
         args = {"content": "Dana read about subject 7 by the hives", "keys": ["subject 7"]}
-        await answer(client, "remember", args, heard)
+        result = await client.call_tool("remember", args, progress_callback=told)
+        assert not result.is_error, result.content
 
+    behind.embedder.gate.clear()
     with_client(behind.store, check)
     building = [(done, total) for done, total, message in heard if message == BUILDING]
     assert building and {total for _, total in building} == {81}
