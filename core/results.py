@@ -201,8 +201,9 @@ class ProjectionState:
     read_key with a query and recall_memories wait for all of it.
     """
 
-    #: ready (no build under way: a vector the cache lacks is embedded when first needed) |
-    #: building | failed (`error` says why; the next call that needs it tries again)
+    #: ready (no build under way: a few vectors the cache lacks are embedded when first
+    #: needed, more than `store.INLINE_EMBED_MAX` start the build again) | building | failed
+    #: (`error` says why; the next call that needs it tries again)
     status: str
     #: texts the build has embedded (or found embedded by another process) of `to_embed`
     embedded: int = 0
