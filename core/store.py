@@ -815,11 +815,16 @@ class Store(Queries, HybridQueries):
             return False
         cache = self.vectors
         manifest = cache.manifest()
-        # A build that recorded the log as it is now left nothing to look up.
-        if manifest is None or manifest.store_id != state.store_id or manifest.seq < state.seq:
+        # What a build recorded as having every vector (the log up to its seq) is not looked up
+        # again: a server's memories since its start are what its first remember hashes.
+        covered = (
+            manifest.seq if manifest is not None and manifest.store_id == state.store_id else 0
+        )
+        if covered < state.seq:
             texts = list(itertools.islice(reversed(labels), max(new_labels, 0)))
             tail = itertools.islice(reversed(memories.values()), max(new_contents, 0))
-            texts += [node.content for node in tail if node.content]
+            since = itertools.takewhile(lambda node: node.created_seq > covered, tail)
+            texts += [node.content for node in since if node.content]
             digests = [text_hash(text) for text in dict.fromkeys(texts)]
             if len(cache.missing(digests)) > INLINE_EMBED_MAX:
                 cache.refresh()  # another process may have embedded them meanwhile

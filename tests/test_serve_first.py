@@ -824,3 +824,26 @@ def test_a_server_behind_a_backlog_tells_the_client_how_far_its_build_is(behind:
     assert building and {total for _, total in building} == {81}
     assert building[-1][0] == 81  # remember waits for every label and content
     assert behind.embedder.texts(held=True).isdisjoint(BACKLOG_TEXTS)
+
+
+def test_a_backlog_of_contents_alone_is_built_before_a_remember_compares_with_it(
+    make_store: Callable[..., Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Memories another process wrote under a key this server has: no new label, yet a new
+    # memory under that key is compared with each of them (dedup, contradictions).
+    monkeypatch.setattr(store_module, "INLINE_EMBED_MAX", 20)
+    home = tmp_path / "store"
+    embedder = LockWatchingEmbedder()
+    store = make_store(home, embedder=embedder)
+    store.remember("Dana keeps bees on the roof", ["bees"])
+    build_while_serving(store)
+    store.wait_for_vectors()  # built at the start: coverage recorded up to here
+    embedder.lock_file = store.log.lock_path
+    others = [f"Dana's hive {i} holds {i} thousand bees" for i in range(40)]
+    make_store(home, embedder=HashEmbedder(64)).remember_batch(
+        [RememberItem(text, ["bees"]) for text in others]
+    )
+    embedder.calls.clear()
+    store.remember("Dana's hive 3 holds 3 thousand bees", ["bees"])
+    assert embedder.texts(held=True).isdisjoint(others)
+    assert set(others) <= embedder.texts(thread="keytrail-projection")
