@@ -254,6 +254,32 @@ def test_an_http_option_without_http_is_refused(tmp_path: Path, flag: list[str])
     assert not home.exists()
 
 
+def serve_http(home: Path, port: int) -> subprocess.Popen[str]:
+    """`keytrail serve --http` on `port`, its stderr a pipe (its first line is the banner)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", "--http", "--port", str(port)],
+        env=server_env(home),
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def open_session(client: httpx2.Client, url: str) -> dict[str, str]:
+    """Initialize an MCP session at `url` by raw HTTP; the headers its requests carry."""
+    for _ in range(100):  # the banner comes just before uvicorn listens
+        try:
+            init = client.post(url, json=INIT, headers=HEADERS)
+            break
+        except httpx2.ConnectError:
+            time.sleep(0.1)
+    session = {**HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    client.post(url, json=initialized, headers=session)
+    return session
+
+
 def test_sigterm_closes_the_store_before_the_http_server_dies_of_it(tmp_path: Path) -> None:
     """uvicorn shuts down on SIGTERM (how a service manager or a container stops a server),
     then raises the signal again to die of it: that killed the process inside uvicorn.run,
@@ -264,28 +290,13 @@ def test_sigterm_closes_the_store_before_the_http_server_dies_of_it(tmp_path: Pa
 
     home = tmp_path / "store"
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keytrail.server.cli", "serve", "--http", "--port", str(port)],
-        env=server_env(home),
-        cwd=str(REPO),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve_http(home, port)
     try:
         assert proc.stderr is not None
         assert "serving" in proc.stderr.readline()
         url = f"http://127.0.0.1:{port}/mcp"
         with httpx2.Client(timeout=20) as client:
-            for _ in range(100):  # the banner comes just before uvicorn listens
-                try:
-                    init = client.post(url, json=INIT, headers=HEADERS)
-                    break
-                except httpx2.ConnectError:
-                    time.sleep(0.1)
-            session = {**HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
-            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            client.post(url, json=initialized, headers=session)
+            session = open_session(client, url)
             for i in range(3):
                 arguments = {"content": f"Fact {i} about the harbour", "keys": ["harbour"]}
                 params = {"name": "remember", "arguments": arguments}
@@ -325,29 +336,14 @@ def test_a_call_running_when_the_http_server_gets_sigterm_is_answered_first(
 
     home = tmp_path / "store"
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keytrail.server.cli", "serve", "--http", "--port", str(port)],
-        env=server_env(home),
-        cwd=str(REPO),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve_http(home, port)
     items = batch_of_seconds()
     try:
         assert proc.stderr is not None
         assert "serving" in proc.stderr.readline()
         url = f"http://127.0.0.1:{port}/mcp"
         with httpx2.Client(timeout=60) as client:
-            for _ in range(100):  # the banner comes just before uvicorn listens
-                try:
-                    init = client.post(url, json=INIT, headers=HEADERS)
-                    break
-                except httpx2.ConnectError:
-                    time.sleep(0.1)
-            session = {**HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
-            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            client.post(url, json=initialized, headers=session)
+            session = open_session(client, url)
             params = {
                 "name": "remember_batch",
                 "arguments": {"items": items},
