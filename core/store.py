@@ -102,6 +102,8 @@ EMBED_CHUNK = 64
 #: remember's under the log lock, holding up every other call and process, and told the
 #: caller nothing.
 INLINE_EMBED_MAX = 256
+#: How long `close` waits for a background build's model call to end (one chunk of texts)
+CLOSE_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -462,6 +464,13 @@ class Store(Queries, HybridQueries):
                     self._save_at_close()
             finally:
                 self.log.close()
+        # A build in the background stops at its next step (StoreClosed), but one inside a
+        # model call runs on: a process that exits meanwhile aborts in the model's runtime
+        # ("terminate called without an active exception", status 134). Wait for that call.
+        build = self._background_build
+        thread = None if build is None else build.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT_SECONDS)
 
     def _save_at_close(self) -> None:
         """Save a snapshot of what this process folded, for the next open to start from, and

@@ -196,6 +196,38 @@ def test_deleting_the_cache_and_reopening_gives_identical_results(
     assert projection.status(again).current
 
 
+CLOSE_DURING_A_BUILD = """
+import sys, time
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store, reembed
+home, model_path = sys.argv[1], sys.argv[2] or None
+with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as writer:
+    for start in range(0, 2000, 500):
+        ids = range(start, start + 500)
+        writer.remember_batch([RememberItem(f"fact {i}", [f"topic {i}"]) for i in ids])
+store = Store(Settings(home=home, embedder="fastembed", model_path=model_path))
+reembed.build_in_background(store)  # 4,000 texts the model has no vectors for
+time.sleep(1.0)  # inside a model call
+store.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_process_that_closes_its_store_during_a_build_exits_cleanly(tmp_path: Path) -> None:
+    """close stopped a build in the background only at its next step: a process exiting while
+    the build's thread was inside a model call aborted in the model's runtime ("terminate
+    called without an active exception", status 134), 3 runs in 3 here."""
+    from conftest import model_path
+
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_DURING_A_BUILD, str(tmp_path / "store"), model_path() or ""],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout) == (0, "closed\n"), done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
+
+
 def test_reembed_verb_builds_and_lists(tmp_path: Path) -> None:
     home = tmp_path / "store"
     env = {"KEYTRAIL_HOME": str(home), "KEYTRAIL_EMBEDDER": "hash", "PATH": "/usr/bin:/bin"}
