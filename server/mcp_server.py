@@ -825,9 +825,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         knowledge graph), keys, links, hubs, namespaces and sessions, the embedder and the log
         size (as_of: counts back then).
 
-        `projection` says whether the embedder's vectors are being built (after a model switch
-        or a lost cache) and how far: meanwhile recall waits for the key labels and {waiting}
-        for all of it."""
+        `projection` says whether the embedder's vectors are being built (after a model switch,
+        a lost cache, or many memories another process wrote) and how far: meanwhile recall
+        waits for the key labels and {waiting} for all of it."""
         return _reply(lambda: view(store, as_of).memory_stats())
 
     @server.tool(annotations=_hints(title="Expire old memories", destructive=True, idempotent=True))
