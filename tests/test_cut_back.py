@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from keytrail.core import HashEmbedder, Settings, Store, reembed, timetravel
 from keytrail.core import history as core_history
 from keytrail.core.maintenance import verify
+from keytrail.core.results import Remembered
 from keytrail.core.timetravel import view
 from keytrail.events import AnyEvent, EventLog, MemoryRemembered
 from keytrail.events import log as event_log
@@ -30,6 +31,7 @@ from keytrail.projections import GraphState
 from keytrail.projections.vectors import text_hash
 
 Make = Callable[..., Store]
+T = TypeVar("T")
 
 
 @contextmanager
@@ -263,6 +265,48 @@ def test_a_redacted_last_line_is_not_taken_for_a_cut(make_store: Make, tmp_path:
     assert isinstance(EventLog(home).read_new()[secret.seq - 1], MemoryRemembered)
 
 
+def read_across_a_cut_forget(
+    a: Store,
+    b: Store,
+    forgotten: str,
+    read: Callable[[], T],
+    paused: threading.Event,
+    go: threading.Event,
+) -> tuple[T, Remembered]:
+    """b runs `read` in a thread once it has folded a's forget of both versions of
+    `forgotten` (seqs 4 and 5); `read` sets `paused` where it should meet the cut and waits
+    for `go`. Meanwhile a's fsync fails, cutting both lines back, and a writes the canteen
+    memory at seq 4. Returns what `read` answered, and the canteen memory."""
+    answers: list[T] = []
+    errors: list[BaseException] = []
+
+    def b_reads() -> None:
+        try:
+            answers.append(read())
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=b_reads)
+
+    def b_starts_reading() -> None:
+        assert b.refresh().seq == 5  # both forget lines folded
+        reader.start()
+        assert paused.wait(30)
+
+    with (  # the forget's first two fsyncs are its pending file's
+        failing("fsync", b_starts_reading, after=2),
+        pytest.raises(Exception, match="nothing was recorded"),
+    ):
+        a.forget(forgotten, all_versions=True)
+    canteen = a.remember("the canteen opens at noon", ["canteen"])
+    assert canteen.seq == 4
+    go.set()
+    reader.join(30)
+    assert not errors, errors
+    [answer] = answers
+    return answer, canteen
+
+
 def test_an_as_of_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
     make_store: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -287,39 +331,17 @@ def test_an_as_of_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
         return real_fold(pausing(), state)
 
     monkeypatch.setattr(timetravel, "fold", fold_pausing)
-    answers: list[list[str]] = []
-    errors: list[BaseException] = []
 
-    def b_reads_as_of_4() -> None:
-        try:
-            page = view(b, as_of=4).list_memories()
-            answers.append(sorted(m.memory_id for m in page.memories))
-        except BaseException as exc:
-            errors.append(exc)
+    def b_reads_as_of_4() -> list[str]:
+        return sorted(m.memory_id for m in view(b, as_of=4).list_memories().memories)
 
-    reader = threading.Thread(target=b_reads_as_of_4)
+    answer, canteen = read_across_a_cut_forget(a, b, second.memory_id, b_reads_as_of_4, paused, go)
 
-    def b_starts_reading() -> None:
-        assert b.refresh().seq == 5  # both forget lines folded
-        reader.start()
-        assert paused.wait(30)
-
-    with (  # the forget's first two fsyncs are its pending file's
-        failing("fsync", b_starts_reading, after=2),
-        pytest.raises(Exception, match="nothing was recorded"),
-    ):
-        a.forget(second.memory_id, all_versions=True)
-    canteen = a.remember("the canteen opens at noon", ["canteen"])
-    assert canteen.seq == 4
-    go.set()
-    reader.join(30)
-
-    assert not errors, errors
-    assert answers == [sorted([second.memory_id, canteen.memory_id])]
+    assert answer == sorted([second.memory_id, canteen.memory_id])
     assert b.reloads == 1
     # A past state folded from the cut lines is never served again.
     page = view(b, as_of=4).list_memories()
-    assert sorted(m.memory_id for m in page.memories) == answers[0]
+    assert sorted(m.memory_id for m in page.memories) == answer
 
 
 def test_a_history_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
@@ -342,33 +364,12 @@ def test_a_history_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
         return real_touches(event, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(core_history, "_touches", touches_pausing)
-    answers: list[core_history.History] = []
-    errors: list[BaseException] = []
 
-    def b_reads_history() -> None:
-        try:
-            answers.append(core_history.history(b, second.memory_id))
-        except BaseException as exc:
-            errors.append(exc)
+    def b_reads_history() -> core_history.History:
+        return core_history.history(b, second.memory_id)
 
-    reader = threading.Thread(target=b_reads_history)
+    found, _ = read_across_a_cut_forget(a, b, second.memory_id, b_reads_history, paused, go)
 
-    def b_starts_reading() -> None:
-        assert b.refresh().seq == 5  # both forget lines folded
-        reader.start()
-        assert paused.wait(30)
-
-    with (  # the forget's first two fsyncs are its pending file's
-        failing("fsync", b_starts_reading, after=2),
-        pytest.raises(Exception, match="nothing was recorded"),
-    ):
-        a.forget(second.memory_id, all_versions=True)
-    assert a.remember("the canteen opens at noon", ["canteen"]).seq == 4
-    go.set()
-    reader.join(30)
-
-    assert not errors, errors
-    [found] = answers
     assert [t.seq for t in found.events] == [2, 3, 3]
     assert [v.status for v in found.versions] == ["superseded", "active"]
     assert found == core_history.history(make_store(home), second.memory_id)
@@ -391,33 +392,11 @@ def test_a_changes_read_that_meets_a_cut_answers_from_the_log_as_it_now_is(
             paused.set()
             go.wait(30)
 
-    answers: list[core_history.Changes] = []
-    errors: list[BaseException] = []
+    def b_reads_changes() -> core_history.Changes:
+        return core_history.changes(b, progress=progress)
 
-    def b_reads_changes() -> None:
-        try:
-            answers.append(core_history.changes(b, progress=progress))
-        except BaseException as exc:
-            errors.append(exc)
+    found, canteen = read_across_a_cut_forget(a, b, second.memory_id, b_reads_changes, paused, go)
 
-    reader = threading.Thread(target=b_reads_changes)
-
-    def b_starts_reading() -> None:
-        assert b.refresh().seq == 5  # both forget lines folded
-        reader.start()
-        assert paused.wait(30)
-
-    with (  # the forget's first two fsyncs are its pending file's
-        failing("fsync", b_starts_reading, after=2),
-        pytest.raises(Exception, match="nothing was recorded"),
-    ):
-        a.forget(second.memory_id, all_versions=True)
-    canteen = a.remember("the canteen opens at noon", ["canteen"])
-    go.set()
-    reader.join(30)
-
-    assert not errors, errors
-    [found] = answers
     assert found.forgotten == [] and found.until_seq == 4
     assert found.added == [first.memory_id, canteen.memory_id]
     assert found == core_history.changes(make_store(home))
