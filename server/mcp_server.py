@@ -1165,21 +1165,45 @@ SHUTDOWN_GRACE_SECONDS = 25
 
 class RequestsInFlight:
     """ASGI middleware counting the HTTP requests being answered, but for GETs: a session's
-    GET is its stream for the server's own messages, open for as long as the session is."""
+    GET is its stream for the server's own messages, open for as long as the session is.
+
+    At shutdown (`ending_streams`), sse-starlette ends those streams by cancelling them in the
+    middle of their response, which then never ends: the client read a broken connection
+    (`incomplete chunked read`) and uvicorn logged `ASGI callable returned without completing
+    response`. Such a stream's response is ended here, so the client reads a closed stream."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.count = 0
+        self.ending_streams = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] == "GET":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope["method"] == "GET":
+            await self._stream(scope, receive, send)
             return
         self.count += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.count -= 1
+
+    async def _stream(self, scope: Any, receive: Any, send: Any) -> None:
+        started = ended = False
+
+        async def watched(message: Any) -> None:
+            nonlocal started, ended
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                ended = True
+            await send(message)
+
+        await self.app(scope, receive, watched)
+        if started and not ended and self.ending_streams:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class AnsweringServer(uvicorn.Server):
@@ -1201,6 +1225,7 @@ class AnsweringServer(uvicorn.Server):
         async def end_streams_once_answered() -> None:
             while self.requests.count:
                 await anyio.sleep(0.1)  # as uvicorn waits for connections
+            self.requests.ending_streams = True
             AppStatus.should_exit = True  # what sse-starlette ends its streams on
 
         async with anyio.create_task_group() as tasks:

@@ -312,6 +312,55 @@ def test_sigterm_closes_the_store_before_the_http_server_dies_of_it(tmp_path: Pa
     assert snapshot.exists()
 
 
+def test_sigterm_ends_a_sessions_get_stream_as_a_closed_stream_not_a_broken_one(
+    tmp_path: Path,
+) -> None:
+    """A session's GET stream (the SDK client keeps one open for the server's own messages) is
+    ended at shutdown. sse-starlette did that by cancelling it mid-response: the client read a
+    broken connection (`incomplete chunked read`) and the server's log said `ASGI callable
+    returned without completing response`. The stream now ends as a response ends."""
+    import signal
+    import threading
+
+    home = tmp_path / "store"
+    port = free_port()
+    proc = serve_http(home, port)
+    ended: list[BaseException | None] = []
+    try:
+        assert proc.stderr is not None
+        assert "serving" in proc.stderr.readline()
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx2.Client(timeout=60) as client:
+            session = open_session(client, url)
+            opened = threading.Event()
+
+            def read_stream() -> None:
+                headers = {**session, "accept": "text/event-stream"}
+                try:
+                    with client.stream("GET", url, headers=headers) as stream:
+                        assert stream.status_code == 200
+                        opened.set()
+                        for _ in stream.iter_bytes():
+                            pass
+                    ended.append(None)
+                except BaseException as exc:  # what the reader saw, asserted below
+                    ended.append(exc)
+
+            reader = threading.Thread(target=read_stream, daemon=True)
+            reader.start()
+            assert opened.wait(timeout=30)
+            time.sleep(0.3)  # the server side of the stream is waiting for messages
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == -signal.SIGTERM
+            reader.join(timeout=30)
+        errors = proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert ended == [None], f"the stream broke: {ended[0]!r}"
+    assert "without completing response" not in errors
+
+
 def batch_of_seconds() -> list[dict[str, Any]]:
     """A `remember_batch` that takes seconds with the hash embedder: 500 texts of 19,200
     characters to embed, reporting progress as it goes."""
