@@ -171,6 +171,14 @@ class Batch:
         self._graph_best: dict[str, tuple[str, float]] = {}
         self._matched: set[str] = set()  # folded labels already looked up in _graph_best
         self.new_memories: dict[str, tuple[NewMemory, Matrix]] = {}
+        #: key id -> the new memories linked to it, and (key id, namespace) -> those of the
+        #: namespace, oldest first; and the memories new ones superseded: a later item walks
+        #: them as a remember after the earlier items walks the graph (`_newest_links`)
+        self._new_links: dict[str, list[str]] = {}
+        self._new_links_in: dict[tuple[str, str], list[str]] = {}
+        self._superseded: set[str] = set()
+        #: new memory id -> its place in the command and its keys' ids
+        self._made_at: dict[str, tuple[int, list[str]]] = {}
         #: memory id -> the text_hash of a new memory's content, and -> the `specifics` of a
         #: compared candidate's: each item of a batch compares with the earlier ones (and the
         #: same stored memories), so at 500 items of 20,000 characters, scanning each text
@@ -400,40 +408,29 @@ class Batch:
         """
         store = self.store
         now = self.now
-        memories = self.state.memories
+        memories, new_memories = self.state.memories, self.new_memories
         candidates: dict[str, str] = {}  # memory id -> content
         # The rarest keys first, each key's newest links first, and a bound on both: a hub key
         # ("user", on every memory) must not make each remember compare with the whole store.
-        linked = [key for kid in key_ids if (key := self.state.keys.get(kid)) is not None]
-        for key in sorted(linked, key=lambda k: len(k.links)):
-            # A key past the scan bound is read through its links in this namespace alone: a
-            # big namespace's newest links must not hide a small one's memories.
-            newest = (
-                reversed(store.links_by_namespace.of(self.state, key, namespace))
-                if len(key.links) > COMPARE_SCAN_PER_KEY
-                else reversed(key.links)
-            )
-            for memory_id in itertools.islice(newest, COMPARE_SCAN_PER_KEY):
+        # Earlier items of this command count and come as they would stored, the newest links:
+        # a batch decides as its items told one by one (and costs no more per item).
+        for key_id in sorted(key_ids, key=self._link_count):
+            for memory_id in itertools.islice(
+                self._newest_links(key_id, namespace), COMPARE_SCAN_PER_KEY
+            ):
                 if len(candidates) >= COMPARE_LIMIT:
                     break
-                node = memories[memory_id]
+                if memory_id in self._superseded:
+                    continue
+                made = new_memories.get(memory_id)
+                found = made[0] if made is not None else memories[memory_id]
                 if (
-                    node.namespace == namespace
-                    and node.current()
-                    and (node.expires_at is None or node.expires_at > now)
+                    found.namespace == namespace
+                    and (made is not None or memories[memory_id].current())
+                    and (found.expires_at is None or found.expires_at > now)
                 ):
-                    candidates[memory_id] = node.content
+                    candidates[memory_id] = found.content
         candidates = self._walk_order(candidates, key_ids)
-        superseded = {n.supersedes for n, _ in self.new_memories.values() if n.supersedes}
-        for memory_id, (new, _) in self.new_memories.items():
-            if (
-                new.namespace == namespace
-                and memory_id not in superseded
-                and {lk.key_id for lk in new.keys} & set(key_ids)
-            ):
-                candidates[memory_id] = new.content
-        for memory_id in superseded:
-            candidates.pop(memory_id, None)
         if not candidates:
             return None, []
         ids = list(candidates)
@@ -470,6 +467,30 @@ class Batch:
                 )
         return duplicate, flagged
 
+    def _link_count(self, key_id: str) -> int:
+        """How many links `key_id` has, counting those of this command's new memories."""
+        key = self.state.keys.get(key_id)
+        return (0 if key is None else len(key.links)) + len(self._new_links.get(key_id, ()))
+
+    def _newest_links(self, key_id: str, namespace: str) -> Iterable[str]:
+        """The memories linked to `key_id`, newest first: this command's, then the graph's.
+
+        A key past the scan bound is read through its links in this namespace alone: a big
+        namespace's newest links must not hide a small one's memories.
+        """
+        key = self.state.keys.get(key_id)
+        if self._link_count(key_id) <= COMPARE_SCAN_PER_KEY:
+            new = self._new_links.get(key_id, [])
+            stored: Iterable[str] = () if key is None else reversed(key.links)
+        else:
+            new = self._new_links_in.get((key_id, namespace), [])
+            stored = (
+                ()
+                if key is None
+                else reversed(self.store.links_by_namespace.of(self.state, key, namespace))
+            )
+        return itertools.chain(reversed(new), stored)
+
     def _specifics_of(self, memory_id: str, content: str) -> Specifics:
         """`specifics` of a candidate's content, read once per command (the graph and this
         command's new memories do not change while it decides)."""
@@ -488,13 +509,16 @@ class Batch:
         place: dict[str, int] = {}
         for i, key_id in enumerate(key_ids):
             place.setdefault(key_id, i)
-        memories = self.state.memories
+        memories, made_at = self.state.memories, self._made_at
 
-        def walked(memory_id: str) -> tuple[int, int]:
+        def walked(memory_id: str) -> tuple[int, int, int]:
+            made = made_at.get(memory_id)
+            if made is not None:  # after every stored memory, in order, as if told one by one
+                return min(place[k] for k in made[1] if k in place), 1, made[0]
             node = memories[memory_id]
             first = min(place[k] for k in node.keys if k in place)
             # A key's links are appended as memories are created: created_seq is their order.
-            return first, node.created_seq
+            return first, 0, node.created_seq
 
         # Reversed first: links of one seq (a batch) were scanned newest first.
         ordered = sorted(reversed(found), key=walked)
@@ -542,5 +566,11 @@ class Batch:
         return out
 
     def add_memory(self, new: NewMemory, vector: Matrix) -> None:
+        self._made_at[new.memory_id] = (len(self.new_memories), [lk.key_id for lk in new.keys])
         self.new_memories[new.memory_id] = (new, vector)
+        for link in new.keys:
+            self._new_links.setdefault(link.key_id, []).append(new.memory_id)
+            self._new_links_in.setdefault((link.key_id, new.namespace), []).append(new.memory_id)
+        if new.supersedes is not None:
+            self._superseded.add(new.supersedes)
         self._new_digests[new.memory_id] = text_hash(new.content)

@@ -4,8 +4,9 @@ with the store: dedup compares a new memory with a bounded set of candidates."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from keytrail.core import Store, hybrid, keyrank, queries
 from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch, LinksByNamespace
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
+from keytrail.core.results import Remembered
 from keytrail.core.store import RememberItem, content_hash
 from keytrail.core.timetravel import TimeView
 from keytrail.events import KeyLink, MemoryRemembered, NewMemory
@@ -454,3 +456,56 @@ def test_read_key_of_a_hub_pages_through_exact_ties_as_the_plain_ranking(
         for mid, w in hub.links.items()
     ]
     assert found == (HUB_SIZE, sorted(scores, key=lambda ms: -ms[1]))
+
+
+def test_a_batch_past_the_bound_decides_as_its_items_told_one_by_one(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """An item of a batch compares with what a remember of it after the earlier items would:
+    stored memories and earlier items alike, the rarest keys first, each key's newest links
+    first, at most COMPARE_LIMIT. Comparing with every earlier item sharing a key, a batch of
+    500 under one key spent half a second holding the lock, and deduplicated a fact told again
+    that remembers one by one keep (its first telling is past the newest COMPARE_LIMIT)."""
+    shed = "the user keeps a spare key in the shed"
+    # "shed" has more stored links than "user": it is the rarer key only counting the batch's.
+    before = [
+        RememberItem("the user keeps a spare key in the garage", keys=["user", "garage"]),
+        RememberItem(fact(1), keys=["user"]),
+        *(RememberItem(f"the shed has {n} windows", keys=["shed"]) for n in range(3)),
+    ]
+    count = COMPARE_LIMIT + 60
+    items = [RememberItem(shed, keys=["user", "shed"])]
+    items += [
+        RememberItem(fact(i), keys=["user", "early"] if i == 0 else ["user"]) for i in range(count)
+    ]
+    items += [
+        RememberItem(shed, keys=["user", "shed"]),  # found through its rare key, though oldest
+        RememberItem(fact(0), keys=["user", "late"]),  # past the newest COMPARE_LIMIT: kept
+        RememberItem(fact(count - 1), keys=["user"]),  # among the newest: a duplicate
+        RememberItem("the user keeps a spare key in the garage", keys=["user", "garage"]),
+        # Two current tellings of one text: the walk's order picks which one it dedups into.
+        RememberItem(fact(0), keys=["late", "early", "user"]),
+    ]
+
+    def decisions(store: Store, told: list[Remembered]) -> list[tuple[Any, ...]]:
+        place = {m.id: f"stored {m.content}" for m in store.state.memories.values()}
+        place.update({r.memory_id: i for i, r in enumerate(told)})
+        return [
+            (
+                r.deduplicated and (place[r.deduplicated.memory_id], r.deduplicated.similarity),
+                [(place[c.memory_id], c.similarity) for c in r.possible_contradictions],
+            )
+            for r in told
+        ]
+
+    one_by_one = make_store(home=tmp_path / "one-by-one")
+    batch = make_store(home=tmp_path / "batch")
+    for store in (one_by_one, batch):
+        for item in before:
+            store.remember(item.content, item.keys)
+    told = [one_by_one.remember(i.content, i.keys) for i in items]
+    done = batch.remember_batch(items)
+    expected = decisions(one_by_one, told)
+    assert expected[-5][0] == (0, 1.0) and expected[-4][0] is None and expected[-3][0] is not None
+    assert any(contradictions for _, contradictions in expected)
+    assert decisions(batch, done) == expected

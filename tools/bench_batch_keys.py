@@ -6,13 +6,15 @@ Each of `--items` memories brings `--keys` labels no other memory has (the hashi
 an empty store), so the batch makes items x keys new concept keys. Every new concept label is
 compared with the keys made by the items before it in the same command, to be merged as an
 alias if close enough. Times the whole `remember_batch` and, separately, the time it holds the
-store's write lock (deciding and appending), best of `--runs`. numpy's products run on one
+store's write lock (deciding and appending) and the part of it spent comparing items with their
+dedup and contradiction candidates (`compare_s`), best of `--runs`. numpy's products run on one
 thread, as in the `keytrail` command. Prints one JSON object.
 
 With `--content-chars N` each content is N characters: its own number, then the same long run
 of numbered words for all, so every item is near-identical to the earlier ones (the hashing
-embedder) and is compared with all of them for dedup and contradictions (their numbers differ).
-One key, "shared", is on every item to make them candidates of each other:
+embedder) and is compared with the newest 200 of them (`COMPARE_LIMIT`, as remembers one by
+one) for dedup and contradictions (their numbers differ). One key, "shared", is on every item
+to make them candidates of each other:
 
     .venv/bin/python tools/bench_batch_keys.py --items 500 --keys 24 --content-chars 20000
 
@@ -33,12 +35,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from keytrail.server.entry import one_blas_thread
 
 one_blas_thread()  # as the `keytrail` command does, before numpy loads
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store  # noqa: E402
+from keytrail.core.decide import Batch  # noqa: E402
 from keytrail.events import log as event_log  # noqa: E402
 
 
@@ -63,7 +67,7 @@ def fill(store: Store, keys: int) -> None:
 
 def run_once(
     home: Path, items: int, keys: int, chars: int, stored_keys: int
-) -> tuple[float, float, int, int]:
+) -> tuple[float, float, float, int, int]:
     shared = ["shared"] if chars else []
     batch = [
         RememberItem(
@@ -84,19 +88,31 @@ def run_once(
             finally:
                 held.append(time.perf_counter() - start)
 
+    compared: list[float] = []  # each item's dedup and contradiction comparison
+    real_compare = Batch.compare
+
+    def timed_compare(self: Batch, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real_compare(self, *args)
+        finally:
+            compared.append(time.perf_counter() - start)
+
     with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()) as store:
         fill(store, stored_keys)
         event_log.EventLog.lock = timed  # type: ignore[method-assign,assignment]
+        Batch.compare = timed_compare  # type: ignore[method-assign]
         try:
             start = time.perf_counter()
             done = store.remember_batch(batch)
             total = time.perf_counter() - start
         finally:
             event_log.EventLog.lock = real_lock  # type: ignore[method-assign]
+            Batch.compare = real_compare  # type: ignore[method-assign]
         made = len(store.state.keys)
     assert len(done) == items
     flagged = sum(len(r.possible_contradictions) for r in done)
-    return total, max(held, default=0.0), made, flagged
+    return total, max(held, default=0.0), sum(compared), made, flagged
 
 
 def main() -> None:
@@ -113,7 +129,7 @@ def main() -> None:
     for run in range(args.runs):
         home = Path(tempfile.mkdtemp(prefix="keytrail-batch-keys-")) / f"store{run}"
         results.append(run_once(home, args.items, args.keys, args.content_chars, args.stored_keys))
-    total, held, made, flagged = min(results)
+    total, held, compare_s, made, flagged = min(results)
     print(
         json.dumps(
             {
@@ -125,6 +141,7 @@ def main() -> None:
                 "contradictions_flagged": flagged,
                 "remember_batch_s": round(total, 3),
                 "write_lock_held_s": round(held, 3),
+                "compare_s": round(compare_s, 3),
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
                 "runs": args.runs,
             }
