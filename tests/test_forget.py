@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from keytrail.core import HashEmbedder, NotFound, RememberItem, Settings, Store, forgetting
+from keytrail.core.history import history
 from keytrail.core.maintenance import verify
+from keytrail.core.timetravel import read_memory_at
 from keytrail.events import (
     DecodeError,
     EventLog,
@@ -581,6 +583,32 @@ def test_forgetting_one_version_keeps_the_others(home: Path) -> None:
     assert gone.other_versions == []
     assert files_holding(home, "Busan") == [] and files_holding(home, "Seoul")
     assert store.state.memories[seoul].content == "user lives in Seoul"
+
+
+def test_a_version_never_names_a_forgotten_version_as_its_neighbour(home: Path) -> None:
+    """A correction forgotten leaves the version it replaced superseded (the user said it was
+    wrong; forgetting the correction does not make it true again), but `superseded_by` named
+    the forgotten one: "read that one" led to a refusal. Past a forgotten version each side
+    names the nearest one not forgotten, or none; as of the past too (a forget holds there)."""
+    store = open_store(home)
+    seoul = store.remember("user lives in Seoul", ["home"]).memory_id
+    busan = store.correct(seoul, "user moved to Busan", ["home"]).memory_id
+    before_forget = store.state.seq
+    store.forget(busan)
+    old = store.read_memory(seoul)
+    assert (old.status, old.superseded_by, old.supersedes) == ("superseded", None, None)
+    assert read_memory_at(store, seoul, as_of=before_forget).superseded_by is None
+    assert store.list_memories().total == 0  # the fact has no current version to show
+
+    first = store.remember("the team meets on Monday", ["meeting"]).memory_id
+    second = store.correct(first, "the team meets on Tuesday", ["meeting"]).memory_id
+    third = store.correct(second, "the team meets on Friday", ["meeting"]).memory_id
+    store.forget(second)
+    assert store.read_memory(first).superseded_by == third
+    assert store.read_memory(third).supersedes == first
+    assert read_memory_at(store, third, as_of=store.state.seq - 1).supersedes == first
+    # The audit record keeps every version.
+    assert [v.memory_id for v in history(store, first).versions] == [first, second, third]
 
 
 def test_a_forget_names_the_memories_that_still_hold_the_same_text(home: Path) -> None:
