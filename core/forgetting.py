@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 import msgspec
 
 from keytrail.events import EventLog, PinnedLog
 from keytrail.events.durable import sync_dir
-from keytrail.events.redact import TEMP_SUFFIX, apply_redaction, plan_redaction
+from keytrail.events.redact import (
+    TEMP_SUFFIX,
+    SegmentRedaction,
+    apply_redaction,
+    plan_redaction,
+)
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VectorCache
@@ -114,12 +119,15 @@ def purge(
     *,
     fresh_snapshot: Path | None = None,
     keep_vectors: Collection[str] = (),
+    plans: Mapping[str, SegmentRedaction] | None = None,
 ) -> list[str]:
     """Remove the content of `entries` (already forgotten in the log) from every file.
 
     Call holding the log lock. Safe to call again on the same entries. `fresh_snapshot` names a
     snapshot just written from a state that has folded the forgets (nothing to blank there).
     `keep_vectors`: text hashes whose vector rows stay (texts other memories still hold).
+    `plans`: what `check_redactable` planned under this same hold of the lock (the lines it
+    found are as they were: only appends came since), by segment; the others are planned here.
     Returns the files changed or deleted, relative to `home`.
     """
     entries = list(entries)
@@ -129,9 +137,11 @@ def purge(
     touched: list[str] = []
     for stale in log.dir.glob(f".*{TEMP_SUFFIX}"):
         stale.unlink()  # a crashed redaction's copy; the segment itself is old or new, whole
-    segments = {_segment_of(log, e.created_seq) for e in entries}
-    for name in sorted(s for s in segments if s is not None):
-        plan = plan_redaction(log.dir / name, ids)
+    planned = plans or {}
+    for name, segment_ids in sorted(_by_segment(log, entries).items()):
+        plan = planned.get(name)
+        if plan is None or plan.memory_ids != segment_ids:
+            plan = plan_redaction(log.dir / name, segment_ids)
         # The torn tails first: once the log line is redacted the content is nowhere to be read
         # back, and a resumed purge could not find them.
         touched += _scrub_torn(log.dir / "torn", plan.contents.values())
@@ -149,17 +159,28 @@ def purge(
     return [_relative(home, p) for p in touched]
 
 
-def check_redactable(log: EventLog, memories: Iterable[tuple[str, int]]) -> None:
-    """Raise CorruptLog if a line that created one of `memories` (memory id, created seq) is
-    damaged, so its redaction could not be planned. A forget checks this before it writes:
-    written first, its purge could never finish, and a purge left pending stops every open."""
+def check_redactable(log: EventLog, entries: Iterable[PendingPurge]) -> dict[str, SegmentRedaction]:
+    """Raise CorruptLog if a line that created one of `entries` is damaged, so its redaction
+    could not be planned. A forget checks this before it writes: written first, its purge could
+    never finish, and a purge left pending stops every open.
+
+    Returns the plans by segment, for `purge` under the same hold of the lock: planning again
+    decoded each line once more (a batch line is megabytes) while every writer waited."""
+    return {
+        name: plan_redaction(log.dir / name, ids)
+        for name, ids in sorted(_by_segment(log, entries).items())
+    }
+
+
+def _by_segment(log: EventLog, entries: Iterable[PendingPurge]) -> dict[str, frozenset[str]]:
+    """The ids of `entries` by the segment holding the line that created them (only that line
+    holds a memory's content)."""
     by_segment: dict[str, set[str]] = {}
-    for memory_id, created_seq in memories:
-        name = _segment_of(log, created_seq)
+    for e in entries:
+        name = _segment_of(log, e.created_seq)
         if name is not None:
-            by_segment.setdefault(name, set()).add(memory_id)
-    for name, ids in sorted(by_segment.items()):
-        plan_redaction(log.dir / name, ids)
+            by_segment.setdefault(name, set()).add(e.memory_id)
+    return {name: frozenset(ids) for name, ids in by_segment.items()}
 
 
 def content_in_log(log: EventLog, memory_id: str, created_seq: int) -> str | None:

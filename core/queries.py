@@ -1168,10 +1168,12 @@ class Queries:
             last_read_at=node.last_read_at,
             keys=[self._key_ref(k, node.id) for k in node.keys],
             related_to=list(node.related_to),
-            supersedes=node.supersedes,
-            superseded_by=node.superseded_by,
+            supersedes=self._named_version(node.supersedes, lambda n: n.supersedes),
+            superseded_by=self._named_version(node.superseded_by, lambda n: n.superseded_by),
             # A replaced version is `superseded`, as `history` says: an agent reading `active`
-            # on it would take the old fact for the current one.
+            # on it would take the old fact for the current one. It stays so when the version
+            # that replaced it is forgotten: forgetting a correction does not make the fact it
+            # corrected true again (`forget` with all_versions takes the whole fact).
             status="superseded"
             if node.status == "active" and node.superseded_by is not None
             else node.status,
@@ -1181,6 +1183,22 @@ class Queries:
             seq=seq,
             valid_from=node.valid_from,
         )
+
+    def _named_version(
+        self, memory_id: str | None, step: Callable[[MemoryNode], str | None]
+    ) -> str | None:
+        """The neighbour version a read names: `memory_id`, or past versions forgotten (as this
+        view sees it) the nearest one not forgotten on that side of the chain, or None. A
+        forgotten id sent an agent told to read the newer version to a refusal."""
+        memories = self.state.memories
+        seen: set[str] = set()
+        while memory_id is not None and memory_id not in seen:  # a loop: a hand-made log
+            node = memories.get(memory_id)
+            if node is None or not self._forgotten(node):
+                return memory_id
+            seen.add(memory_id)
+            memory_id = step(node)
+        return None
 
     # -- related ---------------------------------------------------------------------------
 

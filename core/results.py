@@ -138,7 +138,8 @@ class MemoryView:
     related_to: list[str]
     supersedes: str | None
     superseded_by: str | None
-    #: "active", or "superseded" when a newer version (`superseded_by`) replaced it
+    #: "active", or "superseded" when a newer version (`superseded_by`; None if every newer
+    #: one was forgotten) replaced it
     status: str
     expires_at: datetime | None = None
     source: str | None = None

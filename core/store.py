@@ -52,6 +52,7 @@ from keytrail.events import (
     utc_now,
 )
 from keytrail.events.log import Clock, LogPosition
+from keytrail.events.redact import SegmentRedaction
 from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet, fold, text_hash
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.text import TextIndex
@@ -1254,7 +1255,7 @@ class Store(Queries, HybridQueries):
                 if text is not None
             ]
             # A damaged line could not be redacted once the forget is written: refuse first.
-            forgetting.check_redactable(self.log, [(e.memory_id, e.created_seq) for e in entries])
+            plans = forgetting.check_redactable(self.log, entries)
             # Recorded before the events, so a crash anywhere after is finished on next open.
             forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])
             # One fsync for the whole chain, not one per version (3,000 versions took ~10 s):
@@ -1270,7 +1271,7 @@ class Store(Queries, HybridQueries):
                 if self._vector_cache is not None:
                     self._vector_cache.flush()
                 purged = self._finish_forgetting(
-                    {text_hash(text): text for _, text in found if text is not None}
+                    {text_hash(text): text for _, text in found if text is not None}, plans
                 )
             except OSError as exc:
                 # The forget happened (its events are fsynced): say so, and who finishes it.
@@ -1296,11 +1297,16 @@ class Store(Queries, HybridQueries):
 
         return self._write(decide)
 
-    def _finish_forgetting(self, texts: Mapping[str, str] | None = None) -> list[str]:
+    def _finish_forgetting(
+        self,
+        texts: Mapping[str, str] | None = None,
+        plans: Mapping[str, SegmentRedaction] | None = None,
+    ) -> list[str]:
         """Purge the content of every forgotten memory listed as pending. Hold the lock.
 
         `texts`: the forgotten texts by vector digest, where the caller knows them (a forget
-        of this process); a purge another process left pending is finished without them."""
+        of this process); a purge another process left pending is finished without them.
+        `plans`: the redactions that forget planned under this hold of the lock, by segment."""
         entries = forgetting.read_pending(self.home)
         if not entries:
             if os.path.exists(self._pending_purge):
@@ -1350,7 +1356,13 @@ class Store(Queries, HybridQueries):
         if unknown := set(gone.values()) - known.keys():
             held |= self._labels_among(unknown)
         purged = forgetting.purge(
-            self.home, self.log, done, self._vector_cache, fresh_snapshot=fresh, keep_vectors=held
+            self.home,
+            self.log,
+            done,
+            self._vector_cache,
+            fresh_snapshot=fresh,
+            keep_vectors=held,
+            plans=plans,
         )
         self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
         forgetting.write_pending(self.home, [])

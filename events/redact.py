@@ -107,6 +107,13 @@ def redact_line(line: bytes, memory_ids: Collection[str]) -> bytes | None:
 
     None when the line holds no content of theirs (not created there, or already redacted).
     """
+    redaction = _redact(line, memory_ids)
+    return None if redaction is None else redaction[0]
+
+
+def _redact(line: bytes, memory_ids: Collection[str]) -> tuple[bytes, list[NewMemory]] | None:
+    """`redact_line`, with the memories whose content it blanked (from its one decode of
+    `line`: a batch line is megabytes, and a forget held the lock for each decode of it)."""
     event = decode_line(line)
     targets = [m for m in created_memories(event) if m.memory_id in memory_ids and m.content]
     if not targets:
@@ -122,7 +129,7 @@ def redact_line(line: bytes, memory_ids: Collection[str]) -> bytes | None:
     if prefix is not None:
         redacted = _with_crc(prefix) if crc else prefix
         if decode_line(redacted) == expected:
-            return redacted
+            return redacted, targets
     # Not in the form this code writes (a hand-written or old line): blank the content in the
     # line's own JSON object, so absent fields stay absent, and pad to the original length.
     raw = msgspec.json.decode(line)
@@ -138,7 +145,7 @@ def redact_line(line: bytes, memory_ids: Collection[str]) -> bytes | None:
     redacted = _with_crc(padded) if crc else padded
     if len(redacted) != len(line) or decode_line(redacted) != expected:
         raise DecodeError("the line cannot be redacted in place", seq=event.seq)
-    return redacted
+    return redacted, targets
 
 
 @dataclass
@@ -146,13 +153,14 @@ class SegmentRedaction:
     """What redacting one segment changes: new lines by byte offset, and the content removed."""
 
     path: Path
+    memory_ids: frozenset[str] = frozenset()  # the memories it was planned for
     lines: dict[int, bytes] = field(default_factory=dict)
     contents: dict[str, str] = field(default_factory=dict)  # memory id -> content removed
 
 
 def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
     """Find the lines of segment `path` that carry content of `memory_ids`, and their redaction."""
-    plan = SegmentRedaction(path)
+    plan = SegmentRedaction(path, frozenset(memory_ids))
     data = path.read_bytes()
     for offset in sorted(_lines_naming(data, memory_ids)):
         stop = data.find(b"\n", offset)
@@ -160,14 +168,13 @@ def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
             continue  # a partial last line is not an event
         line = data[offset:stop]
         try:
-            redacted = redact_line(line, memory_ids)
+            redaction = _redact(line, memory_ids)
         except DecodeError as exc:  # a damaged line: say where, as the log's own reader does
             raise CorruptLog(path.name, data.count(b"\n", 0, offset) + 1, exc.message) from None
-        if redacted is not None:
-            plan.lines[offset] = redacted
-            for m in created_memories(decode_line(line)):
-                if m.memory_id in memory_ids and m.content:
-                    plan.contents[m.memory_id] = m.content
+        if redaction is not None:
+            plan.lines[offset], targets = redaction
+            for m in targets:
+                plan.contents[m.memory_id] = m.content
     return plan
 
 

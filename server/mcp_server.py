@@ -602,8 +602,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         (not with as_of or valid_at, which read without recording).
 
         Pass via_key_id when you reached it from read_key. A `status` of "superseded" means a
-        newer version exists (`superseded_by`): read that one. With valid_at, the version true
-        then is answered (`asked_id`: the id passed, when that is another version). Example:
+        newer version replaced it (`superseded_by`, null if forgotten): read that one. With
+        valid_at, the version true then is answered (`asked_id`: the id passed, when that is
+        another version). Example:
         read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
         -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
         """

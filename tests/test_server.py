@@ -515,6 +515,25 @@ def test_associative_walk(home: Path, errlog: Path) -> None:
     run(test)
 
 
+def test_a_version_whose_correction_was_forgotten_names_no_newer_one(
+    home: Path, errlog: Path
+) -> None:
+    """read_memory says to read `superseded_by`: naming a forgotten correction sent the agent
+    to a refusal. The old version stays superseded (it was corrected) and names none."""
+
+    async def test() -> None:
+        async with stdio_session(home, errlog) as s:
+            old = await call(s, "remember", content="user lives in Seoul", keys=["home"])
+            new = await call(
+                s, "correct", memory_id=old["memory_id"], content="user moved to Busan"
+            )
+            await call(s, "forget", memory_id=new["memory_id"])
+            view = await call(s, "read_memory", memory_id=old["memory_id"])
+            assert (view["status"], view["superseded_by"]) == ("superseded", None)
+
+    run(test)
+
+
 # -- two servers, one store ------------------------------------------------------------------
 
 

@@ -15,6 +15,11 @@ Runs with the hashing embedder. Prints one JSON object:
   `--memories 0 --probes 0` leaves out the rest:
 
       .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 --referrers 1500
+- `batch_forget_ms` (with `--batch N`): p50/max of `forget` of one item of a `remember_batch`
+  of N items of `--content-chars` characters (one long log line), `--sample` items of it:
+
+      .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 --batch 500 --sample 20
+
 - `follow_latency_ms`: from just before another process calls `remember` to the moment a
   `follow()` loop in this process has decoded the event (includes the writer's fsync), with the
   safety poll off, so only file-system notifications wake it.
@@ -144,6 +149,27 @@ def bench_hub(home: Path, referrers: int, chars: int) -> dict[str, Any]:
     return {"referrers": referrers, "content_chars": chars, "hub_forget_ms": round(took * 1000, 1)}
 
 
+def bench_batch(home: Path, items: int, chars: int, sample: int) -> dict[str, Any]:
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    filler = " ".join(f"w{k}" for k in range(chars // 4))
+    batch = store.remember_batch(
+        [RememberItem(f"memory {i}: {filler}"[:chars], [f"topic {i}"]) for i in range(items)]
+    )
+    took = []
+    for made in batch[:: max(1, items // sample)][:sample]:
+        t = time.perf_counter()
+        store.forget(made.memory_id)
+        took.append(time.perf_counter() - t)
+    sizes = [p.stat().st_size for p in (home / "log").glob("*.jsonl")]
+    store.close()
+    return {
+        "batch_items": items,
+        "content_chars": chars,
+        "segment_mb": round(max(sizes) / 2**20, 1),
+        "batch_forget_ms": ms(took),
+    }
+
+
 def bench_follow(home: Path, probes: int) -> dict[str, Any]:
     Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()).close()
     latencies: list[float] = []
@@ -190,7 +216,12 @@ def main() -> None:
     parser.add_argument(
         "--referrers", type=int, default=0, help="also forget a memory this many relate to"
     )
-    parser.add_argument("--content-chars", type=int, default=20_000, help="of the referrers")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="also forget one item of batches this large"
+    )
+    parser.add_argument(
+        "--content-chars", type=int, default=20_000, help="of the referrers and batch items"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,6 +232,10 @@ def main() -> None:
             result.update(bench_chain(Path(tmp) / "chain", args.chain))
         if args.referrers:
             result.update(bench_hub(Path(tmp) / "hub", args.referrers, args.content_chars))
+        if args.batch:
+            result.update(
+                bench_batch(Path(tmp) / "batch", args.batch, args.content_chars, args.sample)
+            )
         if args.probes:
             result.update(bench_follow(Path(tmp) / "follow", args.probes))
     json.dump(result, sys.stdout, indent=2)
