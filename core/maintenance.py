@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from keytrail.events import CorruptLog, EventLog, MemoryForgotten
+from keytrail.events import CorruptLog, EventLog, KeytrailError, MemoryForgotten
 from keytrail.events.codec import has_checksum
 from keytrail.events.redact import redacted_ids
 from keytrail.projections import GraphState, apply, text_hash
@@ -274,10 +275,7 @@ class _Derived:
     def finish(self, state: GraphState) -> None:
         for seq, checks in sorted(self._due.items()):
             for name, _ in checks:
-                self.problems.append(
-                    f"{name}: reflects seq {seq}, but the log ends at seq {state.seq} "
-                    "(a log restored from an older copy, or a cache of another store)"
-                )
+                self.problems.append(f"{name}: {_beyond(seq, state.seq)}")
         self._due.clear()
         for check in self._later:
             check(state)
@@ -556,17 +554,31 @@ class _Derived:
             for m in state.memories.values()
             if m.status != "forgotten" and m.content and m.id not in self.pending
         ]
-        missing = sorted(
-            text for text in {*texts, *state.labels} if text_hash(text) not in found.digests
-        )
+        missing = _without_row(found, {*texts, *state.labels})
         if missing:
-            self.problems.append(
-                f"{name}: {counted(len(missing), 'label or content', 'labels or contents')} "
-                f"up to seq {state.seq} {'has' if len(missing) == 1 else 'have'} no row, "
-                f"though its manifest says they all do ({_some(missing)})"
-            )
+            self.problems.append(f"{name}: {_gap(missing, state.seq)}")
         elif not found.problems and not (found.unzeroed and not self.pending):
             self.checked.append(f"{name} ({counted(found.rows, 'row')}, covers seq {state.seq})")
+
+
+def _beyond(seq: int, end: int) -> str:
+    return (
+        f"reflects seq {seq}, but the log ends at seq {end} "
+        "(a log restored from an older copy, or a cache of another store)"
+    )
+
+
+def _without_row(found: CacheCheck, texts: set[str]) -> list[str]:
+    """Those of `texts` the cache holds no row for, sorted."""
+    return sorted(text for text in texts if text_hash(text) not in found.digests)
+
+
+def _gap(missing: list[str], seq: int) -> str:
+    return (
+        f"{counted(len(missing), 'label or content', 'labels or contents')} up to seq {seq} "
+        f"{'has' if len(missing) == 1 else 'have'} no row, though its manifest says they all "
+        f"do ({_some(missing)})"
+    )
 
 
 def _between_writes(home: Path, read: Callable[[], bool]) -> None:
@@ -594,18 +606,150 @@ def _consumed(log: EventLog) -> int:
     return done
 
 
-def check_replay(home: Path | str, progress: Progress | None = None) -> None:
+class OtherModels:
+    """The vector caches of models other than the one a rebuild runs with, which it keeps
+    when they pass the checks `verify` makes on a vector cache (well-formed rows; where a
+    manifest records a seq, a row for every label and content up to it).
+
+    A row is a pure function of (model, text), not of the log's history: dropping another
+    model's cache only made that model's clients embed the whole store again (paid per token,
+    for an API's model). With `keep` false every cache is dropped, as `--all-models` asks.
+
+    `check_replay` shows it the state at the seq each manifest records; `drop_cache` has it
+    decide, holding the appenders' lock, after folding what was appended since.
+    """
+
+    def __init__(self, home: Path | str, current: str, *, keep: bool = True) -> None:
+        self.home = Path(home)
+        #: the folder (under VECTORS_DIR) of the model the rebuild runs with: always dropped
+        self.current = current
+        self.keep = keep
+        #: what was kept and what was dropped (`name (rows, coverage)`, `name: why`)
+        self.kept: list[str] = []
+        self.dropped: list[str] = []
+        self._due: dict[int, list[str]] = {}  # seq a manifest records -> folder names
+        #: (folder name, seq) -> the labels up to that seq, and memory id -> its content
+        self._texts: dict[tuple[str, int], tuple[set[str], dict[str, str]]] = {}
+        self._log: EventLog | None = None
+        self._state = GraphState()
+        if keep:
+            for sub in self._folders():
+                seq = _recorded_seq(sub)
+                if seq is not None:
+                    self._due.setdefault(seq, []).append(sub.name)
+
+    def _folders(self) -> list[Path]:
+        folder = self.home / VECTORS_DIR
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.is_dir() and p.name != self.current)
+
+    def reached(self, state: GraphState) -> None:
+        for name in self._due.pop(state.seq, ()):
+            # As verify's coverage check reads them at that seq (empty content: redacted).
+            self._texts[name, state.seq] = (
+                set(state.labels),
+                {m.id: m.content for m in state.memories.values() if m.status != "forgotten"},
+            )
+
+    def folded(self, log: EventLog, state: GraphState) -> None:
+        """The whole log was folded into `state`, read through `log` (for `decide` to go on)."""
+        self._log, self._state = log, state
+
+    def decide(self) -> set[Path]:
+        """The caches to keep. Call holding the appenders' lock: no process appends, writes a
+        row or purges meanwhile, so what is judged here is what stays."""
+        folders = self._folders()
+        if not self.keep:
+            self.dropped += [f"{VECTORS_DIR}/{sub.name} (--all-models)" for sub in folders]
+            return set()
+        state = self._state
+        try:
+            if self._log is not None:
+                for event in self._log.iter_new():  # appended since check_replay's fold
+                    apply(state, event)
+                    self.reached(state)
+        except (KeytrailError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            # The open after the drop meets it, and says what it is.
+            why = f"the log appended since rebuild checked it does not fold ({exc})"
+            self.dropped += [f"{VECTORS_DIR}/{sub.name}: {why}" for sub in folders]
+            return set()
+        pending = {p.memory_id for p in forgetting.read_pending(self.home)}
+        keep: set[Path] = set()
+        for sub in folders:
+            name = f"{VECTORS_DIR}/{sub.name}"
+            found = check_cache(sub)
+            kept, why = self._judge(sub.name, found, state, pending)
+            if kept is not None:
+                self.kept.append(f"{name} ({kept})")
+                keep.add(sub)
+            else:
+                self.dropped.append(f"{name}: {why}")
+        return keep
+
+    def _judge(
+        self, folder: str, found: CacheCheck | None, state: GraphState, pending: set[str]
+    ) -> tuple[str | None, str]:
+        """(what a kept cache holds, None) or (None, why it is dropped), judged as verify
+        judges it."""
+        if found is None:
+            return None, "no manifest and no dimension in its name"
+        # Rows a killed purge erased but had not zeroed: the open after the drop finishes it.
+        problems = found.problems + ([] if pending else found.unzeroed)
+        if problems:
+            return None, "; ".join(problems)
+        manifest = found.manifest
+        if manifest is None:
+            return f"{counted(found.rows, 'row')}, no coverage recorded", ""
+        if manifest.seq > state.seq:
+            return None, _beyond(manifest.seq, state.seq)
+        if manifest.store_id != state.store_id:
+            return None, f"a cache of another store ({manifest.store_id})"
+        texts = self._texts.get((folder, manifest.seq))
+        if texts is None:
+            # Recorded by another process's build while this rebuild read the log: the state
+            # at that seq is gone, so its coverage cannot be checked.
+            return None, f"its coverage (seq {manifest.seq}) was recorded while rebuild ran"
+        labels, contents = texts
+        # A memory forgotten since had its row erased (its line redacted since, too).
+        memories = state.memories
+        held = {
+            content
+            for memory_id, content in contents.items()
+            if content and memory_id not in pending and memories[memory_id].status != "forgotten"
+        }
+        missing = _without_row(found, held | labels)
+        if missing:
+            return None, _gap(missing, manifest.seq)
+        return f"{counted(found.rows, 'row')}, covers seq {manifest.seq}", ""
+
+
+def _recorded_seq(folder: Path) -> int | None:
+    """The seq a vector cache's manifest records, if it can be read."""
+    try:
+        seq = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["seq"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seq if isinstance(seq, int) else None
+
+
+def check_replay(
+    home: Path | str, progress: Progress | None = None, others: OtherModels | None = None
+) -> None:
     """Fold the whole log from its first line, writing nothing; raise CorruptLog at the first
     line that cannot be read or applied (as an open with no snapshot would).
 
     What `rebuild` runs before it drops a cache: an open from a snapshot reads only the lines
     after it, so a store whose older log is damaged still answers, and dropping its caches
     first would leave it answering nothing, its snapshot's state past the damage lost.
+    `others` sees every state of the fold (see `OtherModels`).
     """
     log = EventLog(Path(home))
     try:
         total = sum((log.dir / s).stat().st_size for s in log.segments()) or 1
         state = GraphState()
+        if others is not None:
+            others.reached(state)  # a cache of an empty store
         for count, event in enumerate(log.iter_new(), 1):
             try:
                 apply(state, event)
@@ -615,26 +759,35 @@ def check_replay(home: Path | str, progress: Progress | None = None) -> None:
                     line = f.read(at.offset).count(b"\n")
                 reason = f"seq {at.seq} cannot be applied: it refers to missing {exc}"
                 raise CorruptLog(at.segment or "", line, reason) from None
+            if others is not None:
+                others.reached(state)
             if progress is not None and count % 10_000 == 0:
                 progress(_consumed(log), total)
         if progress is not None:
             progress(total, total)
     finally:
-        log.close()
+        log.close()  # its files for appending: it reads on
+    if others is not None:
+        others.folded(log, state)
 
 
-def drop_cache(home: Path | str) -> None:
-    """Delete everything derived (snapshots, vectors, the text index). The log alone is the
-    store; each is made anew from it when next needed.
+def drop_cache(home: Path | str, others: OtherModels | None = None) -> None:
+    """Delete everything derived (snapshots, vectors, the text index) but the vector caches
+    `others` decides to keep. The log alone is the store; each is made anew from it when next
+    needed.
 
-    Holding the appenders' lock: live servers write into cache/ (vector rows, snapshots, a
-    forget's purges) only under it, so none writes into a folder being removed (which made
-    the removal fail, "Directory not empty"). Each notices the files gone at its next look.
+    Holding the appenders' lock, while `others` decides too: live servers write into cache/
+    (vector rows, snapshots, a forget's purges) only under it, so none writes into a folder
+    being removed (which made the removal fail, "Directory not empty"), nor into a cache being
+    judged. Each notices the files gone at its next look.
     """
 
     def drop() -> bool:
         cache = Path(home) / "cache"
-        if cache.exists():
+        keep = others.decide() if others is not None else set()
+        if keep:
+            _remove_all_but(cache, keep)
+        elif cache.exists():
             shutil.rmtree(cache)
         index = TextIndex(Path(home) / TEXT_INDEX_DIR)
         try:
@@ -650,3 +803,16 @@ def drop_cache(home: Path | str) -> None:
         log.wait_for_lock(drop)
     finally:
         log.close()
+
+
+def _remove_all_but(folder: Path, keep: set[Path]) -> None:
+    """Delete everything under `folder` except the paths in `keep` (and folders above them)."""
+    for entry in folder.iterdir():
+        if entry in keep:
+            continue
+        if any(entry in kept.parents for kept in keep):
+            _remove_all_but(entry, keep)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()

@@ -55,6 +55,11 @@ def _safe(fingerprint: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", fingerprint)
 
 
+def folder_name(fingerprint: str) -> str:
+    """The name of the folder under VECTORS_DIR that holds `fingerprint`'s cache."""
+    return _safe(fingerprint)
+
+
 @dataclass(frozen=True)
 class Manifest:
     """What a fingerprint's cache covers: every label and content of events up to `seq`."""

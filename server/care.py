@@ -17,11 +17,18 @@ from typing import Any, TextIO
 
 import msgspec
 
-from keytrail.core import InvalidInput, Settings, StoreError, forgetting, tempfiles
+from keytrail.core import (
+    InvalidInput,
+    Settings,
+    StoreError,
+    forgetting,
+    make_embedder,
+    tempfiles,
+)
 from keytrail.core import validation as check
 from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
 from keytrail.core.importers import check_import, detect_format
-from keytrail.core.maintenance import check_replay, drop_cache, verify
+from keytrail.core.maintenance import OtherModels, check_replay, drop_cache, verify
 from keytrail.core.store import content_hash
 from keytrail.events import (
     BY_TAG,
@@ -43,6 +50,7 @@ from keytrail.events.durable import sync_dir
 from keytrail.events.log import sync_log
 from keytrail.events.redact import created_memories, without_content
 from keytrail.projections import GraphState, apply, fold
+from keytrail.projections.vectors import folder_name
 
 from .progress import ProgressBar
 from .shell import (
@@ -350,11 +358,21 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     existing_home(args)
     torn_dir = settings.home / "log" / "torn"
     torn_before = set(os.listdir(torn_dir)) if torn_dir.is_dir() else set()
+    # Made before anything is dropped: its cache is the one made anew (an endpoint asked its
+    # dimension that does not answer stops the rebuild here, with every cache still there).
+    embedder = make_embedder(
+        settings.embedder,
+        settings.model,
+        settings.model_path,
+        settings.embed_dim,
+        settings.embed_threads,
+    )
+    others = OtherModels(settings.home, folder_name(embedder.fingerprint), keep=not args.all_models)
     # Only a log that replays whole may replace the caches: a store opens from its snapshot,
     # which may be all that still holds what a damaged line or a lost segment held.
     bar = ProgressBar("check log")
     try:
-        check_replay(settings.home, bar)
+        check_replay(settings.home, bar, others)
     except CorruptLog as exc:
         raise StoreError(
             f"{exc.message}; rebuild stopped with nothing dropped (the caches may hold what "
@@ -364,9 +382,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             line=exc.line,
         ) from None
     bar.finish()
-    drop_cache(settings.home)
+    drop_cache(settings.home, others)
     bar = ProgressBar("replay")
-    with open_store(args, progress=bar) as store:
+    with open_store(args, progress=bar, embedder=embedder) as store:
         bar.finish()
         labels = store.key_vectors()
         contents = list(
@@ -388,6 +406,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             f"{counted(len(contents), 'content vector')} ({store.embedder.fingerprint}), "
             f"{memories(indexed)} in the text index"
         )
+    for kept in others.kept:
+        print(f"  kept another model's vectors: {kept}")
+    for dropped in others.dropped:
+        print(f"  dropped another model's vectors: {dropped}")
     # The lock the rebuild took cut a crashed writer's unfinished last line, if there was one.
     for name in sorted(set(os.listdir(torn_dir)) - torn_before if torn_dir.is_dir() else []):
         print(f"  cut a torn last line (a write that never finished) into log/torn/{name}")

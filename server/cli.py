@@ -552,11 +552,17 @@ def build_parser() -> argparse.ArgumentParser:
         "problems",
         cmd_verify,
     )
-    verb(
+    p = verb(
         "rebuild",
-        "drop every cache, replay the log, re-embed and re-index (snapshot, vectors, text)",
+        "drop every cache, replay the log, re-embed and re-index (snapshot, vectors, text); "
+        "other models' vectors are kept where verify finds them sound",
         cmd_rebuild,
         json_flag=False,
+    )
+    p.add_argument(
+        "--all-models",
+        action="store_true",
+        help="drop the vectors of every model, not only this one's and those verify faults",
     )
 
     add_embed_verbs(verb)

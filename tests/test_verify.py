@@ -3,9 +3,11 @@ against the log folded to the seq it claims; it writes nothing; rebuild mends wh
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +57,12 @@ def vectors_dir(home: Path) -> Path:
     return next((home / "cache" / "vectors").iterdir())
 
 
-def keytrail(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The command line on the store at `home`."""
+def keytrail(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command line on the store at `home` (with the hashing embedder, at 256 dimensions
+    unless KEYTRAIL_EMBED_DIM is given)."""
     return subprocess.run(
         [sys.executable, "-m", "keytrail.server.cli", *args],
-        env=env_for(home),
+        env=env_for(home) | env,
         cwd=str(REPO),
         capture_output=True,
         text=True,
@@ -291,6 +294,163 @@ def test_the_command_line_reports_cache_problems_and_rebuild_mends_them(home: Pa
     assert rebuilt.returncode == 0 and "3 memories in the text index" in rebuilt.stdout
     again = keytrail(home, "verify")
     assert again.returncode == 0 and "cache problem" not in again.stdout
+
+
+SECRET = "The door code is 4711"
+
+
+@pytest.fixture
+def two_models(tmp_path: Path) -> Path:
+    """A store shared by two clients with different models: the hashing embedder at 64
+    dimensions (hash:v1:64) and at 256 (hash:v1:256, what `keytrail(...)` runs with), each
+    with a cache covering the whole log; a memory both had embedded was forgotten since."""
+    home = tmp_path / "store"
+
+    def embed_all(dim: int, told: str) -> str:
+        with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim)) as store:
+            memory_id = store.remember(told, ["topic", told.split()[0]]).memory_id
+            store.memory_vectors()
+            store.key_vectors()
+            store.save_vectors((store.state.store_id, store.state.seq))
+            return memory_id
+
+    embed_all(64, "Alice likes green tea")
+    secret = embed_all(64, SECRET)
+    embed_all(256, "Bob sails on Sundays")
+    with open_store(home) as store:
+        store.forget(secret)  # erases its row in every model's cache
+    embed_all(64, "Dana cooks")
+    return home
+
+
+def other_cache(home: Path) -> Path:
+    return home / "cache" / "vectors" / "hash_v1_64"
+
+
+def cache_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_rebuild_keeps_another_models_sound_vectors(two_models: Path) -> None:
+    """rebuild dropped the caches of every model: the other client's next start embedded the
+    whole store again (paid per token, with an API's model), though a row is a function of
+    (model, text) alone. It keeps those verify finds sound, and still makes its own anew."""
+    home = two_models
+    other, own = other_cache(home), home / "cache" / "vectors" / "hash_v1_256"
+    before = cache_files(other)
+    erased = "-" * 32
+    # Already purged: the forget erased the secret's row in this model's cache too.
+    assert text_hash(SECRET) not in before["hashes.txt"].decode()
+    assert (
+        erased in before["hashes.txt"].decode() and erased in own.joinpath("hashes.txt").read_text()
+    )
+    assert keytrail(home, "verify").returncode == 0
+    rebuilt = keytrail(home, "rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    rows = len(before["hashes.txt"]) // 33  # as verify counts them, the erased one too
+    assert (
+        f"  kept another model's vectors: cache/vectors/hash_v1_64 ({rows} rows, covers seq 6)"
+        in rebuilt.stdout
+    )
+    assert "dropped" not in rebuilt.stdout
+    assert cache_files(other) == before
+    assert erased not in own.joinpath("hashes.txt").read_text()  # made anew from the log
+    checked = keytrail(home, "verify")
+    assert checked.returncode == 0, checked.stdout
+    assert f"cache ok: cache/vectors/hash_v1_64 ({rows} rows, covers seq 6)" in checked.stdout
+    # The other client finds its projection whole: nothing to embed.
+    assert "(0 embedded, " in keytrail(home, "reembed", KEYTRAIL_EMBED_DIM="64").stdout
+
+
+def _not_unit(folder: Path) -> str:
+    data = np.fromfile(folder / "vectors.f32", dtype=np.float32)
+    data[:64] *= 2
+    data.tofile(folder / "vectors.f32")
+    return "1 row that is not a unit vector (row 0)"
+
+
+def _gap(folder: Path) -> str:
+    for name, size in (("hashes.txt", 33), ("vectors.f32", 4 * 64)):
+        with open(folder / name, "r+b") as f:  # its last row gone
+            f.truncate(f.seek(0, 2) - size)
+    return "1 label or content up to seq 6 has no row, though its manifest says they all do"
+
+
+def _ahead(folder: Path) -> str:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "seq": 99}))
+    return "reflects seq 99, but the log ends at seq 6"
+
+
+@pytest.mark.parametrize("damage", [_not_unit, _gap, _ahead])
+def test_rebuild_drops_another_models_vectors_that_verify_faults(
+    two_models: Path, damage: Callable[[Path], str]
+) -> None:
+    home = two_models
+    said = damage(other_cache(home))
+    checked = keytrail(home, "verify")
+    assert checked.returncode == 1
+    assert f"cache problem: cache/vectors/hash_v1_64: {said}" in checked.stdout
+    rebuilt = keytrail(home, "rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"  dropped another model's vectors: cache/vectors/hash_v1_64: {said}" in rebuilt.stdout
+    assert "kept" not in rebuilt.stdout
+    assert not other_cache(home).exists()
+    again = keytrail(home, "verify")
+    assert again.returncode == 0, again.stdout
+
+
+def test_a_forget_between_rebuilds_check_and_its_drop_leaves_the_kept_cache_whole(
+    two_models: Path,
+) -> None:
+    """rebuild reads the log without the lock, then decides holding it. A forget another
+    process made in between erased a row the fold saw the text of: still no gap, as verify
+    says, so the cache is kept, its row erased."""
+    home = two_models
+    others = maintenance.OtherModels(home, "hash_v1_256")
+    maintenance.check_replay(home, None, others)
+    with open_store(home) as store:
+        dana = next(m.id for m in store.state.memories.values() if m.content == "Dana cooks")
+        store.forget(dana)
+    drop_cache(home, others)
+    assert others.dropped == [] and others.kept == [
+        "cache/vectors/hash_v1_64 (13 rows, covers seq 6)"
+    ]
+    assert text_hash("Dana cooks") not in (other_cache(home) / "hashes.txt").read_text()
+    report = verify(home)
+    assert report.ok, report.cache_problems
+    assert "cache/vectors/hash_v1_64 (13 rows, covers seq 6)" in report.caches_checked
+
+
+def test_a_coverage_recorded_while_rebuild_read_the_log_is_not_taken_unchecked(
+    two_models: Path,
+) -> None:
+    home = two_models
+    others = maintenance.OtherModels(home, "hash_v1_256")
+    maintenance.check_replay(home, None, others)
+    with Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(64)) as store:
+        store.remember("Erin rows at dawn", ["rowing"])
+        store.memory_vectors()
+        store.key_vectors()
+        store.save_vectors((store.state.store_id, store.state.seq))
+    drop_cache(home, others)
+    assert others.dropped == [
+        "cache/vectors/hash_v1_64: its coverage (seq 7) was recorded while rebuild ran"
+    ]
+    assert not other_cache(home).exists()
+
+
+def test_rebuild_all_models_drops_every_models_vectors(two_models: Path) -> None:
+    home = two_models
+    rebuilt = keytrail(home, "rebuild", "--all-models")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (
+        "  dropped another model's vectors: cache/vectors/hash_v1_64 (--all-models)"
+        in rebuilt.stdout
+    )
+    assert not other_cache(home).exists()
+    assert (home / "cache" / "vectors" / "hash_v1_256" / "manifest.json").exists()
+    assert keytrail(home, "verify").returncode == 0
 
 
 def _fields(snapshot: snapshots.Snapshot) -> dict[str, object]:
