@@ -1167,7 +1167,7 @@ class Queries:
             created_at=node.created_at,
             last_read_at=node.last_read_at,
             keys=[self._key_ref(k, node.id) for k in node.keys],
-            related_to=list(node.related_to),
+            related_to=[mid for mid in node.related_to if not self._forgotten_id(mid)],
             supersedes=self._named_version(node.supersedes, lambda n: n.supersedes),
             superseded_by=self._named_version(node.superseded_by, lambda n: n.superseded_by),
             # A replaced version is `superseded`, as `history` says: an agent reading `active`
@@ -1183,6 +1183,11 @@ class Queries:
             seq=seq,
             valid_from=node.valid_from,
         )
+
+    def _forgotten_id(self, memory_id: str) -> bool:
+        """Whether a read leaves `memory_id` unnamed: forgotten (as this view sees it)."""
+        node = self.state.memories.get(memory_id)
+        return node is not None and self._forgotten(node)
 
     def _named_version(
         self, memory_id: str | None, step: Callable[[MemoryNode], str | None]
@@ -1215,10 +1220,21 @@ class Queries:
             asked = self._visible_memory("memory_id", memory_id, now)
             node = self._related_start(asked)
             memories, keys = self.state.memories, self.state.keys
+            # Its own versions share its keys but are the same fact, not a related one (the
+            # newer is named by superseded_by), as related_to edges leave them out too.
+            mine = (
+                set(versions(memories, node.id, MAX_VERSIONS))
+                if node.supersedes or node.superseded_by
+                else set()
+            )
 
             def shared_by(mid: str) -> bool:
                 other = memories[mid]
-                return other.namespace == node.namespace and self._visible(other, now)
+                return (
+                    other.namespace == node.namespace
+                    and mid not in mine
+                    and self._visible(other, now)
+                )
 
             # Candidates: every sharer of an ordinary key, and a hub's newest links only (its
             # sharers all score the same small 1/df, and df comes from the kept count, so a

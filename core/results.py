@@ -135,7 +135,7 @@ class MemoryView:
     created_at: datetime
     last_read_at: datetime | None
     keys: list[KeyRef]
-    related_to: list[str]
+    related_to: list[str]  # as told, but for memories forgotten since
     supersedes: str | None
     superseded_by: str | None
     #: "active", or "superseded" when a newer version (`superseded_by`; None if every newer

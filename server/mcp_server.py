@@ -772,6 +772,7 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         valid_at: ValidAt = None,
     ) -> Annotated[CallToolResult, Related]:
         """Memories sharing keys with this one (rare keys count most) or linked by related_to.
+        Its own other versions are not listed (read_memory names them: supersedes, superseded_by).
 
         With valid_at, the neighbours of the version true then (`asked_id`: the id passed, when
         that is another version). Example: related(memory_id="m_3f2a9c1b7d0e") ->

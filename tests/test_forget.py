@@ -611,6 +611,20 @@ def test_a_version_never_names_a_forgotten_version_as_its_neighbour(home: Path) 
     assert [v.memory_id for v in history(store, first).versions] == [first, second, third]
 
 
+def test_a_read_names_no_forgotten_memory_in_related_to(home: Path) -> None:
+    """`related_to` is what the memory was told to relate to; one of them forgotten was still
+    named by `read_memory`, whose answer an agent follows to a refusal (`related` hid it).
+    A forget holds in the past too (its words are gone from the log), as of before it."""
+    store = open_store(home)
+    flight = store.remember("Dana's flight lands at 9", ["flight"]).memory_id
+    hotel = store.remember("Dana's hotel is near the station", ["hotel"]).memory_id
+    pickup = store.remember("Pick Dana up", ["airport"], related_to=[flight, hotel]).memory_id
+    before_forget = store.state.seq
+    store.forget(flight)
+    assert store.read_memory(pickup).related_to == [hotel]
+    assert read_memory_at(store, pickup, as_of=before_forget).related_to == [hotel]
+
+
 def test_a_forget_names_the_memories_that_still_hold_the_same_text(home: Path) -> None:
     """The same fact told again is a new version holding the same words (dedup), and a fact
     may be told in two namespaces: forgetting one answered as if the words were gone, while

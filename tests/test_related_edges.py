@@ -163,3 +163,18 @@ def test_expiry_of_a_related_to_target_is_judged_at_the_events_time(tmp_path: Pa
         slow.correct(trip, "Dana is in Milan")
     slow.close()
     fast.close()
+
+
+def test_related_of_an_old_version_lists_other_facts_not_its_own_newer_version(
+    store: Store,
+) -> None:
+    """An old version shares every key with the version that replaced it, which `related`
+    ranked first as if it were another fact on the same keys. It is the same fact (named by
+    `superseded_by`), and left out, as a related_to edge leaves a memory's versions out."""
+    home = store.remember("Dana lives in Berlin", ["home city", "Dana"]).memory_id
+    work = store.remember("Dana works in Potsdam", ["work city", "Dana"]).memory_id
+    moved = store.correct(home, "Dana lives in Munich").memory_id
+
+    assert store.read_memory(home).superseded_by == moved
+    assert [r.memory_id for r in store.related(home).related] == [work]
+    assert [r.memory_id for r in store.related(moved).related] == [work]
