@@ -28,7 +28,7 @@ Progress = Callable[[int, int], None]
 SNAPSHOT_DIR = Path("cache") / "snapshot"
 SNAPSHOT_FILE = "keygraph.msgpack"
 TEXT_INDEX_DIR = Path("index") / "text"
-REBUILD_HINT = "keytrail rebuild makes every cache anew from the log"
+REBUILD_HINT = "keytrail rebuild drops every cache at fault and makes it anew from the log"
 
 
 @dataclass(frozen=True)
