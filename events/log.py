@@ -15,7 +15,9 @@ A whole line can still go: an appender whose write or fsync fails cuts its lines
 reader may have folded them in between. So a reader keeps the last line it folded and reads each
 time from that line's start: if the file no longer holds that line there (shorter, or another
 line, not the same one redacted in place), it raises `LogCutBack` rather than read on from the
-middle of a line, or write past the end of the file.
+middle of a line, or write past the end of the file. Where nothing changed, a query pays no read:
+a stat of the segment taken before the last read, long after its last change, that still
+shows the same inode, size and times says no line was appended or cut since (`_RACY_NS`).
 
 A writer keeps the lock file and the segment it appends to open between commands. Whether anyone
 else touched the log since is two `stat`s under the lock: the cursor's segment still has the
@@ -30,6 +32,7 @@ import fcntl
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -46,6 +49,15 @@ from .types import EPOCH, AnyEvent, Event
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _READ_CHUNK = 16 * 1024 * 1024
+#: How much older than the moment a reader looked a segment's mtime and ctime must be for a
+#: later look to trust that an unchanged stat means unchanged lines: a file's times are only
+#: as fine as the kernel's tick (or the file system's: whole seconds, two on FAT), so a cut back
+#: and a regrowth to the same size right after the look may leave them as they were ("racy
+#: git"). Two seconds is more than any of those.
+_RACY_NS = 2_000_000_000
+#: The wall clock the stat shortcut compares file times with (not the log's clock, which only
+#: stamps events and may be any clock in tests).
+_now_ns = time.time_ns
 _SEGMENT_RE = re.compile(r"^(\d{20})\.jsonl$")
 
 Clock = Callable[[], datetime]
@@ -240,6 +252,11 @@ class EventLog:
         #: (segment, offset) of the cursor as the lock holder checked it: whole lines, the
         #: last one the one it folded. An Appender writes only there.
         self._verified: tuple[str, int] | None = None
+        #: (segment, (device, inode, size, mtime, ctime)) of the segment the cursor stands at
+        #: the end of, as stat saw it before the read that reached that end, taken long enough
+        #: after its last change to trust (`_RACY_NS`): while a stat still says so, and no
+        #: segment follows, nothing was appended or cut and `iter_new` reads nothing
+        self._quiet: tuple[str, tuple[int, int, int, int, int]] | None = None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -250,7 +267,7 @@ class EventLog:
     def appended(self) -> bool:
         """Whether lines may have been appended past the cursor, by a stat or two and no read:
         for a caller that only needs to know whether to look (`iter_new` reads a chunk of the
-        segment every time, to check the line folded last)."""
+        segment, to check the line folded last, unless a stat proves nothing changed)."""
         if self._segment is None:
             return True
         try:
@@ -351,13 +368,17 @@ class EventLog:
 
     def _reset(self) -> None:
         self._segment, self._offset, self._seq, self._at = None, 0, 0, EPOCH
-        self._last = self._previous = None
+        self._last = self._previous = self._quiet = None
 
     def read_new(self) -> list[AnyEvent]:
         """Every complete line appended since the cursor, decoded; advances the cursor."""
         return list(self.iter_new())
 
     def iter_new(self) -> Iterator[AnyEvent]:
+        if self._quiet is not None:
+            if self._unchanged(*self._quiet):
+                return  # without reading: what the read would check, the stat proves
+            self._quiet = None
         segments = self.segments()
         if not segments or (self._segment is not None and self._segment not in segments):
             segments = self.segments(fresh=True)  # the cached listing may be a tick old
@@ -372,6 +393,7 @@ class EventLog:
         while True:
             if self._offset == 0 and self._previous is not None:
                 self._check_previous()
+            seen = self._stat_before_read(self._segment)
             yield from self._read_segment(self._segment)
             if self._offset == 0 and self._segment != segment_name(self._seq + 1):
                 # The appender writes the next line into an empty segment it stands at: one
@@ -386,6 +408,8 @@ class EventLog:
                 # Segments are named by their first seq: one more stat shows whether the
                 # listing missed a segment started within the same mtime tick.
                 if not (self.dir / segment_name(self._seq + 1)).exists():
+                    if seen is not None and seen[2] == self._offset:
+                        self._quiet = (self._segment, seen)
                     return
                 segments = self.segments(fresh=True)
                 if index + 1 >= len(segments):
@@ -405,6 +429,36 @@ class EventLog:
             if self._last is not None:
                 self._previous = (self._segment, self._offset, self._last)
             self._segment, self._offset, self._last = segments[index], 0, None
+
+    def _stat_before_read(self, name: str) -> tuple[int, int, int, int, int] | None:
+        """Segment `name`'s (device, inode, size, mtime, ctime), taken before reading it, if its
+        times are old enough to trust (`_RACY_NS`); else None. Any change after this stat gets
+        later times, so a stat that still says the same later means the lines read are there."""
+        now = _now_ns()
+        try:
+            st = os.stat(f"{self._dir_str}/{name}")
+        except FileNotFoundError:
+            return None
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= now - _RACY_NS:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+    def _unchanged(self, name: str, seen: tuple[int, int, int, int, int]) -> bool:
+        """Whether the cursor still stands at the end of segment `name` as `seen` (by
+        `_stat_before_read`) and no segment follows it: two stats, no read."""
+        if name != self._segment or seen[2] != self._offset:
+            return False
+        try:
+            st = os.stat(f"{self._dir_str}/{name}")
+        except FileNotFoundError:
+            return False
+        return (
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+        ) == seen and not os.path.exists(f"{self._dir_str}/{segment_name(self._seq + 1)}")
 
     def _open_segment(self, name: str) -> SegmentFile:
         return open(self.dir / name, "rb")

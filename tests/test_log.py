@@ -28,6 +28,7 @@ from keytrail.events import (
     require_log,
     segment_name,
 )
+from keytrail.events import log as event_log
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -610,6 +611,80 @@ def test_a_line_redacted_in_place_is_not_taken_for_a_cut(tmp_path: Path) -> None
     append(writer, 1, start=3)
     assert [e.seq for e in reader.read_new()] == [4]
     assert append(reader, 1, start=4) == [5]
+
+
+def counting_opens(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The segments `log` opens to read, from now on."""
+    opened: list[str] = []
+    real = log._open_segment
+
+    def counted(name: str) -> event_log.SegmentFile:
+        opened.append(name)
+        return real(name)
+
+    monkeypatch.setattr(log, "_open_segment", counted)
+    return opened
+
+
+def test_a_reader_reads_nothing_while_a_stat_shows_the_log_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query's refresh read the end of the segment every time (to check the line folded last)
+    even when no one had written: a few hundred microseconds of each call. A stat taken long
+    enough after the segment's last change says whether anything could have changed; what did
+    is still read, a cut back regrown to the same size included."""
+    now = event_log._now_ns
+    monkeypatch.setattr(event_log, "_now_ns", lambda: now() + 10 * event_log._RACY_NS)
+    writer = EventLog(tmp_path, segment_bytes=4 * LINE, clock=fractional)
+    reader = EventLog(tmp_path, segment_bytes=4 * LINE)
+    append(writer, 2)
+    opened = counting_opens(reader, monkeypatch)
+    assert [e.seq for e in reader.read_new()] == [1, 2]
+    assert len(opened) == 1
+
+    assert reader.read_new() == [] and reader.read_new() == []
+    assert len(opened) == 1  # two stats each, no read
+
+    append(writer, 1, start=2)
+    assert [e.seq for e in reader.read_new()] == [3]
+    append(writer, 2, start=3)  # the second starts the next segment
+    assert [e.seq for e in reader.read_new()] == [4, 5]
+    assert reader.position.segment == segment_name(5)
+    assert reader.read_new() == []
+    opened.clear()
+    assert reader.read_new() == [] and opened == []
+
+    # Cut back and regrown to the same size: only the file's times say so.
+    segment = segment_files(tmp_path)[-1]
+    st = segment.stat()
+    os.truncate(segment, 0)
+    with EventLog(tmp_path, segment_bytes=4 * LINE, clock=fractional).lock() as app:
+        app.append(TurnRecorded(session_id="s1", turn=9, role="user", content="turn number 9"))
+    assert segment.stat().st_size == st.st_size
+    os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # a later tick than the stat's
+    with pytest.raises(LogCutBack):
+        reader.read_new()
+
+
+def test_a_stat_taken_soon_after_the_segment_changed_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file's times are only as fine as a tick: a cut back and a regrowth to the same size
+    in the tick of the reader's look leave its stat as it was. Only a stat taken well after
+    the last change (`_RACY_NS`) lets the next read be skipped."""
+    writer, reader = EventLog(tmp_path), EventLog(tmp_path)
+    append(writer, 2)
+    (segment,) = segment_files(tmp_path)
+    st = segment.stat()
+    changed = max(st.st_mtime_ns, st.st_ctime_ns)
+    monkeypatch.setattr(event_log, "_now_ns", lambda: changed + event_log._RACY_NS // 2)
+    opened = counting_opens(reader, monkeypatch)
+    reader.read_new()
+    assert reader.read_new() == [] and reader.read_new() == []
+    assert len(opened) == 3  # each read checks the line folded last
+    monkeypatch.setattr(event_log, "_now_ns", lambda: changed + 2 * event_log._RACY_NS)
+    assert reader.read_new() == [] and reader.read_new() == []
+    assert len(opened) == 4
 
 
 def test_seek_rejects_a_position_whose_line_was_cut_back_and_written_again(

@@ -139,6 +139,54 @@ def test_a_late_purge_by_another_process_does_not_zero_a_row_this_process_embedd
     assert again.deduplicated is not None and again.deduplicated.memory_id == kept
 
 
+def test_a_refresh_reads_only_the_hash_lines_another_process_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row another process saved made this one's next refresh read every hash line and
+    index them all again (57 ms at 100,000 rows, paid by the next write or embed of each server
+    on a shared store). Lines are of one length: only ours last and those after it are read;
+    this process's unsaved rows still go after the new ones."""
+    reader = VectorCache(tmp_path, "fp", DIM)
+    put(reader, *[f"text {i}" for i in range(200)])
+    reader.flush()
+    writer = VectorCache(tmp_path, "fp", DIM)
+    added = put(writer, "another's first", "another's second")
+    writer.flush()
+    (unsaved,) = put(reader, "the reader's own, unsaved")
+    hashes_read: list[int] = []
+
+    class Counted:
+        def __init__(self, path: str, mode: str) -> None:
+            self._file, self._hashes = open(path, mode), path.endswith("hashes.txt")  # noqa: SIM115
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._file, name)
+
+        def __enter__(self) -> Counted:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._file.close()
+
+        def read(self, n: int = -1) -> bytes:
+            data: bytes = self._file.read(n)
+            if self._hashes:
+                hashes_read.append(len(data))
+            return data
+
+    monkeypatch.setattr(vectors_module, "open", Counted, raising=False)
+    reader.refresh()
+
+    assert sum(hashes_read) == 3 * vectors_module._HASH_LINE
+    assert len(reader) == 203 and reader.unsaved == 1
+    assert [reader._rows[d] for d in [*added, unsaved]] == [200, 201, 202]
+    reads_right(reader)
+    reader.flush()
+    again = VectorCache(tmp_path, "fp", DIM)
+    assert [again._rows[d] for d in [*added, unsaved]] == [200, 201, 202]
+    reads_right(again)
+
+
 @pytest.mark.parametrize("longer", ["vectors", "hashes"])
 def test_a_torn_last_row_then_a_writer_leaves_every_reader_its_rows(
     tmp_path: Path, small_remap: None, longer: str
