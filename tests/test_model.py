@@ -98,6 +98,14 @@ class Model:
         """What read_memory / correct find by id (a superseded version is still found)."""
         return not (m.forgotten or m.expired or self.hidden_by_time(m))
 
+    def named(self, memory_id: str | None, newer: bool) -> str | None:
+        """The neighbour version a read names: past forgotten ones, the nearest one not
+        forgotten on that side of the chain, or None."""
+        while memory_id is not None and self.memories[memory_id].forgotten:
+            m = self.memories[memory_id]
+            memory_id = m.superseded_by if newer else m.supersedes
+        return memory_id
+
     def link(self, name: str, memory_id: str, weight: float) -> None:
         self.weights[(name, memory_id)] = weight
 
@@ -409,7 +417,8 @@ class StoreVersusModel(RuleBasedStateMachine):
         assert close(view.depth, m.depth), (view.depth, m.depth)
         assert view.access_count == m.access_count
         assert view.last_read_at == m.last_read_at
-        assert view.supersedes == m.supersedes and view.superseded_by == m.superseded_by
+        assert view.supersedes == model.named(m.supersedes, newer=False)
+        assert view.superseded_by == model.named(m.superseded_by, newer=True)
         assert view.expires_at == m.expires_at
         assert view.status == ("superseded" if m.superseded_by else "active")
         self._check_keys(m, view.keys)
@@ -555,7 +564,8 @@ class StoreVersusModel(RuleBasedStateMachine):
         assert close(view.depth, m.depth), (m.id, view.depth, m.depth)
         assert view.access_count == m.access_count
         assert view.last_read_at == m.last_read_at
-        assert view.supersedes == m.supersedes and view.superseded_by == m.superseded_by
+        assert view.supersedes == model.named(m.supersedes, newer=False)
+        assert view.superseded_by == model.named(m.superseded_by, newer=True)
         assert view.expires_at == m.expires_at
         self._check_keys(m, view.keys)
 
