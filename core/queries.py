@@ -940,7 +940,7 @@ class Queries:
             nearest: list[KeyMatch] = []
             if not matches:
                 for kid, s in similar:
-                    if len(nearest) == 5:
+                    if len(nearest) == min(5, top_k):  # top_k bounds every key answered
                         break
                     if count(kid) > 0:
                         nearest.append(self._match(keys[kid], "similar", s, count(kid)))

@@ -202,6 +202,13 @@ def keys(
                 f"gives one key two types: {quoted(other[0])} {quoted(other[1])}, "
                 f"{quoted(str(spelling))} {quoted(kind)}",
             )
+    if folded_types and not labels:
+        # Keys left to extraction: "names keys that are not in keys" read as a contradiction.
+        raise InvalidInput(
+            types_field,
+            f"types {sorted(spelling for spelling, _ in folded_types.values())}, but no keys "
+            f"were given: list them in {field} too",
+        )
     for i, raw in enumerate(labels):
         given = label(f"{field}[{i}]", raw, limits.key_chars)
         spelling, kind = folded_types.pop(given.casefold(), (given, "concept"))

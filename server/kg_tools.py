@@ -208,7 +208,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
 
     @server.tool(annotations=_hints(title="Create entities"))
     def create_entities(
-        entities: Annotated[list[EntityArg], Many],
+        entities: Annotated[list[EntityArg], Many, Field(description="The entities to create.")],
     ) -> Annotated[CallToolResult, EntitiesOut]:
         """Create new entities (people, organizations, places, events...) with observations.
 
@@ -225,7 +225,9 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
 
     @server.tool(annotations=_hints(title="Create relations"))
     def create_relations(
-        relations: Annotated[list[RelationArg], Many],
+        relations: Annotated[
+            list[RelationArg], Many, Field(description="The relations to create.")
+        ],
     ) -> Annotated[CallToolResult, RelationsOut]:
         """Create directed relations between existing entities, in active voice.
 
@@ -237,7 +239,11 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
 
     @server.tool(annotations=_hints(title="Add observations"))
     def add_observations(
-        observations: Annotated[list[ObservationArg], Many],
+        observations: Annotated[
+            list[ObservationArg],
+            Many,
+            Field(description="The observations to add, grouped by entity."),
+        ],
     ) -> Annotated[CallToolResult, ObservationsOut]:
         """Add observations (atomic facts) to existing entities.
 
@@ -256,7 +262,12 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
     @server.tool(annotations=_hints(title="Delete entities", destructive=True, idempotent=True))
     def delete_entities(
         entityNames: Annotated[
-            list[EntityName], Field(min_length=1, max_length=LIMITS.batch_items)
+            list[EntityName],
+            Field(
+                min_length=1,
+                max_length=LIMITS.batch_items,
+                description="The names of the entities to delete.",
+            ),
         ],
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete entities with their observations and every relation to or from them.
@@ -270,7 +281,11 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
     @server.tool(annotations=_hints(title="Delete observations", destructive=True, idempotent=True))
     @kept_noted
     def delete_observations(
-        deletions: Annotated[list[DeletionArg], Many],
+        deletions: Annotated[
+            list[DeletionArg],
+            Many,
+            Field(description="The observations to delete, grouped by entity."),
+        ],
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete specific observations (exact text) from entities.
 
@@ -288,7 +303,9 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
 
     @server.tool(annotations=_hints(title="Delete relations", destructive=True, idempotent=True))
     def delete_relations(
-        relations: Annotated[list[RelationArg], Many],
+        relations: Annotated[
+            list[RelationArg], Many, Field(description="The relations to delete.")
+        ],
     ) -> Annotated[CallToolResult, DeletionOut]:
         """Delete relations matching from, to and relationType exactly.
 
@@ -347,7 +364,10 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
     @server.tool(annotations=_hints(title="Open nodes", **read_only))
     @_cut_noted
     def open_nodes(
-        names: Annotated[list[EntityName], Field(min_length=1, max_length=LIMITS.page)],
+        names: Annotated[
+            list[EntityName],
+            Field(min_length=1, max_length=LIMITS.page, description="The names of the entities."),
+        ],
         as_of: AsOf = None,
     ) -> Annotated[CallToolResult, GraphOut]:
         """Get entities by name (any case) and the relations between them.

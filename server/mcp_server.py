@@ -89,7 +89,9 @@ T = TypeVar("T")
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$"
 KeyType = Literal["concept", "name", "proper_noun"]
-Role = Literal["user", "assistant", "system", "tool"]
+Role = Annotated[
+    Literal["user", "assistant", "system", "tool"], Field(description="Who spoke the turn.")
+]
 
 MEMORY_SYSTEM_PROMPT = """\
 You have a long-term associative memory (keytrail). Use it quietly and well.
@@ -861,7 +863,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
     @server.tool(annotations=_hints(title="Read a conversation", **read_only))
     def get_conversation(
-        session_id: SessionStr,
+        session_id: Annotated[
+            SessionStr, Field(description="The conversation (session) to read, as recorded.")
+        ],
         turn: Annotated[int | None, Field(ge=1, description="Only this turn (1-based).")] = None,
         limit: Limit = CONVERSATION_PAGE,
         offset: Annotated[

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -129,5 +130,36 @@ def test_record_turn_describes_a_turn_not_a_fact(make_store: Callable[..., Store
             assert "written to stand alone" not in params["content"]["description"]
             assert "turn" in params["content"]["description"]
             assert "session" in params["session_id"].get("description", "")
+
+    anyio.run(check)
+
+
+def undescribed(schema: dict[str, Any], where: str) -> list[str]:
+    """The parameters of an input schema, nested item objects too, that carry no description."""
+    missing = []
+    defs = schema.get("$defs", {})
+    for name, prop in schema.get("properties", {}).items():
+        if not prop.get("description"):
+            missing.append(f"{where}.{name}")
+        item_ref = prop.get("items", {}).get("$ref", "")
+        if item_ref.startswith("#/$defs/"):
+            missing += undescribed(defs[item_ref.removeprefix("#/$defs/")], f"{where}.{name}[]")
+    return missing
+
+
+def test_every_tool_parameter_is_described(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent reads a parameter's meaning from its description alone: record_turn's `role`,
+    get_conversation's `session_id` and the knowledge-graph tools' lists (`entities`,
+    `relations`, `names`, ...) had none, only a type."""
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")
+    store = make_store()
+
+    async def check() -> None:
+        async with Client(build_server(store, ("keygraph", "knowledge_graph"))) as client:
+            tools = (await client.list_tools()).tools
+            missing = [m for t in tools for m in undescribed(t.input_schema, t.name)]
+            assert missing == []
 
     anyio.run(check)

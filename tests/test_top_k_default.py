@@ -72,3 +72,15 @@ def test_the_command_line_without_top_k_answers_the_most_allowed(
             timeout=60,
         )
         assert proc.returncode == 0, (verb, proc.stderr)
+
+
+def test_a_miss_offers_at_most_top_k_nearest_keys(make_store: Callable[..., Store]) -> None:
+    """`top_k` is the most keys an answer holds: a recall that matched nothing answered five
+    `nearest` keys to an agent that asked for two (to keep its context small)."""
+    store = make_store()
+    filled(store)
+    for top_k in (1, 2, 3):
+        missed = store.recall("zebra crossing", top_k=top_k)
+        assert missed.keys == []
+        assert len(missed.nearest) == top_k
+    assert len(store.recall("zebra crossing", top_k=10).nearest) == 5  # a miss offers five

@@ -510,6 +510,31 @@ def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
     assert str(refused.value) == "key_types: names keys that are not in keys: ['Malmo']"
 
 
+def test_key_types_without_keys_say_the_keys_are_missing(store: Store) -> None:
+    """An agent typing its names and leaving the keys to extraction (as remember's description
+    allows, or keeping the old version's keys in a correct) was told "key_types: names keys that
+    are not in keys: ['Dana']", though it gave no keys: the error says so, and writes nothing."""
+    content = "Dana's daughter Mia starts school in September"
+    made = store.remember(content, ["Dana", "Mia", "school"])
+    before = log_digest(store.home)
+    for call, field in (
+        (partial(store.remember, content, None, {"Dana": "name"}), "key_types"),
+        (
+            partial(store.remember_batch, [RememberItem(content, [], {"Dana": "name"})]),
+            "items[0].key_types",
+        ),
+        (partial(store.correct, made.memory_id, content, None, {"Dana": "name"}), "key_types"),
+    ):
+        with pytest.raises(InvalidInput) as refused:
+            call()
+        assert refused.value.field == field
+        assert str(refused.value) == (
+            f"{field}: types ['Dana'], but no keys were given: list them in "
+            f"{field.removesuffix('key_types')}keys too"
+        )
+    assert log_digest(store.home) == before
+
+
 def test_key_types_giving_one_key_two_types_are_refused(store: Store) -> None:
     """{"k2": "name", "K2": "concept"} name one key: the last silently won."""
     before = log_digest(store.home)
