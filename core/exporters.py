@@ -32,6 +32,7 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
+    MemoryReplaced,
     NewMemory,
     ObservationsDeleted,
 )
@@ -86,6 +87,8 @@ class _NamespaceFilter:
             return replace(event, memories=kept) if kept else None
         if isinstance(event, MemoryCorrected):
             return event if self._mine([event.memory]) else None
+        if isinstance(event, MemoryReplaced):  # both versions are of one namespace
+            return event if mine(event.old_id) else None
         if isinstance(event, MemoryRead | MemoryForgotten):
             return event if mine(event.memory_id) else None
         if isinstance(event, LinksAdjusted):

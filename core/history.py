@@ -49,6 +49,7 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
+    MemoryReplaced,
     ObservationsDeleted,
     RulesChanged,
     StoreCreated,
@@ -449,6 +450,10 @@ def _only(event: AnyEvent, chain: set[str]) -> AnyEvent | None:
                 event, memory=msgspec.structs.replace(event.memory, related_to=[])
             )
         return None
+    if isinstance(event, MemoryReplaced):
+        if event.old_id in chain and event.new_id in chain:
+            return msgspec.structs.replace(event, related_to=[])
+        return None
     if isinstance(event, MemoryRead):
         return event if event.memory_id in chain else None
     if isinstance(event, LinksAdjusted):
@@ -498,6 +503,8 @@ def _affected(event: AnyEvent) -> list[str]:
         return [i for m in event.memories for i in (m.supersedes, m.memory_id) if i]
     if isinstance(event, MemoryCorrected):
         return [event.old_id, event.memory.memory_id]
+    if isinstance(event, MemoryReplaced):
+        return [event.old_id, event.new_id]
     if isinstance(event, MemoryRead | MemoryForgotten):
         return [event.memory_id]
     if isinstance(event, LinksAdjusted):
@@ -566,6 +573,35 @@ def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]
                     other_id=event.memory.memory_id,
                 )
             )
+    elif isinstance(event, MemoryReplaced):
+        if event.new_id in chain:
+            out.append(
+                Touch(
+                    **base,
+                    memory_id=event.new_id,
+                    what=f"became the correction of {event.old_id}",
+                    other_id=event.old_id,
+                )
+            )
+        if event.old_id in chain:
+            out.append(
+                Touch(
+                    **base,
+                    memory_id=event.old_id,
+                    what=f"corrected by {event.new_id} (depth weakened ×{event.weaken_factor:g})",
+                    other_id=event.new_id,
+                )
+            )
+        for target in event.related_to:
+            if target in chain:
+                out.append(
+                    Touch(
+                        **base,
+                        memory_id=target,
+                        what=f"related to by {event.new_id}, taking on {event.old_id}'s edges",
+                        other_id=event.new_id,
+                    )
+                )
     elif isinstance(event, MemoryRead) and event.memory_id in chain:
         out.append(
             Touch(
@@ -849,6 +885,8 @@ def _changes(
                             )
             elif isinstance(event, MemoryCorrected) and in_ns(event.old_id):
                 corrected.add(Correction(event.seq, event.at, event.old_id, event.memory.memory_id))
+            elif isinstance(event, MemoryReplaced) and in_ns(event.old_id):
+                corrected.add(Correction(event.seq, event.at, event.old_id, event.new_id))
             elif isinstance(event, MemoryRead) and in_ns(event.memory_id):
                 reads[event.memory_id] += 1
             elif isinstance(event, MemoriesExpired):

@@ -6,7 +6,8 @@ to a question often sits in the turn next to the one that matches it. `SessionOr
 the place of the turn it corrects), derived from the key graph (nothing new is written to the
 log). Memories are only ever added to the state's `memories` mapping, in fold order, so
 catching up walks just the ones added since last time; the first catch-up walks them all (and
-so decodes a lazily opened state's memories once).
+so decodes a lazily opened state's memories once). A turn indexed before `correct` made it
+another's new version (by_memory_id) starts the index over, to stand where a fresh one puts it.
 """
 
 from __future__ import annotations
@@ -34,14 +35,21 @@ class SessionOrder:
         #: the turn each member stands for: its own id, or for a correction the turn it corrects
         #: (the versions of one turn sit together, and a lookup steps over them as one)
         self._turn: dict[str, str] = {}
+        #: the end of the state's retirements journal when last caught up
+        self._retired = 0
 
     def catch_up(self, state: GraphState) -> SessionOrder:
         """Index the memories added to `state` since the last call (all, for a new state)."""
         with self._lock:
             memories = state.memories
-            if state is not self._state or len(memories) < self._seen:
+            if (
+                state is not self._state
+                or len(memories) < self._seen
+                or self._replaced_in_place(state)
+            ):
                 self._state, self._seen = state, 0
                 self._members, self._position, self._turn = {}, {}, {}
+            self._retired = state.retirements().end
             added = len(memories) - self._seen
             if added <= 0:
                 return self
@@ -71,6 +79,28 @@ class SessionOrder:
                 members.append(memory_id)
             self._seen = len(memories)
             return self
+
+    def _replaced_in_place(self, state: GraphState) -> bool:
+        """Whether a turn already indexed became the correction of one of its session since
+        (`correct` with by_memory_id): an index built now puts it in that turn's place, so
+        this one starts over to agree (or when the journal no longer reaches back)."""
+        if state is not self._state:
+            return False
+        retired = state.retirements().since(self._retired)
+        if retired is None:
+            return True
+        memories = state.memories
+        for memory_id in retired:
+            newer = memories[memory_id].superseded_by
+            node = memories.get(newer) if newer is not None else None
+            if (
+                node is not None
+                and node.supersede_reason == "correction"
+                and newer in self._position
+                and self._position[newer][0] == (self._position.get(memory_id) or (None,))[0]
+            ):
+                return True
+        return False
 
     def __len__(self) -> int:
         """How many memories belong to a session."""

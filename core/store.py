@@ -41,6 +41,7 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
+    MemoryReplaced,
     NewMemory,
     NoStore,
     NotFound,
@@ -1105,17 +1106,48 @@ class Store(Queries, HybridQueries):
     def correct(
         self,
         memory_id: str,
-        content: str,
+        content: str | None = None,
         keys: Sequence[str] | None = None,
         key_types: dict[str, str] | None = None,
         related_to: Sequence[str] | None = None,
         source: str | None = None,
         valid_from: datetime | str | None = None,
+        by_memory_id: str | None = None,
     ) -> Corrected:
         """Replace a memory with a new version. The old one is kept (weakened) as history.
 
         `valid_from` dates the new version in the world (it may be before it was told).
+
+        With `by_memory_id` instead of `content`, that memory (told on its own, most often the
+        remember that flagged this one as a possible contradiction) becomes the new version:
+        no second memory of the same text is made. It takes none of the other arguments
+        (they describe new content); see `_replace` for what it must be.
         """
+        if by_memory_id is not None:
+            if content is not None:
+                raise InvalidInput(
+                    "by_memory_id", "give content or by_memory_id, not both", value=by_memory_id
+                )
+            given = {
+                "keys": keys,
+                "key_types": key_types,
+                "related_to": related_to,
+                "source": source,
+                "valid_from": valid_from,
+            }
+            for field, value in given.items():
+                if value is not None:
+                    raise InvalidInput(
+                        field,
+                        "describes new content: with by_memory_id the new version is that "
+                        "memory as it was told",
+                    )
+            return self._replace(memory_id, by_memory_id)
+        if content is None:
+            raise InvalidInput(
+                "content",
+                "is required: the new version's text (or by_memory_id: a memory that is it)",
+            )
         limits = self.settings.limits
         valid = parse_optional_time("valid_from", valid_from)
         content = check.text("content", content, limits.content_chars)
@@ -1180,6 +1212,76 @@ class Store(Queries, HybridQueries):
                 old_id=old.id,
                 seq=event.seq,
                 keys=outcomes,
+                old_depth=old_depth,
+                weaken_factor=factor,
+            )
+
+        return self._write(decide)
+
+    def _replace(self, memory_id: str, by_memory_id: str) -> Corrected:
+        """`by_memory_id` becomes the next version of `memory_id`: one `memory.replaced`.
+
+        It must be shown now (not expired, forgotten or deleted), current, in the same
+        namespace and a fact told once (no version before it), so a chain stays one line:
+        each version replaces at most one and is replaced by at most one.
+        """
+        if by_memory_id == memory_id:
+            raise InvalidInput(
+                "by_memory_id", "is the memory corrected: name another", value=by_memory_id
+            )
+
+        def decide(app: Appender) -> Corrected:
+            old = self._current_memory("memory_id", memory_id, app.at)
+            new = self._visible_memory("by_memory_id", by_memory_id, app.at)
+            if new.superseded_by is not None:
+                raise InvalidInput(
+                    "by_memory_id",
+                    f"memory {by_memory_id!r} was already replaced by {new.superseded_by!r}",
+                    value=by_memory_id,
+                )
+            if new.supersedes is not None:
+                raise InvalidInput(
+                    "by_memory_id",
+                    f"memory {by_memory_id!r} is already a newer version of "
+                    f"{new.supersedes!r}: only a fact told once can become another's new "
+                    "version (correct with content instead)",
+                    value=by_memory_id,
+                )
+            if new.namespace != old.namespace:
+                raise InvalidInput(
+                    "by_memory_id",
+                    f"memory {by_memory_id!r} is in namespace {new.namespace!r}, not "
+                    f"{old.namespace!r} (versions of a fact share a namespace)",
+                    value=by_memory_id,
+                )
+            rules = self.state.rules
+            factor = (
+                rules.weaken_deep if old.depth >= rules.weaken_threshold else rules.weaken_shallow
+            )
+            # As a correction naming no related_to keeps the old version's edges (versions of
+            # the new one's fact, itself, are no edge of it).
+            carried = [
+                target
+                for target in dict.fromkeys(old.related_to)
+                if target not in new.related_to and target not in (old.id, new.id)
+            ]
+            old_depth = old.depth
+            event = self._append(
+                app,
+                MemoryReplaced(
+                    old_id=old.id, new_id=new.id, weaken_factor=factor, related_to=carried
+                ),
+            )
+            keys = self.state.keys
+            return Corrected(
+                memory_id=new.id,
+                old_id=old.id,
+                seq=event.seq,
+                keys=[
+                    KeyOutcome(k, keys[k].label, keys[k].type, "existing")
+                    for k in new.keys
+                    if k in keys
+                ],
                 old_depth=old_depth,
                 weaken_factor=factor,
             )

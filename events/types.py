@@ -127,6 +127,20 @@ class MemoryCorrected(Event, frozen=True, kw_only=True, tag="memory.corrected"):
     weaken_factor: float
 
 
+class MemoryReplaced(Event, frozen=True, kw_only=True, tag="memory.replaced"):
+    """correct with `by_memory_id`: a memory told on its own (`new_id`, a remember that flagged
+    `old_id` as a possible contradiction) becomes the next version of `old_id`, as a correction
+    would have made it, without a second memory of the same text."""
+
+    old_id: str
+    new_id: str
+    # Factor applied to the old version's depth (decided from its depth at the time).
+    weaken_factor: float
+    # The old version's related_to edges the new one takes on (those it did not name itself),
+    # as a correction that names none keeps them.
+    related_to: list[str] = []
+
+
 class MemoryRead(Event, frozen=True, kw_only=True, tag="memory.read"):
     memory_id: str
     via_key_id: str | None = None
@@ -299,6 +313,7 @@ AnyEvent = (
     | RulesChanged
     | MemoryRemembered
     | MemoryCorrected
+    | MemoryReplaced
     | MemoryRead
     | LinksAdjusted
     | KeyAliased
@@ -320,6 +335,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RulesChanged,
     MemoryRemembered,
     MemoryCorrected,
+    MemoryReplaced,
     MemoryRead,
     LinksAdjusted,
     KeyAliased,

@@ -32,6 +32,7 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
+    MemoryReplaced,
     NewMemory,
     ObservationsDeleted,
     RelationsAdded,
@@ -411,6 +412,26 @@ def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     node.supersede_reason = "correction"
 
 
+def _replaced(state: GraphState, event: MemoryReplaced) -> None:
+    """A memory told on its own becomes the next version of another, as `_corrected` makes
+    a correction one."""
+    old, node = state.memories[event.old_id], state.memories[event.new_id]
+    old.depth *= event.weaken_factor
+    for target_id in event.related_to:
+        node.related_to.append(target_id)
+        target = state.memories.get(target_id)
+        if target is not None:
+            target.related_from.append(node.id)
+    _retire(state, old)
+    old.superseded_by = node.id
+    old.updated_seq = node.updated_seq = event.seq
+    state.retired_seq = event.seq
+    state.changes().note(old.id)
+    state.changes().note(node.id)
+    node.supersedes = old.id
+    node.supersede_reason = "correction"
+
+
 def _read(state: GraphState, event: MemoryRead) -> None:
     rules = state.rules
     node = state.memories[event.memory_id]
@@ -603,6 +624,7 @@ _FOLD: dict[type[Any], Callable[[GraphState, Any], None]] = {
     RulesChanged: _rules_changed,
     MemoryRemembered: _remembered,
     MemoryCorrected: _corrected,
+    MemoryReplaced: _replaced,
     MemoryRead: _read,
     LinksAdjusted: _links_adjusted,
     KeyAliased: _aliased,

@@ -90,6 +90,8 @@ def summary(event: AnyEvent) -> str:
     if tag == "memory.corrected":
         m = data["memory"]
         return f"{data['old_id']} -> {m['memory_id']} {_content(m['content'])}"
+    if tag == "memory.replaced":
+        return f"{data['old_id']} -> {data['new_id']}"
     if tag == "memory.read":
         via = f" via {data['via_key_id']}" if data.get("via_key_id") else ""
         return f"{data['memory_id']}{via}"

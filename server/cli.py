@@ -296,6 +296,7 @@ def cmd_correct(args: argparse.Namespace) -> int:
             args.related_to,
             args.source,
             args.valid_from,
+            by_memory_id=args.by,
         )
     if args.json:
         emit_json(result)
@@ -635,7 +636,13 @@ def build_parser() -> argparse.ArgumentParser:
         "correct", "replace a memory with a new version (old one kept as history)", cmd_correct
     )
     p.add_argument("memory_id")
-    p.add_argument("content")
+    p.add_argument("content", nargs="?", help="the new version (or --by)")
+    p.add_argument(
+        "--by",
+        metavar="MEMORY_ID",
+        help="instead of content: a memory told once (one that remember flagged this one "
+        "against) that becomes the new version",
+    )
     p.add_argument(
         "-k",
         "--key",
@@ -750,7 +757,12 @@ def check_namespace_option(args: argparse.Namespace) -> None:
 
 
 #: The store's fields whose flag is named otherwise (`--ttl` is the tool's ttl_seconds).
-FIELD_DESTS = {"ttl_seconds": "ttl", "via_key_id": "via", "session_id": "session"}
+FIELD_DESTS = {
+    "ttl_seconds": "ttl",
+    "via_key_id": "via",
+    "session_id": "session",
+    "by_memory_id": "by",
+}
 
 
 def said_of_flag(
@@ -777,6 +789,9 @@ def said_of_flag(
     for action in verbs.choices[args.command]._actions:
         if "_" in action.dest and action.option_strings:
             problem = re.sub(rf"\b{action.dest}\b", action.option_strings[-1], problem)
+        for field, renamed in FIELD_DESTS.items():
+            if renamed == action.dest and action.option_strings:
+                problem = re.sub(rf"\b{field}\b", action.option_strings[-1], problem)
     return InvalidInput(flags[0], problem, limit=exc.limit).message
 
 

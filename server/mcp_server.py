@@ -120,8 +120,11 @@ Remember what will matter later
 Keep it true
 - When a fact changes, `correct` the memory that holds it (find it with recall/read_key) rather
   than remembering a second, contradicting one. The old version is kept as history.
-- When `remember` reports `possible_contradictions`, look at their previews and correct the
-  stale one if they disagree.
+- When `remember` reports `possible_contradictions`, look at their previews. If the memory
+  you just stored replaces a flagged stale one, call
+  `correct(memory_id=<the stale id>, by_memory_id=<the id remember returned>)`: the new memory
+  becomes its next version (correcting with the same text as content would keep two copies).
+  To fix a stale one in other words, `correct` it with `content`. Most are only related facts.
 - `forget` only when the user asks you to forget something.
 - For what you knew earlier ("where did the user live, as I knew it last March?"), the reads
   take `as_of` (a time or a seq) and answer as the memory was then; `history(memory_id)` lists
@@ -657,9 +660,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
 
         Type people and named things as 'name'. A near-duplicate replaces the old memory
         (`deduplicated`); similar-but-different memories come back as
-        `possible_contradictions`, each with the start of its text (`preview`): `correct` the
-        stale one if they disagree (most are only related facts). To change a known
-        fact use `correct`, not remember. Example:
+        `possible_contradictions`, each with the start of its text (`preview`); most are
+        only related facts. If this memory replaces a stale one, call
+        correct(memory_id=<stale id>, by_memory_id=<this memory_id>); otherwise `correct` the
+        stale one with content. To change a known fact use `correct`, not remember. Example:
         remember(content="Dana's daughter Mia starts school in September 2025",
                  keys=["Dana", "Mia", "school", "children"],
                  key_types={"Dana": "name", "Mia": "name"})
@@ -733,8 +737,25 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="Correct a memory"))
     def correct(
         memory_id: MemoryId,
-        content: Content,
         ctx: Context,
+        content: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=LIMITS.content_chars,
+                description="The new version, written to stand alone. Give this or by_memory_id.",
+            ),
+        ] = None,
+        by_memory_id: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=64,
+                description="Instead of content: a memory already stored (one told once, "
+                "e.g. the id remember just returned) that becomes the new version. Takes no "
+                "keys, key_types, related_to, source or valid_from.",
+            ),
+        ] = None,
         keys: Annotated[
             list[KeyLabel] | None,
             Field(
@@ -752,13 +773,23 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         """Replace a fact that changed with its new version (the old one is kept as history).
 
         Use instead of remember when a known fact is outdated or wrong. Returns the new id.
-        Example: correct(memory_id="m_3f2a9c1b7d0e",
-                         content="Mia starts school in September 2026")
+        When remember flagged the stale memory as a possible contradiction of the one it just
+        stored, pass that one as by_memory_id instead of content: it becomes the new version.
+        Examples: correct(memory_id="m_3f2a9c1b7d0e",
+                          content="Mia starts school in September 2026")
+        correct(memory_id="m_3f2a9c1b7d0e", by_memory_id="m_8c1d0e2f4a6b")
         """
 
         def corrected() -> Corrected:
             return store.correct(
-                memory_id, content, keys, _types(key_types), related_to, source, valid_from
+                memory_id,
+                content,
+                keys,
+                _types(key_types),
+                related_to,
+                source,
+                valid_from,
+                by_memory_id=by_memory_id,
             )
 
         # New concept keys may merge into aliases: that reads every key label's vector.

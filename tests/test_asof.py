@@ -68,6 +68,7 @@ op = st.one_of(
         st.sampled_from([None, None, 3600]),
     ),
     st.tuples(st.just("correct"), st.integers(0, 50), st.integers(0, len(CONTENTS) - 1)),
+    st.tuples(st.just("replace"), st.integers(0, 50), st.integers(0, len(CONTENTS) - 1)),
     st.tuples(st.just("read"), st.integers(0, 50), st.booleans()),
     st.tuples(st.just("forget"), st.integers(0, 50)),
     st.tuples(st.just("tick"), st.integers(1, 7200)),
@@ -95,6 +96,11 @@ def play(store: Store, clock: Clock, ops: list[tuple[Any, ...]], every: int) -> 
             elif item[0] == "correct" and ids:
                 r2 = store.correct(ids[item[1] % len(ids)], f"{CONTENTS[item[2]]} v{n}")
                 ids.append(r2.memory_id)
+            elif item[0] == "replace" and ids:  # told anew, then made the stale one's version
+                stale = store.state.memories[ids[item[1] % len(ids)]]
+                r3 = store.remember(f"{CONTENTS[item[2]]} r{n}", ["tea"], namespace=stale.namespace)
+                ids.append(r3.memory_id)
+                store.correct(stale.id, by_memory_id=r3.memory_id)
             elif item[0] == "read" and ids:
                 node = store.state.memories[ids[item[1] % len(ids)]]
                 store.read_memory(node.id, node.keys[0] if item[2] else None, "why?")
@@ -109,7 +115,8 @@ def play(store: Store, clock: Clock, ops: list[tuple[Any, ...]], every: int) -> 
                 store = open_at(store.home, clock, every)
         except InvalidInput as exc:
             # Refused: reading a forgotten memory, correcting an old version. Nothing else.
-            assert item[0] in ("read", "correct", "forget") or exc.field == "related_to[0]", exc
+            refusable = ("read", "correct", "replace", "forget")
+            assert item[0] in refusable or exc.field == "related_to[0]", exc
     return store
 
 
@@ -222,6 +229,33 @@ def test_read_memory_as_of_records_no_read_and_reinforces_nothing(
     assert store.state.keys[key_id].links[r.memory_id] == weight
     # without as_of the read is an ordinary one: recorded
     assert read_memory_at(store, r.memory_id).seq == seq + 1
+
+
+def test_as_of_before_a_replacement_shows_both_versions_as_they_were(
+    make_store: Callable[..., Store],
+) -> None:
+    """correct(by_memory_id=...) as of before it: both memories current, as told; after it
+    (and now): only the new version, the stale one superseded by it."""
+    store = make_store()
+    stale = store.remember("Dana's daughter Mia is 6 years old.", ["Mia"], {"Mia": "name"})
+    fresh = store.remember("Dana's daughter Mia is 7 years old.", ["Mia"], {"Mia": "name"})
+    store.read_memory(stale.memory_id)
+    before = store.state.seq
+    store.correct(stale.memory_id, by_memory_id=fresh.memory_id)
+    mia = store.state.memories[stale.memory_id].keys[0]
+
+    def shown(as_of: int | None) -> list[str]:
+        return [m.memory_id for m in view(store, as_of).read_key(mia).memories]
+
+    assert sorted(shown(before)) == sorted([stale.memory_id, fresh.memory_id])
+    then = read_memory_at(store, stale.memory_id, as_of=before)
+    assert (then.status, then.superseded_by, then.depth) == ("active", None, 0.05)
+    assert read_memory_at(store, fresh.memory_id, as_of=before).supersedes is None
+    assert shown(before + 1) == shown(None) == [fresh.memory_id]
+    old = read_memory_at(store, stale.memory_id, as_of=before + 1)
+    assert (old.status, old.superseded_by) == ("superseded", fresh.memory_id)
+    assert old.depth == pytest.approx(0.05 * 0.3)
+    assert read_memory_at(store, fresh.memory_id, as_of=before + 1).supersedes == stale.memory_id
 
 
 def test_read_memory_as_of_refuses_what_a_live_read_refuses(

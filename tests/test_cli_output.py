@@ -311,6 +311,47 @@ def test_correct_related_to_like_the_tool(home: Path, capsys: pytest.CaptureFixt
     assert "--related-to" in run(capsys, "correct", "--help")[1]
 
 
+def test_correct_by_makes_a_memory_told_once_the_new_version(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keytrail correct ID --by ID2`, as the tool's by_memory_id: no second memory of the
+    text; refusals name the flag typed and change nothing."""
+    store = open_store(home)
+    stale = store.remember("Dana's daughter Mia is 6 years old.", ["Mia"]).memory_id
+    fresh = store.remember("Dana's daughter Mia is 7 years old.", ["Mia"]).memory_id
+    store.close()
+    log = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+    for args, says in (
+        ([stale, "Mia is 7", "--by", fresh], "--by: give content or --by, not both"),
+        ([stale, "--by", stale], "--by: is the memory corrected"),
+        ([stale, "--by", fresh, "-k", "age"], "keys: describes new content"),
+        ([stale], "content: is required"),
+    ):
+        code, _, err = run(capsys, "correct", *args, "--home", str(home))
+        assert code == 2 and says in err, err
+    assert b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl"))) == log
+    out = out_of(capsys, "correct", stale, "--by", fresh, "--home", str(home))
+    assert out.splitlines()[0] == f"corrected {stale} -> {fresh} (seq 4; old depth 0.00 x0.3)"
+    store = open_store(home)
+    assert store.state.memories[stale].superseded_by == fresh
+    assert [m.memory_id for m in store.list_memories().memories] == [fresh]
+    store.close()
+    assert "--by" in run(capsys, "correct", "--help")[1]
+    # The log names it; an export of the store or of its namespace brings it to a copy.
+    logged = out_of(capsys, "log", "--memory", stale, "--home", str(home)).splitlines()
+    assert "memory.replaced" in logged[-1] and f"{stale} -> {fresh}" in logged[-1]
+    for n, scope in enumerate(([], ["--namespace", "default"])):
+        dump = home.parent / f"export{n}.jsonl"
+        run(capsys, "export", *scope, "-o", str(dump), "--home", str(home))
+        copy = home.parent / f"copy{n}"
+        assert run(capsys, "import", str(dump), "--home", str(copy))[0] == 0
+        assert run(capsys, "verify", "--home", str(copy))[0] == 0
+        store = open_store(copy)
+        assert store.state.memories[stale].superseded_by == fresh
+        assert [m.memory_id for m in store.list_memories().memories] == [fresh]
+        store.close()
+
+
 def test_one_memory_is_said_in_the_singular(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """ "1 memory", as a person writes it, in every line that counts a key's or a page's."""
     store = open_store(home)

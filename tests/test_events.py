@@ -36,6 +36,7 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
+    MemoryReplaced,
     NewMemory,
     RulesChanged,
     Similar,
@@ -230,6 +231,15 @@ EXPECTED_V1: list[Any] = [
         key_id="k_3d4e5f6071",
         alias="where do I buy groceries",
         evidence="unused in the last 50 reads through the key",
+    ),
+    # correct(memory_id, by_memory_id=...): a memory told on its own becomes the next version.
+    MemoryReplaced(
+        seq=16,
+        at=_t("2026-04-20T08:00:00+00:00"),
+        old_id="m_b05a9b05a900",
+        new_id="m_7a7a7a7a7a7a",
+        weaken_factor=0.8,
+        related_to=["m_0f0e0d0c0b0a"],
     ),
 ]
 

@@ -152,6 +152,28 @@ def test_a_corrected_turn_keeps_its_place_in_the_session(store: Store) -> None:
     assert fixed.memory_id in {m.memory_id for m in result.memories}
 
 
+def test_a_turn_told_again_later_in_the_session_takes_the_place_it_replaces(store: Store) -> None:
+    """correct(stale, by_memory_id=turn told later) makes that turn the stale one's correction.
+    An order built before it kept the turn where it was told; one built after puts it in the
+    stale turn's place, as for any correction: a server and one started after it answered
+    different neighbours from one log. The first starts over and agrees."""
+    s1 = remember_sessions(store)["s1"]
+    told = store.remember("Ana: Porto, in March, by the sea.", session_id="s1").memory_id
+    memories = store.state.memories
+
+    def current(memory_id: str) -> object:
+        node = memories.get(memory_id)
+        return node if node is not None and node.current() else None
+
+    live = SessionOrder().catch_up(store.state)
+    assert live.neighbours(told, current) == [s1[-1]]
+    store.correct(s1[2], by_memory_id=told)
+    live.catch_up(store.state)
+    fresh = SessionOrder().catch_up(store.state)
+    assert live.neighbours(told, current) == fresh.neighbours(told, current) == [s1[1], s1[3]]
+    assert live.neighbours(s1[-1], current) == fresh.neighbours(s1[-1], current)
+
+
 def test_a_direct_share_above_one_still_returns_at_most_top_k(
     make_store: Callable[..., Store],
 ) -> None:

@@ -50,6 +50,7 @@ from keytrail.events import (
     MemoryForgotten,
     MemoryRead,
     MemoryRemembered,
+    MemoryReplaced,
     NewMemory,
     ObservationsDeleted,
     RelationsAdded,
@@ -94,6 +95,14 @@ correct_op = st.tuples(
     st.integers(0, 99),
     st.integers(0, 99),
     st.one_of(st.none(), st.lists(st.sampled_from(KEYS), min_size=1, max_size=3)),
+)
+#: remember a fact anew in the namespace of a memory, then make it that one's next version
+#: (correct with by_memory_id), or name an earlier memory as the new version (mostly refused)
+replace_op = st.tuples(
+    st.just("replace"),
+    st.integers(0, 99),
+    st.integers(0, len(CONTENTS) - 1),
+    st.one_of(st.none(), st.integers(0, 99)),
 )
 read_op = st.tuples(st.just("read"), st.integers(0, 99), st.booleans())
 forget_op = st.tuples(st.just("forget"), st.integers(0, 99))
@@ -156,6 +165,7 @@ op = st.one_of(
     remember_op,
     remember_op,
     correct_op,
+    replace_op,
     read_op,
     read_op,
     forget_op,
@@ -233,6 +243,20 @@ def run(
                     ids[i % len(ids)], f"{CONTENTS[c % len(CONTENTS)]} v{counter}", keys
                 )
                 ids.append(r2.memory_id)
+            elif kind == "replace" and ids:
+                _, i, c, earlier = item
+                stale = store.state.memories[ids[i % len(ids)]]
+                if earlier is None:
+                    counter += 1
+                    told = store.remember(
+                        f"{CONTENTS[c]} r{counter}", [KEYS[c]], namespace=stale.namespace
+                    )
+                    ids.append(told.memory_id)
+                    by = told.memory_id
+                    seq = store.state.seq  # what the correct below may refuse to add to
+                else:
+                    by = ids[earlier % len(ids)]
+                store.correct(stale.id, by_memory_id=by)
             elif kind == "correct_valid" and ids:  # a version dated in the world
                 _, i, c, shift = item
                 counter += 1
@@ -497,6 +521,14 @@ EVENTS = {
     ),
     MemoryCorrected: st.builds(
         MemoryCorrected, old_id=ids, memory=new_memory, weaken_factor=floats, **envelope
+    ),
+    MemoryReplaced: st.builds(
+        MemoryReplaced,
+        old_id=ids,
+        new_id=ids,
+        weaken_factor=floats,
+        related_to=st.lists(ids, max_size=3),
+        **envelope,
     ),
     MemoryRead: st.builds(
         MemoryRead,

@@ -27,8 +27,10 @@ import pytest
 from keytrail.core import InvalidInput, NotFound, RememberItem, Settings, Store
 from keytrail.core.decide import Batch
 from keytrail.core.embedders import FastEmbedder, HashEmbedder
+from keytrail.core.history import changes, history
 from keytrail.core.results import KeyMatch, KeyPage, MemoryPage, Recall, Remembered
 from keytrail.events import EventLog, MemoriesExpired, MemoryRemembered
+from keytrail.projections import fold
 
 NEWTON = "Isaac Newton formulated gravity after watching an apple fall"
 FRUIT = "Apples and strawberries are both fruit"
@@ -170,6 +172,66 @@ def test_correction_hides_old_version_and_keeps_it(
     with pytest.raises(InvalidInput, match="which was forgotten; remember the fact again"):
         s.correct(old.memory_id, "The user lives in Hamburg")
     assert s.refresh().seq == seq
+
+
+def test_a_memory_told_anew_replaces_the_stale_one_it_was_flagged_against(
+    real_store: Store,
+) -> None:
+    """The contradiction flow an agent follows: remember the new fact, see the stale one
+    flagged, and make the new memory its next version. Correcting the stale one with the same
+    text as content left two current memories of one fact."""
+    s = real_store
+    names = {"Dana": "name", "Mia": "name"}
+    family = s.remember("Dana's family lives in Lyon.", ["Dana", "family"], {"Dana": "name"})
+    stale = s.remember(
+        "Dana's daughter Mia is 6 years old.",
+        ["Dana", "Mia", "age", "children"],
+        names,
+        related_to=[family.memory_id],
+    )
+    s.read_memory(stale.memory_id)
+    depth = s.state.memories[stale.memory_id].depth
+    fresh = s.remember("Dana's daughter Mia is 7 years old.", ["Dana", "Mia", "age"], names)
+    assert fresh.deduplicated is None
+    # cosine 0.983: flagged, not deduplicated
+    assert [f.memory_id for f in fresh.possible_contradictions] == [stale.memory_id]
+    lines = EventLog(s.home).read_new()
+
+    fix = s.correct(stale.memory_id, by_memory_id=fresh.memory_id)
+    assert (fix.old_id, fix.memory_id) == (stale.memory_id, fresh.memory_id)
+    assert (fix.old_depth, fix.weaken_factor) == (pytest.approx(depth), 0.3)
+    assert {k.label for k in fix.keys} == {"Dana", "Mia", "age"}
+    added = EventLog(s.home).read_new()[len(lines) :]
+    assert [type(e).__struct_config__.tag for e in added] == ["memory.replaced"]
+    # What changed since: a correction, stale -> fresh, in its namespace and in all.
+    for namespace in (None, "default"):
+        since = changes(s, since=len(lines), namespace=namespace)
+        assert since.added == [] and since.corrected_total == 1
+        assert (since.corrected[0].old_id, since.corrected[0].new_id) == (
+            stale.memory_id,
+            fresh.memory_id,
+        )
+
+    # One current memory of the fact: the one told last.
+    mia = key_id(s, "Mia")
+    assert page_ids(s.read_key(mia)) == [fresh.memory_id]
+    assert recalled(s.recall("Mia"))["Mia"].memory_count == 1
+    listed = page_ids(s.list_memories())
+    assert fresh.memory_id in listed and stale.memory_id not in listed
+    old = s.read_memory(stale.memory_id)
+    assert (old.status, old.superseded_by) == ("superseded", fresh.memory_id)
+    new = s.read_memory(fresh.memory_id)
+    assert (new.status, new.supersedes) == ("active", stale.memory_id)
+    assert s.state.memories[stale.memory_id].depth == pytest.approx(depth * 0.3 + 0.05)
+    # Both versions in the history of either, the stale one first.
+    for asked in (stale.memory_id, fresh.memory_id):
+        told = history(s, asked)
+        assert [v.memory_id for v in told.versions] == [stale.memory_id, fresh.memory_id]
+        assert "memory.replaced" in {e.type for e in told.events}
+    # The edge the stale version had follows the fact to its new version, either way.
+    assert fresh.memory_id in [r.memory_id for r in s.related(family.memory_id).related]
+    assert family.memory_id in [r.memory_id for r in s.related(fresh.memory_id).related]
+    assert fold(EventLog(s.home).iter_new()) == s.state
 
 
 def test_depth_grows_per_read_and_caps_at_one(real_store: Store) -> None:

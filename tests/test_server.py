@@ -534,6 +534,76 @@ def test_a_version_whose_correction_was_forgotten_names_no_newer_one(
     run(test)
 
 
+def test_the_memory_remember_just_stored_replaces_the_flagged_stale_one(
+    home: Path, errlog: Path
+) -> None:
+    """The contradiction flow the instructions teach: correct(stale, by_memory_id=new) makes
+    the memory just stored the stale one's next version, leaving one current memory (a
+    correct with the same text as content left two)."""
+    from keytrail.server.mcp_server import MEMORY_SYSTEM_PROMPT
+
+    assert "by_memory_id=<the id remember returned>" in MEMORY_SYSTEM_PROMPT
+
+    async def test() -> None:
+        async with stdio_session(home, errlog) as s:
+            types = {"Mia": "name"}
+            stale = await call(
+                s,
+                "remember",
+                content="Dana's daughter Mia is 6 years old.",
+                keys=["Mia"],
+                key_types=types,
+            )
+            fresh = await call(
+                s,
+                "remember",
+                content="Dana's daughter Mia is 7 years old.",
+                keys=["Mia"],
+                key_types=types,
+            )
+            flagged = [f["memory_id"] for f in fresh["possible_contradictions"]]
+            assert flagged == [stale["memory_id"]]
+            for args, field in (
+                ({"memory_id": stale["memory_id"]}, "content"),
+                (
+                    {
+                        "memory_id": stale["memory_id"],
+                        "by_memory_id": fresh["memory_id"],
+                        "content": "Mia is 7",
+                    },
+                    "by_memory_id",
+                ),
+                (
+                    {
+                        "memory_id": stale["memory_id"],
+                        "by_memory_id": fresh["memory_id"],
+                        "keys": ["Mia"],
+                    },
+                    "keys",
+                ),
+                ({"memory_id": stale["memory_id"], "by_memory_id": "m_missing"}, "m_missing"),
+            ):
+                await refused(s, home, "correct", args, field)
+            fixed = await call(
+                s, "correct", memory_id=stale["memory_id"], by_memory_id=fresh["memory_id"]
+            )
+            assert (fixed["old_id"], fixed["memory_id"]) == (
+                stale["memory_id"],
+                fresh["memory_id"],
+            )
+            listing = await call(s, "list_memories")
+            assert [m["memory_id"] for m in listing["memories"]] == [fresh["memory_id"]]
+            old = await call(s, "read_memory", memory_id=stale["memory_id"])
+            assert (old["status"], old["superseded_by"]) == ("superseded", fresh["memory_id"])
+            told = await call(s, "history", memory_id=fresh["memory_id"])
+            assert [v["memory_id"] for v in told["versions"]] == [
+                stale["memory_id"],
+                fresh["memory_id"],
+            ]
+
+    run(test)
+
+
 # -- two servers, one store ------------------------------------------------------------------
 
 

@@ -50,6 +50,29 @@ def test_a_chain_in_order_still_shows_each_version_in_its_time(
     assert shown(store, "2022-06-01") == ["The user lives in Daegu"]
 
 
+def test_a_memory_made_the_next_version_ends_the_stale_one_in_valid_time(
+    make_store: Callable[..., Store],
+) -> None:
+    """Two facts told apart, both true from their valid_from; once correct(by_memory_id) makes
+    the second the first's next version, the first holds only until the second began."""
+    store = make_store()
+    seoul = store.remember("The user lives in Seoul", ["home"], valid_from="2020-01-01")
+    busan = store.remember("The user lives in Busan", ["home"], valid_from="2022-01-01")
+    key = store.recall("home").keys[0].key_id
+    both = view(store, None, "2022-06-01")
+    assert sorted(shown(store, "2022-06-01")) == [
+        "The user lives in Busan",
+        "The user lives in Seoul",
+    ]
+    assert both.read_key(key).total == 2  # a count kept for valid_at reads, caught up below
+    store.correct(seoul.memory_id, by_memory_id=busan.memory_id)
+    assert shown(store, "2021-06-01") == ["The user lives in Seoul"]
+    assert shown(store, "2022-06-01") == ["The user lives in Busan"]
+    assert view(store, None, "2022-06-01").read_key(key).total == 1
+    then = read_memory_at(store, seoul.memory_id, valid_at="2022-06-01")
+    assert (then.memory_id, then.asked_id) == (busan.memory_id, seoul.memory_id)
+
+
 def log_bytes(store: Store) -> bytes:
     return b"".join(p.read_bytes() for p in sorted((store.home / "log").glob("*.jsonl")))
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from keytrail.core import InvalidInput, NotFound, RememberItem, Store
+from keytrail.core import HashEmbedder, InvalidInput, NotFound, RememberItem, Settings, Store
 from keytrail.core.config import Limits
 from keytrail.core.history import history
 from keytrail.core.timetravel import view
@@ -595,3 +596,144 @@ def test_an_unknown_key_type_is_quoted_short(store: Store) -> None:
         store.remember("Dana moved to Oslo", ["Oslo"], key_types={"Oslo": "c" * 100_000})
     assert caught.value.field == "key_types"
     assert len(str(caught.value)) < 300 and "100,000 characters" in str(caught.value)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def told(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Memories each `correct(..., by_memory_id=...)` refusal below names."""
+    clock = _Clock()
+    store = Store(
+        Settings(home=tmp_path / "store", embedder="hash"), embedder=HashEmbedder(), clock=clock
+    )
+    stale = store.remember("Dana's daughter Mia is 6 years old.", ["Mia"], {"Mia": "name"})
+    fresh = store.remember("Dana's daughter Mia is 7 years old.", ["Mia"], {"Mia": "name"})
+    work = store.remember("Mia's school report is due Friday", ["Mia"], namespace="work")
+    lyon = store.remember("Dana lives in Lyon", ["Dana"])
+    paris = store.correct(lyon.memory_id, "Dana lives in Paris")
+    gone = store.remember("Dana has a cat", ["Dana"])
+    store.forget(gone.memory_id)
+    brief = store.remember("Dana is in Rome this week", ["Dana"], ttl_seconds=60)
+    clock.now += timedelta(seconds=120)
+    yield {
+        "store": store,
+        "stale": stale.memory_id,
+        "fresh": fresh.memory_id,
+        "work": work.memory_id,
+        "superseded": lyon.memory_id,
+        "corrected": paris.memory_id,
+        "forgotten": gone.memory_id,
+        "expired": brief.memory_id,
+    }
+    store.close()
+
+
+REPLACE_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
+    # (case, arguments with ids named by `told`'s keys, field, what the message says)
+    ("neither content nor by", {"memory_id": "stale"}, "content", "required"),
+    (
+        "content and by",
+        {"memory_id": "stale", "content": "Mia is 7", "by_memory_id": "fresh"},
+        "by_memory_id",
+        "not both",
+    ),
+    (
+        "keys with by",
+        {"memory_id": "stale", "by_memory_id": "fresh", "keys": ["Mia"]},
+        "keys",
+        "new content",
+    ),
+    (
+        "key_types with by",
+        {"memory_id": "stale", "by_memory_id": "fresh", "key_types": {"Mia": "name"}},
+        "key_types",
+        "new content",
+    ),
+    (
+        "related_to with by",
+        {"memory_id": "stale", "by_memory_id": "fresh", "related_to": ["work"]},
+        "related_to",
+        "new content",
+    ),
+    (
+        "source with by",
+        {"memory_id": "stale", "by_memory_id": "fresh", "source": "chat"},
+        "source",
+        "new content",
+    ),
+    (
+        "valid_from with by",
+        {"memory_id": "stale", "by_memory_id": "fresh", "valid_from": "2026-01-01"},
+        "valid_from",
+        "new content",
+    ),
+    ("by itself", {"memory_id": "stale", "by_memory_id": "stale"}, "by_memory_id", "another"),
+    ("by unknown", {"memory_id": "stale", "by_memory_id": "m_nope"}, "by_memory_id", "m_nope"),
+    (
+        "by forgotten",
+        {"memory_id": "stale", "by_memory_id": "forgotten"},
+        "by_memory_id",
+        "forgotten",
+    ),
+    ("by expired", {"memory_id": "stale", "by_memory_id": "expired"}, "by_memory_id", "expired"),
+    (
+        "by superseded",
+        {"memory_id": "stale", "by_memory_id": "superseded"},
+        "by_memory_id",
+        "already replaced",
+    ),
+    (
+        "by a version with a predecessor",
+        {"memory_id": "stale", "by_memory_id": "corrected"},
+        "by_memory_id",
+        "told once",
+    ),
+    (
+        "by in another namespace",
+        {"memory_id": "stale", "by_memory_id": "work"},
+        "by_memory_id",
+        "namespace 'work'",
+    ),
+    (
+        "memory_id superseded",
+        {"memory_id": "superseded", "by_memory_id": "fresh"},
+        "memory_id",
+        "already replaced",
+    ),
+    ("memory_id unknown", {"memory_id": "m_nope", "by_memory_id": "fresh"}, "memory_id", "m_nope"),
+    (
+        "memory_id forgotten",
+        {"memory_id": "forgotten", "by_memory_id": "fresh"},
+        "memory_id",
+        "forgotten",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REPLACE_REFUSALS, ids=[c[0] for c in REPLACE_REFUSALS])
+def test_correct_by_memory_id_refuses_what_would_not_make_one_line_of_versions(
+    told: dict[str, Any], case: tuple[str, dict[str, Any], str, str]
+) -> None:
+    """A memory told once becomes another's new version only where a correction's new version
+    could stand: refused otherwise, naming the field, with the log as it was."""
+    _, arguments, field, says = case
+    store: Store = told["store"]
+    ids = {name: told.get(value, value) for name, value in arguments.items() if "id" in name}
+    before, seq = log_bytes(store.home), store.state.seq
+    with pytest.raises(InvalidInput) as refused:
+        store.correct(**{**arguments, **ids})
+    assert refused.value.field == field, str(refused.value)
+    assert says in str(refused.value)
+    assert log_bytes(store.home) == before and store.refresh().seq == seq
+    assert store.state.memories[told["stale"]].current()
+
+
+def log_bytes(home: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
