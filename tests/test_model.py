@@ -368,6 +368,38 @@ class StoreVersusModel(RuleBasedStateMachine):
         for name in names:  # the new version starts afresh: depth 0, links at 1.0
             model.link(name, done.memory_id, rules.link_initial)
 
+    @rule(index=pick, by=pick)
+    def replace(self, index: int, by: int) -> None:
+        """correct with by_memory_id: another memory, told once, becomes the next version."""
+        old, new = self._pick_memory(index), self._pick_memory(by)
+        if old is None or new is None:
+            return
+        model, call = self.model, self.store.correct
+        if old.id == new.id:
+            self._refused(InvalidInput, call, old.id, by_memory_id=new.id)
+            return
+        if not model.readable(old):
+            self._refused(NotFound, call, old.id, by_memory_id=new.id)
+            return
+        if old.superseded_by is not None:
+            self._refused(InvalidInput, call, old.id, by_memory_id=new.id)
+            return
+        if not model.readable(new):
+            self._refused(NotFound, call, old.id, by_memory_id=new.id)
+            return
+        if new.superseded_by or new.supersedes or new.namespace != old.namespace:
+            self._refused(InvalidInput, call, old.id, by_memory_id=new.id)
+            return
+        done = call(old.id, by_memory_id=new.id)
+        model.seq += 1
+        assert (done.seq, done.old_id, done.memory_id) == (model.seq, old.id, new.id)
+        rules = self.RULES
+        factor = rules.weaken_deep if old.depth >= rules.weaken_threshold else rules.weaken_shallow
+        event(f"replace: weakened x{factor}")
+        assert done.weaken_factor == factor and close(done.old_depth, old.depth)
+        old.depth *= factor
+        old.superseded_by, new.supersedes = new.id, old.id
+
     @rule(
         index=pick,
         via=st.none() | st.integers(0, len(LABELS) - 1),
