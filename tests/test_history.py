@@ -206,6 +206,22 @@ def test_changes_since_seq_0_is_the_whole_log(make_store: Callable[..., Store]) 
         changes(store, since=whole.until_seq + 1)
 
 
+def test_changes_from_the_start_say_when_the_store_began(make_store: Callable[..., Store]) -> None:
+    """A span from before the first event (since_seq 0: no since, since=0, or a time before the
+    store existed) answered since_at 1970-01-01, a time no agent can use: it is the time of the
+    first event, when the store began."""
+    from keytrail.events import EventLog
+
+    store = make_store()
+    store.remember("The user likes tea", ["tea"])
+    began = next(iter(EventLog(store.home).iter_new())).at
+    for since in (None, 0, "2000-01-01T00:00:00Z"):
+        span = changes(store, since=since)
+        assert (span.since_seq, span.since_at) == (0, began), since
+    after_one = changes(store, since=1)
+    assert (after_one.since_seq, after_one.since_at) == (1, began)
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 
