@@ -290,7 +290,9 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         """Delete specific observations (exact text) from entities.
 
         An observation another entity also has is only unlinked from this one; it is deleted
-        when no other entity has it. Either way {kept}.
+        when no other entity has it. Either way {kept}. Texts an entity does not have, and
+        those of an entity that does not exist (`missingEntities`), are named in `notFound`,
+        not an error.
 
         Example: delete_observations(deletions=[{{"entityName": "David Barnett",
         "observations": ["Prefers morning meetings"]}}]) -> {{"deletedCount": 1, ...}}

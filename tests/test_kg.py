@@ -212,6 +212,10 @@ def test_observations_are_deduplicated_and_deleted_by_text(kg: KnowledgeGraph) -
     assert (gone.deleted_count, gone.missing_entities) == (1, ["Zed"])
     assert gone.deleted == ["likes tea"]  # what went, as deletedCount counts it
     assert "Deleted 1 of 3" in gone.message
+    # What was asked and is not there is named (notFound was [] beside "Deleted 1 of 3"):
+    # a text the entity does not have, and the texts of an entity that does not exist.
+    assert gone.not_found == ["never said", "x"]
+    assert "Not found: never said; x" in gone.message
     assert kg.open_nodes(["Alice"]).entities[0].observations == ["plays chess"]
 
 
