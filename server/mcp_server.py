@@ -795,8 +795,12 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ] = False,
     ) -> Annotated[CallToolResult, Forgotten]:
         """Forget a memory for good: hidden from every read, and its content erased from every
-        file of the store (log, snapshots, vectors, index). Only the id, a hash of the content,
-        the time and `reason` are kept. Only when the user asks; it cannot be undone. Other
+        file of the store (log, snapshots, vectors, index). Only its text goes. Kept: the
+        record of the forget (id, a hash of the content, time, `reason`) and what else the log
+        says of the memory: its key labels (those extracted from its text too) and link
+        weights, which `history` shows, its namespace, session, source, expiry, valid_from,
+        related_to and versions, the queries recorded with reads of it, and conversation
+        turns. Only when the user asks; it cannot be undone. Other
         memories holding the same text (a retelling, the fact in another namespace) are listed
         in `same_text_in`: forget those too if the words must go.
 
