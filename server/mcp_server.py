@@ -604,9 +604,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         (not with as_of or valid_at, which read without recording).
 
         Pass via_key_id when you reached it from read_key. A `status` of "superseded" means a
-        newer version replaced it (`superseded_by`, null if forgotten): read that one. With
-        valid_at, the version true then is answered (`asked_id`: the id passed, when that is
-        another version). Example:
+        newer version replaced it (`superseded_by`, null if forgotten): for what is true now,
+        read that one. But with valid_at, the answer is the version true then (`asked_id`: the
+        id passed, when that is another version), superseded since or not: use it for that
+        time. Example:
         read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
         -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
         """

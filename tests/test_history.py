@@ -537,6 +537,35 @@ def test_mcp_read_memory_valid_at_answers_the_version_true_then(
     assert log_bytes(store.home) == written, "a read at a valid time appended something"
 
 
+def test_read_memory_says_which_version_to_read_under_valid_at(
+    make_store: Callable[..., Store],
+) -> None:
+    """Under valid_at the version true then is answered, and it is superseded (a newer version
+    replaced it since): the description's "read that one" (superseded_by) sent an agent to the
+    version true now, not the one it asked about. It says when to follow superseded_by."""
+    from mcp import Client
+
+    from keytrail.server.mcp_server import build_server
+
+    store = make_store()
+    told = told_over_time(store)
+
+    async def scenario() -> tuple[dict[str, Any], str]:
+        async with Client(build_server(store)) as client:
+            tools = (await client.list_tools()).tools
+            result = await client.session.call_tool(
+                "read_memory", {"memory_id": told["paris"], "valid_at": IN_2024}
+            )
+            described = next(t.description or "" for t in tools if t.name == "read_memory")
+            return result.structured_content or {}, " ".join(described.split())
+
+    then, description = anyio.run(scenario)
+    assert (then["memory_id"], then["status"]) == (told["lyon"], "superseded")
+    assert then["superseded_by"] == told["paris"]  # true now, not in 2024
+    assert "(`superseded_by`, null if forgotten): read that one." not in description
+    assert "with valid_at, the answer is the version true then" in description
+
+
 def test_cli_read_valid_at_shows_the_version_true_then(
     tmp_path: Path, hash_cli: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
