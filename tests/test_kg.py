@@ -410,3 +410,37 @@ def test_reads_as_of_a_past_point_see_the_graph_then_and_write_nothing(
     assert log_bytes(store.home) == written
     with pytest.raises(InvalidInput):
         kg.read_graph(as_of=10_000)
+
+
+def kg_descriptions(store: Store) -> dict[str, str]:
+    """The knowledge-graph tools' descriptions as a client lists them, whitespace folded."""
+    import anyio
+
+    from keytrail.server.mcp_server import build_server
+
+    async def listed() -> dict[str, str]:
+        tools = await build_server(store, ("knowledge_graph",)).list_tools()
+        return {t.name: " ".join((t.description or "").split()) for t in tools}
+
+    return anyio.run(listed)
+
+
+def test_each_read_tool_says_which_relations_its_relations_total_counts(
+    store: Store, kg: KnowledgeGraph
+) -> None:
+    """open_nodes(["Anna"]) gave Anna relations_total 0 and read_entity("Anna") 2, while both
+    descriptions called it the entity's relations_total: each says which relations it counts."""
+    kg.create_entities([EntityInput(n, "person") for n in ("Anna", "Bob", "Cara")])
+    kg.create_relations(
+        [RelationInput("Anna", "Bob", "knows"), RelationInput("Cara", "Anna", "knows")]
+    )
+    assert kg.open_nodes(["Anna"]).entities[0].relations_total == 0
+    assert kg.read_graph().entities[0].relations_total == 1
+    assert kg.search_nodes("Anna").entities[0].relations_total == 2
+    assert kg.read_entity("Anna").entity.relations_total == 2
+    said = kg_descriptions(store)
+    counts = "relations_total counts the relations"
+    assert f"{counts} between it and another entity opened" in said["open_nodes"]
+    assert f"{counts} going out of it" in said["read_graph"]
+    assert f"{counts} going out of it or coming into it" in said["search_nodes"]
+    assert f"{counts} going out of it or coming into it" in said["read_entity"]
