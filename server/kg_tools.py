@@ -220,8 +220,11 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
     ) -> Annotated[CallToolResult, EntitiesOut]:
         """Create new entities (people, organizations, places, events...) with observations.
 
-        Names that already exist are ignored (any case); the result lists only the entities
-        created. Example: create_entities(entities=[{"name": "David Barnett",
+        Names of entities that exist are ignored (any case); the result lists only the
+        entities created, each with the observations given. A name that is already a key (a
+        topic of remembered memories) becomes the entity: its memories become observations of
+        the entity too (open_nodes lists them). Example: create_entities(entities=[{"name":
+        "David Barnett",
         "entityType": "person", "observations": ["Speaks fluent Spanish"]}])
         -> {"entities": [{"name": "David Barnett", "entityType": "person", ...}]}
         """

@@ -444,3 +444,19 @@ def test_each_read_tool_says_which_relations_its_relations_total_counts(
     assert f"{counts} going out of it" in said["read_graph"]
     assert f"{counts} going out of it or coming into it" in said["search_nodes"]
     assert f"{counts} going out of it or coming into it" in said["read_entity"]
+
+
+def test_create_entities_says_its_answer_lists_the_observations_given(
+    store: Store, kg: KnowledgeGraph
+) -> None:
+    """An entity made of an existing key (a topic of remembered memories) was answered with
+    `observations: []` while open_nodes then showed the key's memory as its observation: the
+    answer lists the observations given, and the description says so and where the rest is."""
+    store.remember("peanuts are legumes", ["legumes"])
+    made = kg.create_entities([EntityInput("legumes", "food", ["grow in pods"])])
+    assert made.entities[0].observations == ["grow in pods"]
+    shown = kg.open_nodes(["legumes"]).entities[0]
+    assert shown.observations == ["peanuts are legumes", "grow in pods"]
+    said = kg_descriptions(store)["create_entities"]
+    assert "each with the observations given" in said
+    assert "its memories become observations of the entity too (open_nodes lists them)" in said
