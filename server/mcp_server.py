@@ -830,9 +830,17 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
     @_doc_filled(waiting=STATS_WAITING[direct_recall])
     def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
-        """Counts of memories (current, superseded, expired, forgotten, deleted from the
-        knowledge graph), keys, links, hubs, namespaces and sessions, the embedder and the log
-        size (as_of: counts back then).
+        """Counts of the store (as_of: as it stood then), the embedder and the log size
+        (today's, even as_of).
+
+        Each memory is counted once: `memories` (current, split by `namespaces`),
+        `superseded`, `expired`, `forgotten` or `deleted` (knowledge-graph observations).
+        Forgetting reaches back: as_of a point before a forget, a memory forgotten since
+        counts as forgotten. `keys` counts every key made, those leading to no current memory
+        too (browse_keys lists only those leading to current memories); `links` every link of
+        a key to a memory, superseded, expired, forgotten and deleted ones included; `hubs`
+        the keys browse_keys(hubs_only=True) lists; `sessions` the conversations with turns
+        recorded.
 
         `projection` says whether the embedder's vectors are being built (after a model switch,
         a lost cache, or many memories another process wrote) and how far: meanwhile recall
