@@ -216,12 +216,11 @@ def test_the_description_says_how_results_are_ordered_and_what_found_by_is(
         result = await server.call_tool("recall_memories", args)
         return tool.description or "", result.structured_content  # type: ignore[union-attr,return-value]
 
-    description, answer = anyio.run(ask)
+    described, answer = anyio.run(ask)
+    description = " ".join(described.split())
     first, second = answer["memories"]
     assert second["score"] > first["score"]  # the tail's score holds its session context
     assert second["explain"]["context"] > 0 and "session" not in second["found_by"]
     assert "not in score order" in description
     assert "the score of the rest includes that context" in description
-    assert 'or "session" (a turn next to a result in its session, matched by nothing' in (
-        " ".join(description.split())
-    )
+    assert 'or "session" (a turn next to a result in its session, matched by nothing' in description
