@@ -171,6 +171,9 @@ class Changes:
     complete).
     `read_most` is not paged: the `top` most-read memories, the same on every page;
     `read_most_total` is how many different memories were read.
+    `since_at` and `until_at` are the times of events `since_seq` and `until_seq`; since_seq 0
+    is the point before the first event (no `since`, or one before the store existed), and
+    its since_at the time of the first event, when the store began.
     """
 
     since_seq: int
@@ -928,6 +931,10 @@ def _changes(
             # One a seq and the other a time: only the scan placed them (since_at is the time
             # of seq `since`, since_seq the last event at or before time `since`).
             raise InvalidInput("since", f"{since} is after until ({until})")
+        if since_seq == 0:
+            # Before the first event there is no event to time: the span starts when the store
+            # began (a time before that is its beginning too, see `check_point`), not in 1970.
+            since_at = store.past.first_at()
         cuts = (added, corrected, expired, forgotten, deleted, merged)
         return Changes(
             since_seq=since_seq,

@@ -107,7 +107,8 @@ class Deletion(
     `deleted` names what went: entity names (delete_entities), observation texts
     (delete_observations) or "from relationType to" (delete_relations), once each.
     `not_found` names what was asked for and is not there, once each, as asked: entity names
-    (delete_entities) or "from relationType to" (delete_relations).
+    (delete_entities), observation texts (delete_observations: texts the entity does not have,
+    and those of an entity in `missing_entities`) or "from relationType to" (delete_relations).
     """
 
     success: bool
@@ -473,16 +474,18 @@ class KnowledgeGraph:
             # An observation is an entity's text: (entity, text) pairs, each counted once
             # however often it is asked (an entity named twice, in any case) and however many
             # memories hold it; a shared memory deleted from two entities is two of them.
-            asked: set[tuple[str, str]] = set()
+            # Each pair with the text as first asked, to name those not found.
+            asked: dict[tuple[str, str], str] = {}
             matched: set[tuple[str, str]] = set()
             for name, contents in checked:
                 key = entity_key(state, name)
+                owner = "?" + name.casefold() if key is None else key.id
+                for c in contents:
+                    asked.setdefault((owner, observation_form(c)), c)
                 if key is None:
                     missing.append(name)
-                    asked.update(("?" + name.casefold(), observation_form(c)) for c in contents)
                     continue
                 wanted = set(map(observation_form, contents))
-                asked.update((key.id, c) for c in wanted)
                 for node in observation_nodes(state, key, self.namespace, app.at):
                     if (form := observation_form(node.content)) in wanted:
                         doomed.setdefault(node.id, {})[key.id] = None
@@ -504,11 +507,19 @@ class KnowledgeGraph:
                 else:
                     unlinked += [KeyMemory(key_id=k, memory_id=mid) for k in from_keys]
             count, requested = len(matched), len(asked)
+            # The texts asked and not deleted (not the entity's, or no such entity), once each
+            unmatched: dict[str, str] = {}
+            for pair, text in asked.items():
+                if pair not in matched:
+                    unmatched.setdefault(pair[1], text)
+            not_found = [*unmatched.values()]
             message = (
                 "Observations deleted successfully"
                 if count == requested
-                else f"Deleted {count} of {requested} observations."
-                + (f" Entities not found: {', '.join(missing)}" if missing else "")
+                else f"Deleted {count} of {requested} observations. "
+                + "Not found: "
+                + "; ".join(not_found)
+                + (f". Entities not found: {', '.join(missing)}" if missing else "")
             )
             seq = None
             if doomed:
@@ -518,6 +529,7 @@ class KnowledgeGraph:
                 success=True,
                 message=message,
                 deleted=list(texts),
+                not_found=not_found,
                 deleted_count=count,
                 missing_entities=missing,
                 seq=seq,

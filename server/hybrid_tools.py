@@ -80,10 +80,15 @@ def register_hybrid_tools(server: MCPServer[Any], store: Store) -> None:
 
         Combines text search (BM25), the query's keys and meaning, then follows shared keys
         and related_to edges for `hops` hops. Each result has its score, hop (0 = direct)
-        and found_by. The first half of the results are the best direct matches; the rest may
-        be the turns around them in the same session (found_by "session"), where answers often
-        are. Naming a date ("on 3 March", "in July") favours memories from then. Links that
-        led to returned memories are strengthened.
+        and found_by: the signals that matched it (bm25, dense, keys), else "hop" or
+        "session" (a turn next to a result in its session, matched by nothing itself).
+        Results are not in score order: the first half (rounded up) are the best direct
+        matches, by their own score and spread over sessions; the rest are ranked with
+        session context (the turns around a match, where answers often are), and the score
+        of the rest includes that context, so a later result may score higher than an
+        earlier one (explain shows `context` and `context_from`). Naming a date ("on 3
+        March", "in July") favours memories from then. Links that led to returned memories
+        are strengthened.
         Example: recall_memories(query="When does Mia start school?", top_k=5) ->
         {"memories": [{"memory_id": "m_..", "content": "Mia starts school in ...", "score": 0.9}]}
         """

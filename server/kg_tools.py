@@ -173,15 +173,23 @@ CUT = min(ENTITY_ITEMS, LIMITS.page)
 CUT_NOTE = (
     f"Each entity lists at most its {CUT} newest observations (in the order added) beside "
     f"observations_total, and at most {CUT} of its relations (the newest) beside its "
-    "relations_total; read_entity pages through the rest."
+    "relations_total; read_entity pages through the rest. An entity's relations_total counts "
+    "the relations {held}."
 )
 Tool = TypeVar("Tool", bound=Callable[..., Any])
 
 
-def _cut_noted(tool: Tool) -> Tool:
-    """Fill CUT_NOTE into a read tool's docstring, its description for the model."""
-    tool.__doc__ = (tool.__doc__ or "").format(cut=CUT_NOTE)
-    return tool
+def _cut_noted(held: str) -> Callable[[Tool], Tool]:
+    """Fill CUT_NOTE into a read tool's docstring, its description for the model, with the
+    relations the tool holds for an entity (`held`): open_nodes gave Anna relations_total 0
+    and read_entity 2, each right by its own count, and neither said which it counted."""
+
+    def noted(tool: Tool) -> Tool:
+        note = CUT_NOTE.format(held=held)
+        tool.__doc__ = (tool.__doc__ or "").format(cut=note, held=held)
+        return tool
+
+    return noted
 
 
 def _relations(items: list[RelationArg]) -> list[RelationInput]:
@@ -212,8 +220,11 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
     ) -> Annotated[CallToolResult, EntitiesOut]:
         """Create new entities (people, organizations, places, events...) with observations.
 
-        Names that already exist are ignored (any case); the result lists only the entities
-        created. Example: create_entities(entities=[{"name": "David Barnett",
+        Names of entities that exist are ignored (any case); the result lists only the
+        entities created, each with the observations given. A name that is already a key (a
+        topic of remembered memories) becomes the entity: its memories become observations of
+        the entity too (open_nodes lists them). Example: create_entities(entities=[{"name":
+        "David Barnett",
         "entityType": "person", "observations": ["Speaks fluent Spanish"]}])
         -> {"entities": [{"name": "David Barnett", "entityType": "person", ...}]}
         """
@@ -290,7 +301,9 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         """Delete specific observations (exact text) from entities.
 
         An observation another entity also has is only unlinked from this one; it is deleted
-        when no other entity has it. Either way {kept}.
+        when no other entity has it. Either way {kept}. Texts an entity does not have, and
+        those of an entity that does not exist (`missingEntities`), are named in `notFound`,
+        not an error.
 
         Example: delete_observations(deletions=[{{"entityName": "David Barnett",
         "observations": ["Prefers morning meetings"]}}]) -> {{"deletedCount": 1, ...}}
@@ -317,7 +330,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         return _reply(lambda: kg.delete_relations(_relations(relations)))
 
     @server.tool(annotations=_hints(title="Read the graph", **read_only))
-    @_cut_noted
+    @_cut_noted("going out of it")
     def read_graph(
         limit: Limit = PAGE, offset: Offset = 0, as_of: AsOf = None
     ) -> Annotated[CallToolResult, GraphOut]:
@@ -334,7 +347,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         return _reply(lambda: kg.read_graph(limit, offset, as_of))
 
     @server.tool(annotations=_hints(title="Search nodes", **read_only))
-    @_cut_noted
+    @_cut_noted("going out of it or coming into it")
     def search_nodes(
         query: Annotated[
             str,
@@ -362,7 +375,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         return _reply(lambda: kg.search_nodes(query, limit, offset, as_of))
 
     @server.tool(annotations=_hints(title="Open nodes", **read_only))
-    @_cut_noted
+    @_cut_noted("between it and another entity opened (read_entity counts all of them)")
     def open_nodes(
         names: Annotated[
             list[EntityName],
@@ -382,7 +395,7 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
         return _reply(lambda: kg.open_nodes(names, as_of))
 
     @server.tool(annotations=_hints(title="Read one entity", **read_only))
-    @_cut_noted
+    @_cut_noted("going out of it or coming into it")
     def read_entity(
         name: EntityName,
         limit: Annotated[
@@ -401,7 +414,8 @@ def register_kg_tools(server: MCPServer[Any], store: Store, keygraph: bool = Tru
 
         offset=0 holds the newest `limit` of each (what the other tools show); call again with
         offset=next_offset for the ones before them, until next_offset is null. Each page lists
-        its items in the order they were added. An unknown name is an error. Example:
+        its items in the order they were added. Its relations_total counts the relations {held}
+        (open_nodes and read_graph count fewer). An unknown name is an error. Example:
         read_entity(name="default_user", offset=50) -> {{"entity": {{"name": "default_user",
         "observations": [...50 older...], "observations_total": 5000, "relations_total": 120}},
         "relations": [...], "offset": 50, "next_offset": 100}}

@@ -607,9 +607,10 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         (not with as_of or valid_at, which read without recording).
 
         Pass via_key_id when you reached it from read_key. A `status` of "superseded" means a
-        newer version replaced it (`superseded_by`, null if forgotten): read that one. With
-        valid_at, the version true then is answered (`asked_id`: the id passed, when that is
-        another version). Example:
+        newer version replaced it (`superseded_by`, null if forgotten): for what is true now,
+        read that one. But with valid_at, the answer is the version true then (`asked_id`: the
+        id passed, when that is another version), superseded since or not: use it for that
+        time. Example:
         read_memory(memory_id="m_3f2a9c1b7d0e", via_key_id="k_9a1b2c3d4e")
         -> {"content": "Mia starts school in September 2025", "keys": [...], "depth": 0.05}
         """
@@ -826,8 +827,12 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ] = False,
     ) -> Annotated[CallToolResult, Forgotten]:
         """Forget a memory for good: hidden from every read, and its content erased from every
-        file of the store (log, snapshots, vectors, index). Only the id, a hash of the content,
-        the time and `reason` are kept. Only when the user asks; it cannot be undone. Other
+        file of the store (log, snapshots, vectors, index). Only its text goes. Kept: the
+        record of the forget (id, a hash of the content, time, `reason`) and what else the log
+        says of the memory: its key labels (those extracted from its text too) and link
+        weights, which `history` shows, its namespace, session, source, expiry, valid_from,
+        related_to and versions, the queries recorded with reads of it, and conversation
+        turns. Only when the user asks; it cannot be undone. Other
         memories holding the same text (a retelling, the fact in another namespace) are listed
         in `same_text_in`: forget those too if the words must go.
 
@@ -856,9 +861,17 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     @server.tool(annotations=_hints(title="Memory statistics", **read_only))
     @_doc_filled(waiting=STATS_WAITING[direct_recall])
     def memory_stats(as_of: AsOf = None) -> Annotated[CallToolResult, Stats]:
-        """Counts of memories (current, superseded, expired, forgotten, deleted from the
-        knowledge graph), keys, links, hubs, namespaces and sessions, the embedder and the log
-        size (as_of: counts back then).
+        """Counts of the store (as_of: as it stood then), the embedder and the log size
+        (today's, even as_of).
+
+        Each memory is counted once: `memories` (current, split by `namespaces`),
+        `superseded`, `expired`, `forgotten` or `deleted` (knowledge-graph observations).
+        Forgetting reaches back: as_of a point before a forget, a memory forgotten since
+        counts as forgotten. `keys` counts every key made, those leading to no current memory
+        too (browse_keys lists only those leading to current memories); `links` every link of
+        a key to a memory, superseded, expired, forgotten and deleted ones included; `hubs`
+        the keys browse_keys(hubs_only=True) lists; `sessions` the conversations with turns
+        recorded.
 
         `projection` says whether the embedder's vectors are being built (after a model switch,
         a lost cache, or many memories another process wrote) and how far: meanwhile recall

@@ -129,7 +129,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     scope = f" in {result.namespace}" if result.namespace else ""
-    if result.since_seq == 0:  # before the first event: its since_at (1970) tells nothing
+    if result.since_seq == 0:  # before the first event (since_at: when the store began)
         print(
             f"changes{scope} since the store began, up to seq {result.until_seq} "
             f"({short_time(result.until_at)})"

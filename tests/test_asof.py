@@ -691,3 +691,37 @@ def test_past_states_kept_in_memory_are_bounded_by_their_size(
     for seq in (3, 5, 7):
         past.state(seq)
     assert kept() == [5, 7]
+
+
+def test_memory_stats_says_what_each_count_counts(store: Store) -> None:
+    """An agent read keys 38 beside browse_keys' total 27, links that held those of superseded
+    and forgotten memories, and, as of seq 7, forgotten 2 though nothing was forgotten by
+    then. Each number is right by the code's meaning; the description says that meaning."""
+    import anyio
+
+    from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
+    from keytrail.server.mcp_server import build_server
+
+    old = store.remember("The user drinks coffee", ["drinks"])
+    store.correct(old.memory_id, "The user drinks tea")
+    secret = store.remember("The locker code is 4412", ["locker", "code"])
+    before_forget = store.state.seq
+    store.forget(secret.memory_id)
+    KnowledgeGraph(store).create_entities([EntityInput("Dana", "person")])
+    now = store.memory_stats()
+    assert (now.memories, now.superseded, now.forgotten) == (1, 1, 1)
+    assert now.keys == 4 and store.browse_keys().total == 1  # drinks; not locker, code, Dana
+    assert now.links == 4  # coffee's, tea's and both of the forgotten memory's
+    assert view(store, before_forget).memory_stats().forgotten == 1  # forgotten since
+
+    async def described() -> str:
+        tools = await build_server(store).list_tools()
+        return " ".join(
+            next(t.description or "" for t in tools if t.name == "memory_stats").split()
+        )
+
+    said = anyio.run(described)
+    assert "`keys` counts every key made" in said
+    assert "browse_keys lists only those leading to current memories" in said
+    assert "`links` every link of a key to a memory, superseded, expired, forgotten" in said
+    assert "a memory forgotten since counts as forgotten" in said

@@ -709,3 +709,34 @@ def test_forgetting_knowledge_graph_observations_and_imports(home: Path) -> None
     assert sorted(report.redacted) == sorted([observed, imported])
     assert encoded(replay(home)) == encoded(store.state)
     store.close()
+
+
+def test_the_forget_description_says_what_is_kept(home: Path) -> None:
+    """The description said "Only the id, a hash of the content, the time and reason are kept",
+    but history of a forgotten memory still shows its key labels and link weights, and the log
+    still holds its session, source and the queries that read it. It says what is kept."""
+    import anyio
+
+    from keytrail.server.mcp_server import build_server
+
+    with open_store(home) as store:
+        made = store.remember(
+            "Anna has a peanut allergy", ["peanuts", "allergy"], session_id="s1", source="chat"
+        )
+        store.read_memory(made.memory_id, query="what is Anna allergic to")
+        store.forget(made.memory_id, reason="user asked")
+        weights = history(store, made.memory_id).trajectory[-1].weights
+        assert weights == {"peanuts": 1.0, "allergy": 1.0}
+        kept = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+        for survivor in (b'"chat"', b'"s1"', b'"peanuts"', b"what is Anna allergic to"):
+            assert survivor in kept
+        assert files_holding(home, "Anna has a peanut allergy") == []
+
+        async def described() -> str:
+            tools = await build_server(store).list_tools()
+            return next(t.description or "" for t in tools if t.name == "forget")
+
+        text = " ".join(anyio.run(described).split())
+    assert "Only the id, a hash of the content" not in text
+    for said in ("key labels", "link weights", "session", "source", "queries"):
+        assert said in text, said

@@ -206,6 +206,22 @@ def test_changes_since_seq_0_is_the_whole_log(make_store: Callable[..., Store]) 
         changes(store, since=whole.until_seq + 1)
 
 
+def test_changes_from_the_start_say_when_the_store_began(make_store: Callable[..., Store]) -> None:
+    """A span from before the first event (since_seq 0: no since, since=0, or a time before the
+    store existed) answered since_at 1970-01-01, a time no agent can use: it is the time of the
+    first event, when the store began."""
+    from keytrail.events import EventLog
+
+    store = make_store()
+    store.remember("The user likes tea", ["tea"])
+    began = next(iter(EventLog(store.home).iter_new())).at
+    for since in (None, 0, "2000-01-01T00:00:00Z"):
+        span = changes(store, since=since)
+        assert (span.since_seq, span.since_at) == (0, began), since
+    after_one = changes(store, since=1)
+    assert (after_one.since_seq, after_one.since_at) == (1, began)
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 
@@ -519,6 +535,35 @@ def test_mcp_read_memory_valid_at_answers_the_version_true_then(
 
     anyio.run(scenario)
     assert log_bytes(store.home) == written, "a read at a valid time appended something"
+
+
+def test_read_memory_says_which_version_to_read_under_valid_at(
+    make_store: Callable[..., Store],
+) -> None:
+    """Under valid_at the version true then is answered, and it is superseded (a newer version
+    replaced it since): the description's "read that one" (superseded_by) sent an agent to the
+    version true now, not the one it asked about. It says when to follow superseded_by."""
+    from mcp import Client
+
+    from keytrail.server.mcp_server import build_server
+
+    store = make_store()
+    told = told_over_time(store)
+
+    async def scenario() -> tuple[dict[str, Any], str]:
+        async with Client(build_server(store)) as client:
+            tools = (await client.list_tools()).tools
+            result = await client.session.call_tool(
+                "read_memory", {"memory_id": told["paris"], "valid_at": IN_2024}
+            )
+            described = next(t.description or "" for t in tools if t.name == "read_memory")
+            return result.structured_content or {}, " ".join(described.split())
+
+    then, description = anyio.run(scenario)
+    assert (then["memory_id"], then["status"]) == (told["lyon"], "superseded")
+    assert then["superseded_by"] == told["paris"]  # true now, not in 2024
+    assert "(`superseded_by`, null if forgotten): read that one." not in description
+    assert "with valid_at, the answer is the version true then" in description
 
 
 def test_cli_read_valid_at_shows_the_version_true_then(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -213,3 +214,35 @@ def test_a_turn_corrected_many_times_keeps_both_neighbours(store: Store) -> None
     assert order.neighbours(latest, current) == [s1[1], s1[3]]
     assert order.neighbours(s1[1], current) == [s1[0], latest]
     assert order.neighbours(s1[3], current) == [latest]
+
+
+def test_the_description_says_how_results_are_ordered_and_what_found_by_is(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent saw a 0.87 result listed before a 1.03 one, the second raised by its session
+    (explain.context > 0) with found_by ["bm25", "dense", "keys"], though the description
+    said such turns carry found_by "session". Both are by design (the head is ranked by own
+    score, the tail with session context; found_by names what matched the memory itself):
+    the description says so."""
+    import anyio
+
+    from keytrail.server.mcp_server import build_server
+
+    monkeypatch.setenv("KEYTRAIL_DIRECT_RECALL", "1")
+    remember_sessions(store)
+
+    async def ask() -> tuple[str, dict[str, Any]]:
+        server = build_server(store)
+        tool = next(t for t in await server.list_tools() if t.name == "recall_memories")
+        args = {"query": "Ana", "top_k": 2, "hops": 0, "explain": True}
+        result = await server.call_tool("recall_memories", args)
+        return tool.description or "", result.structured_content  # type: ignore[union-attr,return-value]
+
+    described, answer = anyio.run(ask)
+    description = " ".join(described.split())
+    first, second = answer["memories"]
+    assert second["score"] > first["score"]  # the tail's score holds its session context
+    assert second["explain"]["context"] > 0 and "session" not in second["found_by"]
+    assert "not in score order" in description
+    assert "the score of the rest includes that context" in description
+    assert 'or "session" (a turn next to a result in its session, matched by nothing' in description

@@ -212,6 +212,10 @@ def test_observations_are_deduplicated_and_deleted_by_text(kg: KnowledgeGraph) -
     assert (gone.deleted_count, gone.missing_entities) == (1, ["Zed"])
     assert gone.deleted == ["likes tea"]  # what went, as deletedCount counts it
     assert "Deleted 1 of 3" in gone.message
+    # What was asked and is not there is named (notFound was [] beside "Deleted 1 of 3"):
+    # a text the entity does not have, and the texts of an entity that does not exist.
+    assert gone.not_found == ["never said", "x"]
+    assert "Not found: never said; x" in gone.message
     assert kg.open_nodes(["Alice"]).entities[0].observations == ["plays chess"]
 
 
@@ -406,3 +410,53 @@ def test_reads_as_of_a_past_point_see_the_graph_then_and_write_nothing(
     assert log_bytes(store.home) == written
     with pytest.raises(InvalidInput):
         kg.read_graph(as_of=10_000)
+
+
+def kg_descriptions(store: Store) -> dict[str, str]:
+    """The knowledge-graph tools' descriptions as a client lists them, whitespace folded."""
+    import anyio
+
+    from keytrail.server.mcp_server import build_server
+
+    async def listed() -> dict[str, str]:
+        tools = await build_server(store, ("knowledge_graph",)).list_tools()
+        return {t.name: " ".join((t.description or "").split()) for t in tools}
+
+    return anyio.run(listed)
+
+
+def test_each_read_tool_says_which_relations_its_relations_total_counts(
+    store: Store, kg: KnowledgeGraph
+) -> None:
+    """open_nodes(["Anna"]) gave Anna relations_total 0 and read_entity("Anna") 2, while both
+    descriptions called it the entity's relations_total: each says which relations it counts."""
+    kg.create_entities([EntityInput(n, "person") for n in ("Anna", "Bob", "Cara")])
+    kg.create_relations(
+        [RelationInput("Anna", "Bob", "knows"), RelationInput("Cara", "Anna", "knows")]
+    )
+    assert kg.open_nodes(["Anna"]).entities[0].relations_total == 0
+    assert kg.read_graph().entities[0].relations_total == 1
+    assert kg.search_nodes("Anna").entities[0].relations_total == 2
+    assert kg.read_entity("Anna").entity.relations_total == 2
+    said = kg_descriptions(store)
+    counts = "relations_total counts the relations"
+    assert f"{counts} between it and another entity opened" in said["open_nodes"]
+    assert f"{counts} going out of it" in said["read_graph"]
+    assert f"{counts} going out of it or coming into it" in said["search_nodes"]
+    assert f"{counts} going out of it or coming into it" in said["read_entity"]
+
+
+def test_create_entities_says_its_answer_lists_the_observations_given(
+    store: Store, kg: KnowledgeGraph
+) -> None:
+    """An entity made of an existing key (a topic of remembered memories) was answered with
+    `observations: []` while open_nodes then showed the key's memory as its observation: the
+    answer lists the observations given, and the description says so and where the rest is."""
+    store.remember("peanuts are legumes", ["legumes"])
+    made = kg.create_entities([EntityInput("legumes", "food", ["grow in pods"])])
+    assert made.entities[0].observations == ["grow in pods"]
+    shown = kg.open_nodes(["legumes"]).entities[0]
+    assert shown.observations == ["peanuts are legumes", "grow in pods"]
+    said = kg_descriptions(store)["create_entities"]
+    assert "each with the observations given" in said
+    assert "its memories become observations of the entity too (open_nodes lists them)" in said

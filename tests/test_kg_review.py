@@ -231,5 +231,6 @@ def test_delete_observations_counts_each_observation_asked_once(store: Store) ->
     out = kg.delete_observations(
         [ObservationInput("Al", ["tall"]), ObservationInput("al", ["tall", "short"])]
     )
-    assert (out.message, out.deleted_count) == ("Deleted 1 of 2 observations.", 1)
+    assert (out.message, out.deleted_count) == ("Deleted 1 of 2 observations. Not found: short", 1)
+    assert out.not_found == ["short"]
     assert msgspec.to_builtins(kg.read_graph())["entities"][0]["observations"] == []

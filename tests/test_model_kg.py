@@ -334,11 +334,12 @@ class GraphVersusModel(RuleBasedStateMachine):
         texts: dict[str, None] = {}
         missing: list[str] = []
         # (entity, text) pairs: each asked, and each deleted, counts once
-        asked: set[tuple[str, str]] = set()
+        asked: dict[tuple[str, str], str] = {}
         matched: set[tuple[str, str]] = set()
         for name, contents in entries:
             cf = fold(name)
-            asked.update((cf, c) for c in dedup(contents))
+            for c in dedup(contents):
+                asked.setdefault((cf, c), c)
             if model.entity(name) is None:
                 missing.append(norm(name))
                 continue
@@ -356,11 +357,14 @@ class GraphVersusModel(RuleBasedStateMachine):
             else:
                 deleted.append(mid)
         count, requested = len(matched), len(asked)
+        # the texts asked and not deleted (not the entity's, or no such entity), once each
+        not_found = [*{t: None for pair, t in asked.items() if pair not in matched}]
         message = (
             "Observations deleted successfully"
             if count == requested
-            else f"Deleted {count} of {requested} observations."
-            + (f" Entities not found: {', '.join(missing)}" if missing else "")
+            else f"Deleted {count} of {requested} observations. Not found: "
+            + "; ".join(not_found)
+            + (f". Entities not found: {', '.join(missing)}" if missing else "")
         )
         done = kg.delete_observations([ObservationInput(n, ts) for n, ts in entries])
         got = msgspec.to_builtins(done)
@@ -369,7 +373,7 @@ class GraphVersusModel(RuleBasedStateMachine):
             "success": True,
             "message": message,
             "deleted": list(texts),
-            "notFound": [],
+            "notFound": not_found,
             "deletedCount": count,
             "missingEntities": missing,
         }, got
