@@ -363,11 +363,13 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
                 extracted=link.extracted,
             )
             keys[key_id] = key
-            state.labels.setdefault(link.label.casefold(), key_id)
+            if link.label:  # blank: erased by a forget (see `erase_labels`)
+                state.labels.setdefault(link.label.casefold(), key_id)
         elif link.resolution != "existing":  # one comparison on the common path
             if link.resolution == "alias":
-                key.aliases.append(link.label)
-                state.labels.setdefault(link.label.casefold(), key_id)
+                if link.label:
+                    key.aliases.append(link.label)
+                    state.labels.setdefault(link.label.casefold(), key_id)
             elif link.resolution == "promoted":
                 key.type = link.type
         key.links[memory_id] = link.weight
@@ -490,6 +492,29 @@ def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
     node.updated_seq = event.seq
     state.retired_seq = event.seq
     state.changes().note(node.id)
+    if event.erased_keys:
+        erase_labels(state, event.erased_keys)
+        # Counted whether or not the labels were still here (a replay of the redacted log
+        # never added them), so both states are equal.
+        state.labels_dropped += 1
+
+
+def erase_labels(state: GraphState, key_ids: Iterable[str]) -> bool:
+    """Blank the label and aliases of `key_ids` (a forget erased them), as a fold of the
+    redacted lines that named them leaves them. Whether anything changed."""
+    changed = False
+    labels = state.labels
+    for key_id in key_ids:
+        key = state.keys.get(key_id)
+        if key is None or not (key.label or key.aliases):
+            continue
+        for text in (key.label, *key.aliases):
+            if labels.get(text.casefold()) == key_id:
+                del labels[text.casefold()]
+        key.label = ""
+        key.aliases = []
+        changed = True
+    return changed
 
 
 def _expired(state: GraphState, event: MemoriesExpired) -> None:
