@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
+import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -114,6 +116,71 @@ class Turn(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     content: str
     at: datetime
     seq: int
+
+
+#: Link weights (and depths) by value, each value one float object: a store's 400,000 links
+#: otherwise hold 400,000 floats (24 bytes each) of a handful of values. Bounded: past it, a
+#: new value stays unshared.
+_SHARED_FLOATS: dict[float, float] = {}
+SHARED_FLOATS_KEPT = 4096
+
+
+def shared_float(value: float) -> float:
+    """`value`, or an identical float object already held for it.
+
+    Only positive floats are shared: -0.0 equals 0.0 and NaN equals nothing, so a dict keyed by
+    value could give back another bit pattern; two equal positive floats have the same bits.
+    """
+    if type(value) is not float:  # an int weight a caller made stays an int
+        return value
+    found = _SHARED_FLOATS.get(value)
+    if found is not None:
+        return found
+    if value > 0.0 and len(_SHARED_FLOATS) < SHARED_FLOATS_KEPT:
+        _SHARED_FLOATS[value] = value
+    return value
+
+
+_ZERO = 0.0
+
+
+def share_memory(node: MemoryNode) -> MemoryNode:
+    """`node` (decoded from a snapshot, on its own) holding shared objects where it repeats
+    other nodes' values: interned ids and names, and the common depth 0.0. A snapshot's 100,000
+    memories otherwise hold their own copy of every key id they list (61 bytes each, four per
+    memory)."""
+    intern = sys.intern
+    node.id = intern(node.id)
+    node.namespace = intern(node.namespace)
+    keys = node.keys
+    if keys:
+        keys[:] = map(intern, keys)
+    if node.session_id is not None:
+        node.session_id = intern(node.session_id)
+    if node.source is not None:
+        node.source = intern(node.source)
+    if node.depth == 0.0 and math.copysign(1.0, node.depth) > 0.0:
+        node.depth = _ZERO
+    return node
+
+
+def share_key(node: KeyNode) -> KeyNode:
+    """`node` (decoded from a snapshot, on its own) holding shared objects: interned ids (its
+    links' memory ids are then the memories' own, 63 bytes each otherwise) and shared link
+    weights."""
+    intern = sys.intern
+    node.id = intern(node.id)
+    node.type = intern(node.type)
+    links = node.links
+    if links:
+        for weight in set(links.values()):  # a few distinct values, however many links
+            shared_float(weight)
+        # Only values shared_float holds come back other objects (see there), in C.
+        weights = links.values()
+        node.links = dict(
+            zip(map(intern, links), map(_SHARED_FLOATS.get, weights, weights), strict=True)
+        )
+    return node
 
 
 class Relation(msgspec.Struct, kw_only=True, gc=False):
@@ -329,7 +396,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
     key_ids: list[str] = []
     node = MemoryNode(
         id=memory_id,
-        namespace=new.namespace,
+        namespace=sys.intern(new.namespace),  # one string for a namespace's memories
         content=new.content,
         content_hash=new.content_hash,
         created_at=at,
@@ -371,7 +438,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
             elif link.resolution == "promoted":
                 key.type = link.type
         key.links[memory_id] = link.weight
-        key_ids.append(key_id)
+        key_ids.append(key.id)  # the key's own string, not a copy per memory (the event's)
     if new.related_to:
         for target_id in new.related_to:
             target = memories.get(target_id)

@@ -39,7 +39,7 @@ from keytrail.events.durable import outdate, sync_dir, sync_file
 from keytrail.events.errors import StoreError
 from keytrail.events.types import EPOCH, FoldRules
 
-from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc
+from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc, share_key, share_memory
 
 #: Format 4 added the body's checksum. Format 3 files are no longer read: every one was
 #: written before a change of the state's layout (`SCHEMA`), so none could be read anyway.
@@ -157,9 +157,9 @@ class LazyNodes(dict[str, Any]):
     bytes, and `materialize` makes it a dict of nodes.
     """
 
-    __slots__ = ("_blob", "_decode", "_ends")
+    __slots__ = ("_blob", "_decode", "_ends", "_share")
 
-    def __init__(self, columns: _Columns, decode: Any) -> None:
+    def __init__(self, columns: _Columns, decode: Any, share: Any) -> None:
         ends = _offsets(columns.ends)
         if len(ends) != len(columns.ids) or (ends and ends[-1] != len(columns.blob)):
             raise msgspec.ValidationError("snapshot columns do not line up")
@@ -167,6 +167,8 @@ class LazyNodes(dict[str, Any]):
         self._blob: memoryview | None = columns.blob
         self._ends = ends
         self._decode = decode
+        #: makes a decoded node hold objects shared with other nodes (see `materialize`)
+        self._share = share
 
     def _slice(self, index: int) -> memoryview:
         assert self._blob is not None  # an int value means the columns are still held
@@ -198,9 +200,18 @@ class LazyNodes(dict[str, Any]):
     def materialize(self) -> None:
         if self._blob is None:
             return
-        for key, value in dict.items(self):
-            if type(value) is int:
-                dict.__setitem__(self, key, self._decoded(self._slice(value)))
+        decoded, share, intern = self._decoded, self._share, sys.intern
+        # Each node decoded on its own holds its own copy of every id it repeats: a store of
+        # 100,000 memories held 800,000 copies of key and memory ids (47 MiB), and the dict's
+        # ids (read at open) are copies too. Shared here, once, not node by node as queries
+        # decode them: it doubles a node's decoding, which a first query would wait for.
+        with paused_gc():  # as a load: many new acyclic containers would run it over and over
+            nodes = [
+                (intern(key), share(decoded(self._slice(value)) if type(value) is int else value))
+                for key, value in dict.items(self)
+            ]
+            dict.clear(self)
+            dict.update(self, nodes)
         self._blob, self._ends = None, array("Q")
 
     def raw(self, key: str) -> memoryview | None:
@@ -281,8 +292,8 @@ def _encode_state(state: GraphState) -> bytes:
 def _decode_state(body: memoryview, lazy: bool = False) -> GraphState:
     decoded = _body_decoder.decode(body)
     state = decoded.rest
-    keys = LazyNodes(decoded.keys, _key_decoder.decode)
-    memories = LazyNodes(decoded.memories, _memory_decoder.decode)
+    keys = LazyNodes(decoded.keys, _key_decoder.decode, share_key)
+    memories = LazyNodes(decoded.memories, _memory_decoder.decode, share_memory)
     if lazy:
         state.keys, state.memories = keys, memories
     else:
