@@ -200,18 +200,19 @@ class LazyNodes(dict[str, Any]):
     def materialize(self) -> None:
         if self._blob is None:
             return
-        decoded, share, intern = self._decoded, self._share, sys.intern
+        decoded, share = self._decoded, self._share
         # Each node decoded on its own holds its own copy of every id it repeats: a store of
-        # 100,000 memories held 800,000 copies of key and memory ids (47 MiB), and the dict's
-        # ids (read at open) are copies too. Shared here, once, not node by node as queries
-        # decode them: it doubles a node's decoding, which a first query would wait for.
+        # 100,000 memories held 800,000 copies of key and memory ids (47 MiB). Shared here,
+        # once, not node by node as queries decode them: it doubles a node's decoding, which a
+        # first query would wait for. The dict keeps its own key strings (6 MiB): replacing
+        # them would empty the dict for a moment, and it is never seen in a state of less.
         with paused_gc():  # as a load: many new acyclic containers would run it over and over
             nodes = [
-                (intern(key), share(decoded(self._slice(value)) if type(value) is int else value))
+                (key, share(decoded(self._slice(value)) if type(value) is int else value))
                 for key, value in dict.items(self)
             ]
-            dict.clear(self)
-            dict.update(self, nodes)
+            for key, node in nodes:
+                dict.__setitem__(self, key, node)
         self._blob, self._ends = None, array("Q")
 
     def raw(self, key: str) -> memoryview | None:

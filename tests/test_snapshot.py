@@ -335,17 +335,20 @@ def test_a_file_replaced_by_one_of_the_same_size_gets_a_later_second(tmp_path: P
     assert path.stat().st_mtime_ns < ahead
 
 
-def shared_objects(state: keygraph.GraphState, weights: bool = True) -> None:
+def shared_objects(
+    state: keygraph.GraphState, weights: bool = True, dict_keys: bool = True
+) -> None:
     """Every id a node repeats is the node's own string, and (`weights`) equal link weights
-    one float."""
+    one float; with `dict_keys`, the state's dicts are keyed by the nodes' own strings too (a
+    snapshot's dicts keep the ids read at open: replacing them would empty a dict a moment)."""
     keys, memories = state.keys, state.memories
     for key_id, key in dict.items(keys):
-        assert key_id is key.id
+        assert key_id is key.id or not dict_keys
         for memory_id in key.links:
             if memory_id in memories:
                 assert memory_id is memories[memory_id].id
     for memory_id, memory in dict.items(memories):
-        assert memory_id is memory.id
+        assert memory_id is memory.id or not dict_keys
         assert all(key_id is keys[key_id].id for key_id in memory.keys if key_id in keys)
     namespaces = {m.namespace for m in dict.values(memories)}
     assert len({id(m.namespace) for m in dict.values(memories)}) == len(namespaces)
@@ -372,10 +375,10 @@ def test_nodes_decoded_from_a_snapshot_share_the_ids_they_repeat(
     loaded = snapshots.load(store.snapshot_path, lazy=True)
     assert loaded is not None
     snapshots.materialize(loaded.state)
-    shared_objects(loaded.state)
+    shared_objects(loaded.state, dict_keys=False)
     eager = snapshots.load(store.snapshot_path)
     assert eager is not None
-    shared_objects(eager.state)
+    shared_objects(eager.state, dict_keys=False)
     assert snapshots.encode(eager) == snapshots.encode(loaded)
 
 
