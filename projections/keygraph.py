@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -353,6 +354,24 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
             key_id = next(filter(None, map(labels.get, other_apostrophes(folded))), None)
         return self.keys[key_id] if key_id is not None else None
 
+    def loose_keys(self, texts: Iterable[str]) -> list[KeyNode]:
+        """The keys with a label or alias whose `loose_form` is that of one of `texts`: a
+        name's key however its accents or hyphens were typed. Only a query's way to keys:
+        `key_for_label` still tells which key a label is."""
+        index: LooseLabels | None = self.__dict__.get("_loose")
+        if index is None:
+            index = self.__dict__["_loose"] = LooseLabels()
+        forms = index.update(self.labels, self.labels_dropped)
+        labels = self.labels
+        found: dict[str, None] = {}
+        for text in texts:
+            form = loose_form(text)
+            if (plain := labels.get(form)) is not None:
+                found[plain] = None
+            if forms and (ids := forms.get(form)):
+                found.update(dict.fromkeys(ids))
+        return [self.keys[key_id] for key_id in found]
+
 
 def other_apostrophes(folded: str) -> list[str]:
     """`folded` with its apostrophes typed the other way: O'Brien typed on a keyboard is
@@ -373,6 +392,86 @@ def same_name(label: str, name: str) -> bool:
     """Whether `name` spells `label` (the key `key_for_label(name)` found) rather than one of
     its aliases."""
     return name_form(label) == name_form(name)
+
+
+#: Letters NFD leaves whole that a keyboard without them types plainly (ß is "ss" already, by
+#: casefold), and the hyphens that join a compound name ("Anna-Lena" typed "Anna Lena")
+_PLAIN_LETTERS = str.maketrans(
+    {
+        "æ": "ae",
+        "œ": "oe",
+        "ø": "o",
+        "ł": "l",
+        "đ": "d",
+        "ð": "d",
+        "þ": "th",
+        "ı": "i",
+        "ħ": "h",
+        "-": " ",
+        "\u2010": " ",
+        "\u2011": " ",
+    }
+)
+
+
+#: The accents on a Latin or Greek letter, after NFD (every one such a letter decomposes into
+#: is a combining diacritical mark), which a loose form drops
+_ACCENTS = re.compile("(?<=[\x00-\u024f\u0370-\u03ff])[\u0300-\u036f]+")
+
+
+#: What a label's `loose_form` may change beyond ASCII: Latin and Greek letters and their
+#: accents (precomposed or not), hyphens, ’. A label of other scripts is its own loose form.
+_FOLDS = re.compile("[\u00c0-\u03ff\u1e00-\u1fff\u2010\u2011\u2019-]")
+
+
+def loose_form(text: str) -> str:
+    """How recall compares a name with a query's words, never which key a label is: its
+    `name_form` without the accents of Latin and Greek letters ("Léa" as "Lea", "Ørsted" as
+    "Orsted", "Dæhlie" as "Daehlie") and with a hyphen as a space. Other scripts keep their
+    marks: a Devanagari vowel sign or the breve of й makes another word."""
+    if text.isascii():
+        form = text.lower()  # casefold, for ASCII
+        return " ".join(form.translate(_PLAIN_LETTERS).split()) if "-" in form else form
+    # casefold may compose what it rewrites, so NFD again; the Turkish İ's dot goes with the
+    # other marks, as in dotless_form
+    form = unicodedata.normalize("NFD", unicodedata.normalize("NFD", text).casefold())
+    form = unicodedata.normalize("NFC", _ACCENTS.sub("", form))
+    return " ".join(form.replace("\u2019", "'").translate(_PLAIN_LETTERS).split())
+
+
+class LooseLabels:
+    """The labels whose `loose_form` is not the label itself, by that form -> their key ids
+    (several: "Lea" and "Léa" may be two keys). Built on the first recall of a state object
+    and brought up to date on each use, as `UnnormalisedLabels` is; ASCII labels without a
+    hyphen, most of any store, and those of other scripts are their own loose form, skipped."""
+
+    __slots__ = ("dropped", "forms", "seen")
+
+    def __init__(self) -> None:
+        self.forms: dict[str, list[str]] = {}
+        self.seen = 0
+        self.dropped = 0
+
+    def update(self, labels: dict[str, str], dropped: int) -> dict[str, list[str]]:
+        """The index, with the labels added since the last use."""
+        if dropped != self.dropped:
+            self.forms.clear()
+            self.seen, self.dropped = 0, dropped
+        if self.seen < len(labels):
+            fresh: Iterable[tuple[str, str]] = labels.items()
+            if self.seen:  # only the new labels, from the dict's end
+                fresh = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
+                fresh.reverse()
+            for text, key_id in fresh:
+                if "-" not in text if text.isascii() else _FOLDS.search(text) is None:
+                    continue
+                loose = loose_form(text)
+                if loose != text:
+                    ids = self.forms.setdefault(loose, [])
+                    if key_id not in ids:
+                        ids.append(key_id)
+            self.seen = len(labels)
+        return self.forms
 
 
 def alias_form(text: str) -> str:
