@@ -284,12 +284,31 @@ def _parts(word: str) -> list[str]:
 #: The score of a name matched only by its `loose_form` ("Lea" by "Léa", "Anna-Lena" by
 #: "Anna Lena"): below the spelling itself, so where both are keys the one typed comes first.
 LOOSE_LITERAL = 0.95
+#: The score of a name that is one part of a hyphenated word of the query ("Anna" in
+#: "Anna-Lena called", "Paris" in "the Paris-London train"): a joined name may be another
+#: person's, or two places, and the query says which no more than a key can. Found, as a
+#: missed key costs an agent the memories behind it, but below the whole word and loose matches.
+PART_LITERAL = 0.9
+
+
+def hyphen_part_candidates(text: str) -> list[str]:
+    """The whole-word n-grams of `text` with every hyphenated word cut into its parts, less
+    those `literal_candidates` already gives: what a name matches at PART_LITERAL."""
+    if not _HYPHEN.search(text):
+        return []
+    text = unicodedata.normalize("NFC", check.visible(text)).casefold()
+    words = [p for w in pattern(_WORD).findall(text) for p in _HYPHEN.split(w)[::2] if p]
+    bare = [_POSSESSIVE.sub("", w) for w in words]
+    whole = set(literal_candidates(text))
+    grams = _ngrams(words) + (_ngrams(bare) if bare != words else [])
+    return [g for g in dict.fromkeys(grams) if g not in whole]
 
 
 def literal_keys(state: GraphState, query: str) -> dict[str, float]:
     """The keys `query` names, by id: 1.0 for a key one of its `literal_candidates` is a label
-    or alias of, and LOOSE_LITERAL for a name (not a concept: in a word an accent may tell two
-    meanings apart, año and ano) that one spells with other accents or a hyphen for a space.
+    or alias of, LOOSE_LITERAL for a name (not a concept: in a word an accent may tell two
+    meanings apart, año and ano) that one spells with other accents or a hyphen for a space,
+    and PART_LITERAL for a key one part of a hyphenated word names.
     """
     found: dict[str, float] = {}
     grams = literal_candidates(query)
@@ -299,6 +318,9 @@ def literal_keys(state: GraphState, query: str) -> dict[str, float]:
     for key in state.loose_keys(grams):
         if key.type != "concept":
             found.setdefault(key.id, LOOSE_LITERAL)
+    for gram in hyphen_part_candidates(query):
+        if (key := state.key_for_label(gram)) is not None:
+            found.setdefault(key.id, PART_LITERAL)
     return found
 
 
