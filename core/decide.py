@@ -20,6 +20,7 @@ from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
 from keytrail.projections.keygraph import caseless_form, name_form
+from keytrail.projections.snapshot import peek_text
 from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
@@ -162,6 +163,8 @@ def same_text_form(content: str) -> str:
     depends on it: whether the retelling is a duplicate is still the rule's (similarity above the
     dedup threshold, the same `specifics`), as for any candidate.
     """
+    if content.isascii():  # most texts: composed already, and casefold is lower
+        return " ".join(content.lower().split())
     return " ".join(caseless_form(content).split())
 
 
@@ -221,9 +224,9 @@ class SameTexts:
             self._ids_retold = state.ids_retold
             retired = []
         for memory_id in retired:
-            node = memories[memory_id]
-            if node.content:  # a forgotten one's is gone: dropped on a lookup of its slot
-                slot = _text_slot(node.namespace, same_text_form(node.content))
+            gone = memories[memory_id]  # decoded: the fold changed it
+            if gone.content:  # a forgotten one's is gone: dropped on a lookup of its slot
+                slot = _text_slot(gone.namespace, same_text_form(gone.content))
                 held = self._ids.get(slot)
                 if held == memory_id:
                     del self._ids[slot]
@@ -235,7 +238,9 @@ class SameTexts:
             fresh.reverse()
         ids = self._ids
         for memory_id in fresh:
-            node = memories[memory_id]
+            # A lazy load's nodes stay undecoded: a server's warm-up decodes them all, sharing
+            # the ids they repeat, and a one-shot remember needs none of them.
+            node = peek_text(memories, memory_id)
             if node.current():  # a retired one came with its retirement, read above
                 slot = _text_slot(node.namespace, same_text_form(node.content))
                 held = ids.get(slot)
