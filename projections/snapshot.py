@@ -181,9 +181,9 @@ class LazyNodes(dict[str, Any]):
             dict.__setitem__(self, key, value)
         return value
 
-    def _decoded(self, raw: memoryview) -> Any:
+    def _decoded(self, raw: memoryview, decode: Any = None) -> Any:
         try:
-            return self._decode(raw)
+            return (decode or self._decode)(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             # The framing was checked when the file loaded; a node inside it is damaged.
             raise StoreError(
@@ -214,6 +214,13 @@ class LazyNodes(dict[str, Any]):
             for key, node in nodes:
                 dict.__setitem__(self, key, node)
         self._blob, self._ends = None, array("Q")
+
+    def peek(self, key: str, decode: Callable[[memoryview], Any]) -> Any:
+        """The node `key`, or what `decode` reads of its stored bytes if it is undecoded, kept
+        undecoded: a look at every node must not decode them one by one (each would hold its
+        own copy of every id it repeats, which `materialize` shares)."""
+        value = dict.__getitem__(self, key)
+        return self._decoded(self._slice(value), decode) if type(value) is int else value
 
     def raw(self, key: str) -> memoryview | None:
         """The stored bytes of an undecoded node (None once decoded): what `encode` copies."""
@@ -266,6 +273,47 @@ class LazyNodes(dict[str, Any]):
 
     def __reversed__(self) -> Any:
         return dict.__reversed__(self)
+
+
+class MemoryText(msgspec.Struct, array_like=True, gc=False):
+    """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
+    those between left as bytes: its text and whether it is current, read without decoding the
+    rest (`peek_text`)."""
+
+    id: str
+    namespace: str
+    content: str
+    content_hash: msgspec.Raw
+    created_at: msgspec.Raw
+    created_seq: msgspec.Raw
+    keys: msgspec.Raw
+    depth: msgspec.Raw
+    access_count: msgspec.Raw
+    last_read_at: msgspec.Raw
+    expires_at: msgspec.Raw
+    session_id: msgspec.Raw
+    source: msgspec.Raw
+    related_to: msgspec.Raw
+    related_from: msgspec.Raw
+    supersedes: msgspec.Raw
+    superseded_by: str | None
+    supersede_reason: msgspec.Raw
+    status: str
+
+    def current(self) -> bool:
+        return self.status == "active" and self.superseded_by is None
+
+
+_text_decoder = msgspec.msgpack.Decoder(MemoryText)
+
+
+def peek_text(memories: dict[str, MemoryNode], memory_id: str) -> MemoryNode | MemoryText:
+    """The memory `memory_id`, or its `MemoryText` if a lazy load left it undecoded (it stays
+    so): for a look at every memory's text that must not decode a whole snapshot's nodes."""
+    if isinstance(memories, LazyNodes):
+        found: MemoryNode | MemoryText = memories.peek(memory_id, _text_decoder.decode)
+        return found
+    return memories[memory_id]
 
 
 def _columns(nodes: dict[str, Any]) -> _Columns:

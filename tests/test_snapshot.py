@@ -66,6 +66,30 @@ def test_a_store_opened_from_a_snapshot_folds_onto_its_lazy_state(
     )
 
 
+def test_a_remember_finds_the_same_text_in_a_lazy_state_without_decoding_it(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """Dedup's index of texts reads every memory of a state loaded lazily as a `MemoryText`
+    (the leading fields of a `MemoryNode`, in its places), leaving the nodes undecoded."""
+    names = [f.name for f in msgspec.structs.fields(keygraph.MemoryNode)]
+    assert list(snapshots.MemoryText.__struct_fields__) == names[: names.index("status") + 1]
+    home = tmp_path / "store"
+    store = filled(make_store, home)
+    store.close()
+    reopened = make_store(home=home)
+    memories = reopened.state.memories
+    assert isinstance(memories, LazyNodes)
+    again = reopened.remember("Apples are a fruit", keys=["orchard"])
+    assert again.deduplicated is not None
+    told = reopened.state.memories[again.deduplicated.memory_id]
+    assert told.content == "apples are a fruit" and told.superseded_by == again.memory_id
+    # The superseded first version (by a correction) is no candidate; and read undecoded.
+    assert reopened.remember("the apple fell on Newton", keys=["orchard"]).deduplicated is None
+    undecoded = [mid for mid, v in dict.items(memories) if type(v) is int]
+    assert len(undecoded) == 1  # the correction's: no command touched it
+    assert memories[undecoded[0]].content == "an apple fell near Newton"
+
+
 def test_a_snapshot_cut_short_is_unreadable(
     make_store: Callable[..., Store], tmp_path: Path
 ) -> None:
