@@ -249,6 +249,25 @@ def dotless_form(text: str) -> str:
     return caseless_form(text).replace("i\u0307", "i")
 
 
+def _labels_since(
+    index: UnnormalisedLabels | LooseLabels, labels: dict[str, str], dropped: int
+) -> Iterable[tuple[str, str]]:
+    """The (label, key id) pairs of `labels` an index of them has not read yet, oldest first:
+    `GraphState.labels` only grows at its end unless `labels_dropped` moves, which makes the
+    index start over (it is emptied here). Marks them read."""
+    if dropped != index.dropped:
+        index.forms.clear()
+        index.seen, index.dropped = 0, dropped
+    if index.seen >= len(labels):
+        return ()
+    fresh: Iterable[tuple[str, str]] = labels.items()
+    if index.seen:  # only the new labels, from the dict's end
+        fresh = list(itertools.islice(reversed(labels.items()), len(labels) - index.seen))
+        fresh.reverse()
+    index.seen = len(labels)
+    return fresh
+
+
 class UnnormalisedLabels:
     """The labels a plain lookup of the case-folded label misses, by their `dotless_form` -> key
     id: those a log wrote before labels were NFC-normalised that are not NFC (decomposed, or
@@ -269,19 +288,10 @@ class UnnormalisedLabels:
         self.dropped = 0  # `GraphState.labels_dropped` when they were read
 
     def key_id(self, labels: dict[str, str], dropped: int, label: str) -> str | None:
-        if dropped != self.dropped:
-            self.forms.clear()
-            self.seen, self.dropped = 0, dropped
-        if self.seen < len(labels):
-            fresh: Iterable[tuple[str, str]] = labels.items()
-            if self.seen:  # only the new labels, from the dict's end
-                fresh = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
-                fresh.reverse()
-            is_nfc = unicodedata.is_normalized
-            for text, key_id in fresh:
-                if not text.isascii() and ("\u0307" in text or not is_nfc("NFC", text)):
-                    self.forms.setdefault(dotless_form(text), key_id)
-            self.seen = len(labels)
+        is_nfc = unicodedata.is_normalized
+        for text, key_id in _labels_since(self, labels, dropped):
+            if not text.isascii() and ("\u0307" in text or not is_nfc("NFC", text)):
+                self.forms.setdefault(dotless_form(text), key_id)
         return self.forms.get(dotless_form(label)) if self.forms else None
 
 
@@ -454,23 +464,14 @@ class LooseLabels:
 
     def update(self, labels: dict[str, str], dropped: int) -> dict[str, list[str]]:
         """The index, with the labels added since the last use."""
-        if dropped != self.dropped:
-            self.forms.clear()
-            self.seen, self.dropped = 0, dropped
-        if self.seen < len(labels):
-            fresh: Iterable[tuple[str, str]] = labels.items()
-            if self.seen:  # only the new labels, from the dict's end
-                fresh = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
-                fresh.reverse()
-            for text, key_id in fresh:
-                if "-" not in text if text.isascii() else _FOLDS.search(text) is None:
-                    continue
-                loose = loose_form(text)
-                if loose != text:
-                    ids = self.forms.setdefault(loose, [])
-                    if key_id not in ids:
-                        ids.append(key_id)
-            self.seen = len(labels)
+        for text, key_id in _labels_since(self, labels, dropped):
+            if "-" not in text if text.isascii() else _FOLDS.search(text) is None:
+                continue
+            loose = loose_form(text)
+            if loose != text:
+                ids = self.forms.setdefault(loose, [])
+                if key_id not in ids:
+                    ids.append(key_id)
         return self.forms
 
 
