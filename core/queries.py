@@ -291,15 +291,15 @@ LOOSE_LITERAL = 0.95
 PART_LITERAL = 0.9
 
 
-def hyphen_part_candidates(text: str) -> list[str]:
+def hyphen_part_candidates(text: str, whole: Iterable[str]) -> list[str]:
     """The whole-word n-grams of `text` with every hyphenated word cut into its parts, less
-    those `literal_candidates` already gives: what a name matches at PART_LITERAL."""
+    `whole` (its `literal_candidates`): what a name matches at PART_LITERAL."""
     if not _HYPHEN.search(text):
         return []
     text = unicodedata.normalize("NFC", check.visible(text)).casefold()
     words = [p for w in pattern(_WORD).findall(text) for p in _HYPHEN.split(w)[::2] if p]
     bare = [_POSSESSIVE.sub("", w) for w in words]
-    whole = set(literal_candidates(text))
+    whole = set(whole)
     grams = _ngrams(words) + (_ngrams(bare) if bare != words else [])
     return [g for g in dict.fromkeys(grams) if g not in whole]
 
@@ -318,7 +318,7 @@ def literal_keys(state: GraphState, query: str) -> dict[str, float]:
     for key in state.loose_keys(grams):
         if key.type != "concept":
             found.setdefault(key.id, LOOSE_LITERAL)
-    for gram in hyphen_part_candidates(query):
+    for gram in hyphen_part_candidates(query, grams):
         if (key := state.key_for_label(gram)) is not None:
             found.setdefault(key.id, PART_LITERAL)
     return found

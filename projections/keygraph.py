@@ -490,6 +490,19 @@ def _retire(state: GraphState, node: MemoryNode) -> None:
         state.retirements().note(node.id)
 
 
+def _supersede(
+    state: GraphState, old: MemoryNode, node: MemoryNode, seq: int, reason: str | None
+) -> None:
+    """`node` becomes the next version of `old`: a retelling, a correction or a replacement."""
+    _retire(state, old)
+    old.superseded_by = node.id
+    old.updated_seq = seq
+    state.retired_seq = seq
+    state.changes().note(old.id)
+    node.supersedes = old.id
+    node.supersede_reason = reason
+
+
 def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> MemoryNode:
     # The hottest code of a replay (one call per memory): locals, no defaults to fill twice.
     memory_id = new.memory_id
@@ -547,13 +560,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
     if new.supersedes is not None:
         old = memories.get(new.supersedes)
         if old is not None:
-            _retire(state, old)
-            old.superseded_by = memory_id
-            old.updated_seq = seq
-            state.retired_seq = seq
-            state.changes().note(old.id)
-            node.supersedes = old.id
-            node.supersede_reason = new.supersede_reason
+            _supersede(state, old, node, seq, new.supersede_reason)
             if new.supersede_reason == "duplicate":
                 # The same fact told again keeps what reading it had built up.
                 node.depth, node.access_count = old.depth, old.access_count
@@ -570,13 +577,7 @@ def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     old = state.memories[event.old_id]
     old.depth *= event.weaken_factor
     node = _add_memory(state, event.memory, event.seq, event.at)
-    _retire(state, old)
-    old.superseded_by = node.id
-    old.updated_seq = event.seq
-    state.retired_seq = event.seq
-    state.changes().note(old.id)
-    node.supersedes = old.id
-    node.supersede_reason = "correction"
+    _supersede(state, old, node, event.seq, "correction")
 
 
 def _replaced(state: GraphState, event: MemoryReplaced) -> None:
@@ -589,14 +590,9 @@ def _replaced(state: GraphState, event: MemoryReplaced) -> None:
         target = state.memories.get(target_id)
         if target is not None:
             target.related_from.append(node.id)
-    _retire(state, old)
-    old.superseded_by = node.id
-    old.updated_seq = node.updated_seq = event.seq
-    state.retired_seq = event.seq
-    state.changes().note(old.id)
-    state.changes().note(node.id)
-    node.supersedes = old.id
-    node.supersede_reason = "correction"
+    node.updated_seq = event.seq
+    state.changes().note(node.id)  # a memory already told changes too (a new node is new)
+    _supersede(state, old, node, event.seq, "correction")
 
 
 def _read(state: GraphState, event: MemoryRead) -> None:
