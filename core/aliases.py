@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from keytrail.events import Event, InvalidInput, KeyAliased, KeyUnaliased
 from keytrail.projections import GraphState, KeyNode
-from keytrail.projections.keygraph import alias_form
+from keytrail.projections.keygraph import alias_form, loose_form
 
 from . import validation as check
 from .config import Settings
@@ -68,9 +68,16 @@ def decide(state: GraphState, settings: Settings, key: KeyNode, query: str | Non
 
 
 def _names(query: str, key: KeyNode) -> bool:
-    """Whether `query` holds `key`'s label or one of its aliases as whole words."""
+    """Whether `query` holds `key`'s label or one of its aliases as whole words (for a name,
+    as recall finds it: with other accents, or a hyphen for a space, too)."""
     words = set(literal_candidates(query))
-    return any(label.casefold() in words for label in (key.label, *key.aliases))
+    labels = (key.label, *key.aliases)
+    if any(label.casefold() in words for label in labels):
+        return True
+    if key.type == "concept":
+        return False
+    loose = {loose_form(word) for word in words}
+    return any(loose_form(label) in loose for label in labels)
 
 
 def _may_label(alias: str, settings: Settings) -> bool:

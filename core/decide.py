@@ -19,7 +19,8 @@ import numpy as np
 from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode
-from keytrail.projections.keygraph import name_form
+from keytrail.projections.keygraph import caseless_form, name_form
+from keytrail.projections.snapshot import peek_text
 from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
@@ -44,6 +45,11 @@ COMPARE_LIMIT = 200
 #: Links looked at per key while filling the candidates: those of other namespaces and
 #: replaced versions are skipped, but not without end.
 COMPARE_SCAN_PER_KEY = 4 * COMPARE_LIMIT
+
+
+#: Two candidates this near in similarity are equally near (float noise: the same text's rows
+#: score apart by their places in the product); the first in the walk's order is the duplicate.
+SAME_SIMILARITY = 1e-6
 
 
 #: Labels a batch compares with every key of the graph in one product (`_closest_in_graph`):
@@ -148,6 +154,111 @@ class LinksByNamespace:
         return split.get(namespace, [])
 
 
+def same_text_form(content: str) -> str:
+    """What makes a new memory's text the same as a stored one's, wherever it is keyed: composed,
+    case-folded, whitespace collapsed ("Anna likes  green tea\n" is "anna likes green tea").
+
+    Agents retell a fact with another capital or a trailing newline, which the bytes
+    (`content_hash`) tell apart and an embedder reads as the same words. Only who is compared
+    depends on it: whether the retelling is a duplicate is still the rule's (similarity above the
+    dedup threshold, the same `specifics`), as for any candidate.
+    """
+    if content.isascii():  # most texts: composed already, and casefold is lower
+        return " ".join(content.lower().split())
+    return " ".join(caseless_form(content).split())
+
+
+def _text_slot(namespace: str, form: str) -> int:
+    """Where `SameTexts` and a `Batch` hold a namespace's memories of one text (in-process:
+    str hashes differ between processes). Two texts may share a slot: their holders' texts are
+    compared again."""
+    return hash((namespace, form))
+
+
+class SameTexts:
+    """The current memories (`MemoryNode.current`) of each namespace by text (`same_text_form`),
+    so that a retelling under other keys, or past the scan bound, is compared with its first
+    telling at one lookup per remember, not a scan of the store.
+
+    Kept between commands (one per store), built on first use and topped up: memories only grow
+    at the dict's end, and one that stops being current is noted in the state's retirements and
+    never is again. A memory id told again (`GraphState.ids_retold`: replaced in place), or a
+    journal that dropped what was noted since, rebuilds it. A forgotten memory's text is gone by
+    the time its retirement is read: its id stays until a lookup of its slot drops it.
+    """
+
+    def __init__(self) -> None:
+        self._state: GraphState | None = None
+        #: slot -> the ids there, oldest first (one id as a str: most texts are told once)
+        self._ids: dict[int, str | list[str]] = {}
+        self._seen = 0  # memories read, from the start of `GraphState.memories`
+        self._journal = 0  # the end of the state's retirements when last caught up
+        self._ids_retold = 0
+
+    def holders(self, state: GraphState, namespace: str, form: str) -> list[str]:
+        """Ids of the current memories of `namespace` whose text has `form`, oldest first
+        (expiry by time is the caller's to judge, at the command's time)."""
+        self._catch_up(state)
+        slot = _text_slot(namespace, form)
+        held = self._ids.get(slot)
+        if held is None:
+            return []
+        ids = [held] if isinstance(held, str) else held
+        memories = state.memories
+        current = [mid for mid in ids if memories[mid].current()]
+        if len(current) != len(ids):  # forgotten since
+            self._set(slot, current)
+        return [
+            mid
+            for mid in current
+            if memories[mid].namespace == namespace
+            and same_text_form(memories[mid].content) == form
+        ]
+
+    def _catch_up(self, state: GraphState) -> None:
+        journal = state.retirements()
+        retired = journal.since(self._journal)
+        memories = state.memories
+        if self._state is not state or retired is None or state.ids_retold != self._ids_retold:
+            self._state, self._ids, self._seen = state, {}, 0
+            self._ids_retold = state.ids_retold
+            retired = []
+        for memory_id in retired:
+            gone = memories[memory_id]  # decoded: the fold changed it
+            if gone.content:  # a forgotten one's is gone: dropped on a lookup of its slot
+                slot = _text_slot(gone.namespace, same_text_form(gone.content))
+                held = self._ids.get(slot)
+                if held == memory_id:
+                    del self._ids[slot]
+                elif isinstance(held, list) and memory_id in held:
+                    self._set(slot, [mid for mid in held if mid != memory_id])
+        fresh: Iterable[str] = memories
+        if self._seen:  # only the new memories, from the dict's end
+            fresh = list(itertools.islice(reversed(memories), len(memories) - self._seen))
+            fresh.reverse()
+        ids = self._ids
+        for memory_id in fresh:
+            # A lazy load's nodes stay undecoded: a server's warm-up decodes them all, sharing
+            # the ids they repeat, and a one-shot remember needs none of them.
+            node = peek_text(memories, memory_id)
+            if node.current():  # a retired one came with its retirement, read above
+                slot = _text_slot(node.namespace, same_text_form(node.content))
+                held = ids.get(slot)
+                if held is None:
+                    ids[slot] = node.id
+                elif isinstance(held, str):
+                    ids[slot] = [held, node.id]
+                else:
+                    held.append(node.id)
+        self._seen, self._journal = len(memories), journal.end
+
+    def _set(self, slot: int, ids: list[str]) -> None:
+        if not ids:
+            del self._ids[slot]
+        else:
+            self._ids[slot] = ids[0] if len(ids) == 1 else ids
+
+
 class Batch:
     """Decisions of one command, aware of what earlier items of the same batch created."""
 
@@ -185,6 +296,8 @@ class Batch:
         #: again per item held the lock for minutes.
         self._new_digests: dict[str, str] = {}
         self._specifics: dict[str, Specifics] = {}
+        #: `_text_slot` -> the new memories there, oldest first (see `SameTexts`)
+        self._new_texts: dict[int, list[str]] = {}
         self.promoted: dict[str, str] = {}  # key id -> the type an earlier item promoted it to
 
     def new_memory_id(self) -> str:
@@ -430,6 +543,12 @@ class Batch:
                     and (found.expires_at is None or found.expires_at > now)
                 ):
                     candidates[memory_id] = found.content
+        # The same text is a candidate wherever it is keyed, past the bound too: an agent
+        # retells a fact under the keys it thinks of then.
+        for memory_id in itertools.islice(self._same_text(namespace, content), COMPARE_LIMIT):
+            if memory_id not in candidates:
+                made = new_memories.get(memory_id)
+                candidates[memory_id] = (made[0] if made else memories[memory_id]).content
         candidates = self._walk_order(candidates, key_ids)
         if not candidates:
             return None, []
@@ -438,19 +557,30 @@ class Batch:
         order = np.argsort(-sims)
         fingerprint = store.embedder.fingerprint
         # The duplicate is the nearest candidate above the line that keeps the specifics: a
-        # nearer one differing in a number or weekday must not hide it.
+        # nearer one differing in a number or weekday must not hide it. Of equally near ones
+        # (the same text told twice), the first in the walk's order: one sharing a key before
+        # one found by its text alone.
         wanted: Specifics | None = None  # read only when a candidate is above the line
-        duplicate: Similar | None = None
+        best: int | None = None
+        line = store.thresholds.dedup  # then the nearest duplicate's similarity, less the noise
         for i in order:
-            if sims[i] < store.thresholds.dedup:
+            if sims[i] < line:
                 break
             if wanted is None:
                 wanted = specifics(content)
-            if self._specifics_of(ids[i], candidates[ids[i]]) == wanted:
-                duplicate = Similar(
-                    memory_id=ids[i], similarity=round(float(sims[i]), 6), fingerprint=fingerprint
-                )
-                break
+            if (best is None or i < best) and self._specifics_of(
+                ids[i], candidates[ids[i]]
+            ) == wanted:
+                if best is None:
+                    line = max(line, float(sims[i]) - SAME_SIMILARITY)
+                best = int(i)
+        duplicate = (
+            None
+            if best is None
+            else Similar(
+                memory_id=ids[best], similarity=round(float(sims[best]), 6), fingerprint=fingerprint
+            )
+        )
         # A fact told again is still flagged against the others in the band: a retold "from
         # 3pm to 5pm" beside a standing "from 5pm to 3pm" is as much for the agent to check.
         flagged: list[Similar] = []
@@ -466,6 +596,25 @@ class Batch:
                     )
                 )
         return duplicate, flagged
+
+    def _same_text(self, namespace: str, content: str) -> Iterable[str]:
+        """The current memories of `namespace` whose text is `content`'s (`same_text_form`),
+        stored ones oldest first, then this command's."""
+        form = same_text_form(content)
+        now, memories = self.now, self.state.memories
+        for memory_id in self.store.same_texts.holders(self.state, namespace, form):
+            expires_at = memories[memory_id].expires_at
+            if memory_id not in self._superseded and (expires_at is None or expires_at > now):
+                yield memory_id
+        for memory_id in self._new_texts.get(_text_slot(namespace, form), ()):
+            new = self.new_memories[memory_id][0]
+            if (
+                memory_id not in self._superseded
+                and new.namespace == namespace
+                and same_text_form(new.content) == form
+                and (new.expires_at is None or new.expires_at > now)
+            ):
+                yield memory_id
 
     def _link_count(self, key_id: str) -> int:
         """How many links `key_id` has, counting those of this command's new memories."""
@@ -511,12 +660,15 @@ class Batch:
             place.setdefault(key_id, i)
         memories, made_at = self.state.memories, self._made_at
 
+        # One found by its text alone comes after those sharing a key (see `compare`).
+        alone = len(key_ids)
+
         def walked(memory_id: str) -> tuple[int, int, int]:
             made = made_at.get(memory_id)
             if made is not None:  # after every stored memory, in order, as if told one by one
-                return min(place[k] for k in made[1] if k in place), 1, made[0]
+                return min((place[k] for k in made[1] if k in place), default=alone), 1, made[0]
             node = memories[memory_id]
-            first = min(place[k] for k in node.keys if k in place)
+            first = min((place[k] for k in node.keys if k in place), default=alone)
             # A key's links are appended as memories are created: created_seq is their order.
             return first, 0, node.created_seq
 
@@ -574,3 +726,5 @@ class Batch:
         if new.supersedes is not None:
             self._superseded.add(new.supersedes)
         self._new_digests[new.memory_id] = text_hash(new.content)
+        slot = _text_slot(new.namespace, same_text_form(new.content))
+        self._new_texts.setdefault(slot, []).append(new.memory_id)

@@ -68,7 +68,7 @@ from .config import MAX_HOPS, zone_info
 from .queries import (
     HUB_LINKS,
     SIMILAR_KEYS,
-    literal_candidates,
+    literal_keys,
     newest_links,
     related_edges,
     visible,
@@ -466,10 +466,7 @@ def _keys(
     eligible: Any,
 ) -> tuple[list[tuple[str, float]], list[tuple[str, str]]]:
     """Memories through the keys the query matches: key similarity x IDF x link weight."""
-    matched: dict[str, float] = {}
-    for gram in literal_candidates(query):
-        if (key := state.key_for_label(gram)) is not None:
-            matched[key.id] = 1.0
+    matched = literal_keys(state, query)
     if len(vectors):
         scores = vectors.matrix @ query_vector
         above = np.flatnonzero(scores >= threshold)

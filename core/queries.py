@@ -59,8 +59,11 @@ if TYPE_CHECKING:
     from .reembed import Need
 
 #: A word with the combining marks of its letters (\w leaves them out, and a Devanagari
-#: name fell apart into letters, or lost a final vowel sign as if it were punctuation)
-_WORD = r"[\w{marks}]+(?:['’][\w{marks}]+)*"
+#: name fell apart into letters, or lost a final vowel sign as if it were punctuation), and
+#: its inner apostrophes (O'Brien) and hyphens (Anna-Lena is one name, see `_parts`)
+_WORD = r"[\w{marks}]+(?:['’\-\u2010\u2011][\w{marks}]+)*"
+#: A hyphen, kept by `re.split` (the group) so that `_parts` can join the pieces again
+_HYPHEN = re.compile("([-\u2010\u2011])")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 #: Runs of scripts written without spaces between words (Thai, kana, CJK ideographs, Hangul)
@@ -209,17 +212,27 @@ def literal_candidates(text: str) -> list[str]:
     """Whole-word n-grams of `text`, case-folded: what a name key may literally match.
 
     A possessive is the same word ("Anna's" matches Anna), so n-grams of the words without
-    a trailing 's are candidates too.
+    a trailing 's are candidates too. A hyphenated name is one word ("Anna-Lena" is not Anna),
+    but a name with an affix is the name ("Berlin-based" is Berlin).
     """
     # As key labels are (core/validation.py): a name pasted with a zero-width space in it is
     # stored as the name, and must be found when a query is pasted the same way.
     text = unicodedata.normalize("NFC", check.visible(text))
     word = pattern(_WORD)
-    words = word.findall(text.casefold())
+    found = word.findall(text)
+    words = [w.casefold() for w in found]
+    parts = words
+    if _HYPHEN.search(text):
+        parts = []
+        for w, f in zip(found, words, strict=True):
+            parts.extend(_parts(w) if _HYPHEN.search(w) else [f])
+    # A name with an affix is a word too ("Berlin-based", see `_parts`), and a possessive the
+    # same word ("Anna's"): their n-grams are candidates as well.
+    sequences = [words] if parts == words else [words, parts]
+    sequences += [bare for s in sequences if (bare := [_POSSESSIVE.sub("", w) for w in s]) != s]
     grams = _ngrams(words)
-    bare = [_POSSESSIVE.sub("", w) for w in words]
-    if bare != words:
-        grams = list(dict.fromkeys(grams + _ngrams(bare)))
+    if len(sequences) > 1:
+        grams = list(dict.fromkeys(g for s in sequences for g in _ngrams(s)))
     # The whole query as a learned alias holds it (punctuation kept, any length): without it a
     # name key's alias learned from a question could never match again.
     folded = text.casefold()
@@ -249,6 +262,66 @@ def literal_candidates(text: str) -> list[str]:
                     seen.add(gram)
                     grams.append(gram)
     return grams
+
+
+def _parts(word: str) -> list[str]:
+    """`word`, case-folded, cut at each hyphen that joins a lowercase word or a number to one
+    that is not: that is a name with an affix ("Berlin-based", "pre-Google", "COVID-19"),
+    where the name is a word. Between two capitalised words, or two lowercase ones, a hyphen
+    makes one compound ("Anna-Lena", "Coca-Cola", "e-mail"), of which no part is a word by
+    itself."""
+    pieces = _HYPHEN.split(word)
+    parts = [pieces[0]]
+    for i in range(2, len(pieces), 2):
+        before, after = pieces[i - 2], pieces[i]
+        if before.islower() != after.islower() or before.isdigit() or after.isdigit():
+            parts.append(after)
+        else:
+            parts[-1] += pieces[i - 1] + after
+    return [part.casefold() for part in parts]
+
+
+#: The score of a name matched only by its `loose_form` ("Lea" by "Léa", "Anna-Lena" by
+#: "Anna Lena"): below the spelling itself, so where both are keys the one typed comes first.
+LOOSE_LITERAL = 0.95
+#: The score of a name that is one part of a hyphenated word of the query ("Anna" in
+#: "Anna-Lena called", "Paris" in "the Paris-London train"): a joined name may be another
+#: person's, or two places, and the query says which no more than a key can. Found, as a
+#: missed key costs an agent the memories behind it, but below the whole word and loose matches.
+PART_LITERAL = 0.9
+
+
+def hyphen_part_candidates(text: str, whole: Iterable[str]) -> list[str]:
+    """The whole-word n-grams of `text` with every hyphenated word cut into its parts, less
+    `whole` (its `literal_candidates`): what a name matches at PART_LITERAL."""
+    if not _HYPHEN.search(text):
+        return []
+    text = unicodedata.normalize("NFC", check.visible(text)).casefold()
+    words = [p for w in pattern(_WORD).findall(text) for p in _HYPHEN.split(w)[::2] if p]
+    bare = [_POSSESSIVE.sub("", w) for w in words]
+    whole = set(whole)
+    grams = _ngrams(words) + (_ngrams(bare) if bare != words else [])
+    return [g for g in dict.fromkeys(grams) if g not in whole]
+
+
+def literal_keys(state: GraphState, query: str) -> dict[str, float]:
+    """The keys `query` names, by id: 1.0 for a key one of its `literal_candidates` is a label
+    or alias of, LOOSE_LITERAL for a name (not a concept: in a word an accent may tell two
+    meanings apart, año and ano) that one spells with other accents or a hyphen for a space,
+    and PART_LITERAL for a key one part of a hyphenated word names.
+    """
+    found: dict[str, float] = {}
+    grams = literal_candidates(query)
+    for gram in grams:
+        if (key := state.key_for_label(gram)) is not None:
+            found[key.id] = 1.0
+    for key in state.loose_keys(grams):
+        if key.type != "concept":
+            found.setdefault(key.id, LOOSE_LITERAL)
+    for gram in hyphen_part_candidates(query, grams):
+        if (key := state.key_for_label(gram)) is not None:
+            found.setdefault(key.id, PART_LITERAL)
+    return found
 
 
 def _trimmed(gram: str) -> Iterable[str]:
@@ -909,10 +982,10 @@ class Queries:
         with self._mutex:
             self.refresh()
             now = self.clock()
-            scores: dict[str, tuple[str, float]] = {}
-            for gram in literal_candidates(query):
-                if (key := self.state.key_for_label(gram)) is not None:
-                    scores[key.id] = ("literal", 1.0)
+            scores = {
+                key_id: ("literal", score)
+                for key_id, score in literal_keys(self.state, query).items()
+            }
             similar = self._similar_keys(query, context)
             counts: dict[str, int] = {}
 

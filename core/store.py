@@ -62,7 +62,7 @@ from keytrail.projections.vectors import Matrix
 from . import aliases, forgetting, tempfiles
 from . import validation as check
 from .config import Settings
-from .decide import Batch, LinksByNamespace
+from .decide import Batch, LinksByNamespace, SameTexts
 from .embedders import Embedder, make_embedder
 from .extract import extract_keys
 from .hybrid import HybridQueries
@@ -238,6 +238,7 @@ class Store(Queries, HybridQueries):
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
         self.past = PastStates(self)
         self.links_by_namespace = LinksByNamespace()
+        self.same_texts = SameTexts()
         self._closing = False  # set by close: a warm-up still running stops
         #: a build of the projection in the background (a server's), which the calls that
         #: read vectors wait for: see `wait_for_vectors` and core/reembed.py
@@ -684,6 +685,7 @@ class Store(Queries, HybridQueries):
                 setattr(self, name, None)
         self.past = PastStates(self)  # past states folded from the cut lines
         self.links_by_namespace = LinksByNamespace()
+        self.same_texts = SameTexts()
         # A cut forget's memories are not forgotten: the text index must not drop them. Those
         # forgotten since the index's seq are found in the state (`text_index`); an index
         # written from the cut events is rebuilt there (TextIndex.sync checks its last event).

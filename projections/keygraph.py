@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
+import re
+import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -116,6 +119,71 @@ class Turn(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     seq: int
 
 
+#: Link weights (and depths) by value, each value one float object: a store's 400,000 links
+#: otherwise hold 400,000 floats (24 bytes each) of a handful of values. Bounded: past it, a
+#: new value stays unshared.
+_SHARED_FLOATS: dict[float, float] = {}
+SHARED_FLOATS_KEPT = 4096
+
+
+def shared_float(value: float) -> float:
+    """`value`, or an identical float object already held for it.
+
+    Only positive floats are shared: -0.0 equals 0.0 and NaN equals nothing, so a dict keyed by
+    value could give back another bit pattern; two equal positive floats have the same bits.
+    """
+    if type(value) is not float:  # an int weight a caller made stays an int
+        return value
+    found = _SHARED_FLOATS.get(value)
+    if found is not None:
+        return found
+    if value > 0.0 and len(_SHARED_FLOATS) < SHARED_FLOATS_KEPT:
+        _SHARED_FLOATS[value] = value
+    return value
+
+
+_ZERO = 0.0
+
+
+def share_memory(node: MemoryNode) -> MemoryNode:
+    """`node` (decoded from a snapshot, on its own) holding shared objects where it repeats
+    other nodes' values: interned ids and names, and the common depth 0.0. A snapshot's 100,000
+    memories otherwise hold their own copy of every key id they list (61 bytes each, four per
+    memory)."""
+    intern = sys.intern
+    node.id = intern(node.id)
+    node.namespace = intern(node.namespace)
+    keys = node.keys
+    if keys:
+        keys[:] = map(intern, keys)
+    if node.session_id is not None:
+        node.session_id = intern(node.session_id)
+    if node.source is not None:
+        node.source = intern(node.source)
+    if node.depth == 0.0 and math.copysign(1.0, node.depth) > 0.0:
+        node.depth = _ZERO
+    return node
+
+
+def share_key(node: KeyNode) -> KeyNode:
+    """`node` (decoded from a snapshot, on its own) holding shared objects: interned ids (its
+    links' memory ids are then the memories' own, 63 bytes each otherwise) and shared link
+    weights."""
+    intern = sys.intern
+    node.id = intern(node.id)
+    node.type = intern(node.type)
+    links = node.links
+    if links:
+        for weight in set(links.values()):  # a few distinct values, however many links
+            shared_float(weight)
+        # Only values shared_float holds come back other objects (see there), in C.
+        weights = links.values()
+        node.links = dict(
+            zip(map(intern, links), map(_SHARED_FLOATS.get, weights, weights), strict=True)
+        )
+    return node
+
+
 class Relation(msgspec.Struct, kw_only=True, gc=False):
     """A knowledge-graph relation: entity key `from_key` --relation_type--> `to_key`."""
 
@@ -181,6 +249,25 @@ def dotless_form(text: str) -> str:
     return caseless_form(text).replace("i\u0307", "i")
 
 
+def _labels_since(
+    index: UnnormalisedLabels | LooseLabels, labels: dict[str, str], dropped: int
+) -> Iterable[tuple[str, str]]:
+    """The (label, key id) pairs of `labels` an index of them has not read yet, oldest first:
+    `GraphState.labels` only grows at its end unless `labels_dropped` moves, which makes the
+    index start over (it is emptied here). Marks them read."""
+    if dropped != index.dropped:
+        index.forms.clear()
+        index.seen, index.dropped = 0, dropped
+    if index.seen >= len(labels):
+        return ()
+    fresh: Iterable[tuple[str, str]] = labels.items()
+    if index.seen:  # only the new labels, from the dict's end
+        fresh = list(itertools.islice(reversed(labels.items()), len(labels) - index.seen))
+        fresh.reverse()
+    index.seen = len(labels)
+    return fresh
+
+
 class UnnormalisedLabels:
     """The labels a plain lookup of the case-folded label misses, by their `dotless_form` -> key
     id: those a log wrote before labels were NFC-normalised that are not NFC (decomposed, or
@@ -201,19 +288,10 @@ class UnnormalisedLabels:
         self.dropped = 0  # `GraphState.labels_dropped` when they were read
 
     def key_id(self, labels: dict[str, str], dropped: int, label: str) -> str | None:
-        if dropped != self.dropped:
-            self.forms.clear()
-            self.seen, self.dropped = 0, dropped
-        if self.seen < len(labels):
-            fresh: Iterable[tuple[str, str]] = labels.items()
-            if self.seen:  # only the new labels, from the dict's end
-                fresh = list(itertools.islice(reversed(labels.items()), len(labels) - self.seen))
-                fresh.reverse()
-            is_nfc = unicodedata.is_normalized
-            for text, key_id in fresh:
-                if not text.isascii() and ("\u0307" in text or not is_nfc("NFC", text)):
-                    self.forms.setdefault(dotless_form(text), key_id)
-            self.seen = len(labels)
+        is_nfc = unicodedata.is_normalized
+        for text, key_id in _labels_since(self, labels, dropped):
+            if not text.isascii() and ("\u0307" in text or not is_nfc("NFC", text)):
+                self.forms.setdefault(dotless_form(text), key_id)
         return self.forms.get(dotless_form(label)) if self.forms else None
 
 
@@ -286,6 +364,24 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
             key_id = next(filter(None, map(labels.get, other_apostrophes(folded))), None)
         return self.keys[key_id] if key_id is not None else None
 
+    def loose_keys(self, texts: Iterable[str]) -> list[KeyNode]:
+        """The keys with a label or alias whose `loose_form` is that of one of `texts`: a
+        name's key however its accents or hyphens were typed. Only a query's way to keys:
+        `key_for_label` still tells which key a label is."""
+        index: LooseLabels | None = self.__dict__.get("_loose")
+        if index is None:
+            index = self.__dict__["_loose"] = LooseLabels()
+        forms = index.update(self.labels, self.labels_dropped)
+        labels = self.labels
+        found: dict[str, None] = {}
+        for text in texts:
+            form = loose_form(text)
+            if (plain := labels.get(form)) is not None:
+                found[plain] = None
+            if forms and (ids := forms.get(form)):
+                found.update(dict.fromkeys(ids))
+        return [self.keys[key_id] for key_id in found]
+
 
 def other_apostrophes(folded: str) -> list[str]:
     """`folded` with its apostrophes typed the other way: O'Brien typed on a keyboard is
@@ -308,6 +404,77 @@ def same_name(label: str, name: str) -> bool:
     return name_form(label) == name_form(name)
 
 
+#: Letters NFD leaves whole that a keyboard without them types plainly (ß is "ss" already, by
+#: casefold), and the hyphens that join a compound name ("Anna-Lena" typed "Anna Lena")
+_PLAIN_LETTERS = str.maketrans(
+    {
+        "æ": "ae",
+        "œ": "oe",
+        "ø": "o",
+        "ł": "l",
+        "đ": "d",
+        "ð": "d",
+        "þ": "th",
+        "ı": "i",
+        "ħ": "h",
+        "-": " ",
+        "\u2010": " ",
+        "\u2011": " ",
+    }
+)
+
+
+#: The accents on a Latin or Greek letter, after NFD (every one such a letter decomposes into
+#: is a combining diacritical mark), which a loose form drops
+_ACCENTS = re.compile("(?<=[\x00-\u024f\u0370-\u03ff])[\u0300-\u036f]+")
+
+
+#: What a label's `loose_form` may change beyond ASCII: Latin and Greek letters and their
+#: accents (precomposed or not), hyphens, ’. A label of other scripts is its own loose form.
+_FOLDS = re.compile("[\u00c0-\u03ff\u1e00-\u1fff\u2010\u2011\u2019-]")
+
+
+def loose_form(text: str) -> str:
+    """How recall compares a name with a query's words, never which key a label is: its
+    `name_form` without the accents of Latin and Greek letters ("Léa" as "Lea", "Ørsted" as
+    "Orsted", "Dæhlie" as "Daehlie") and with a hyphen as a space. Other scripts keep their
+    marks: a Devanagari vowel sign or the breve of й makes another word."""
+    if text.isascii():
+        form = text.lower()  # casefold, for ASCII
+        return " ".join(form.translate(_PLAIN_LETTERS).split()) if "-" in form else form
+    # casefold may compose what it rewrites, so NFD again; the Turkish İ's dot goes with the
+    # other marks, as in dotless_form
+    form = unicodedata.normalize("NFD", unicodedata.normalize("NFD", text).casefold())
+    form = unicodedata.normalize("NFC", _ACCENTS.sub("", form))
+    return " ".join(form.replace("\u2019", "'").translate(_PLAIN_LETTERS).split())
+
+
+class LooseLabels:
+    """The labels whose `loose_form` is not the label itself, by that form -> their key ids
+    (several: "Lea" and "Léa" may be two keys). Built on the first recall of a state object
+    and brought up to date on each use, as `UnnormalisedLabels` is; ASCII labels without a
+    hyphen, most of any store, and those of other scripts are their own loose form, skipped."""
+
+    __slots__ = ("dropped", "forms", "seen")
+
+    def __init__(self) -> None:
+        self.forms: dict[str, list[str]] = {}
+        self.seen = 0
+        self.dropped = 0
+
+    def update(self, labels: dict[str, str], dropped: int) -> dict[str, list[str]]:
+        """The index, with the labels added since the last use."""
+        for text, key_id in _labels_since(self, labels, dropped):
+            if "-" not in text if text.isascii() else _FOLDS.search(text) is None:
+                continue
+            loose = loose_form(text)
+            if loose != text:
+                ids = self.forms.setdefault(loose, [])
+                if key_id not in ids:
+                    ids.append(key_id)
+        return self.forms
+
+
 def alias_form(text: str) -> str:
     """How a query and a learned alias are compared: case-folded, whitespace collapsed."""
     return " ".join(text.split()).casefold()
@@ -323,13 +490,26 @@ def _retire(state: GraphState, node: MemoryNode) -> None:
         state.retirements().note(node.id)
 
 
+def _supersede(
+    state: GraphState, old: MemoryNode, node: MemoryNode, seq: int, reason: str | None
+) -> None:
+    """`node` becomes the next version of `old`: a retelling, a correction or a replacement."""
+    _retire(state, old)
+    old.superseded_by = node.id
+    old.updated_seq = seq
+    state.retired_seq = seq
+    state.changes().note(old.id)
+    node.supersedes = old.id
+    node.supersede_reason = reason
+
+
 def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> MemoryNode:
     # The hottest code of a replay (one call per memory): locals, no defaults to fill twice.
     memory_id = new.memory_id
     key_ids: list[str] = []
     node = MemoryNode(
         id=memory_id,
-        namespace=new.namespace,
+        namespace=sys.intern(new.namespace),  # one string for a namespace's memories
         content=new.content,
         content_hash=new.content_hash,
         created_at=at,
@@ -373,7 +553,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
             elif link.resolution == "promoted":
                 key.type = link.type
         key.links[memory_id] = link.weight
-        key_ids.append(key_id)
+        key_ids.append(key.id)  # the key's own string, not a copy per memory (the event's)
     if new.related_to:
         for target_id in new.related_to:
             target = memories.get(target_id)
@@ -382,13 +562,7 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
     if new.supersedes is not None:
         old = memories.get(new.supersedes)
         if old is not None:
-            _retire(state, old)
-            old.superseded_by = memory_id
-            old.updated_seq = seq
-            state.retired_seq = seq
-            state.changes().note(old.id)
-            node.supersedes = old.id
-            node.supersede_reason = new.supersede_reason
+            _supersede(state, old, node, seq, new.supersede_reason)
             if new.supersede_reason == "duplicate":
                 # The same fact told again keeps what reading it had built up.
                 node.depth, node.access_count = old.depth, old.access_count
@@ -405,13 +579,7 @@ def _corrected(state: GraphState, event: MemoryCorrected) -> None:
     old = state.memories[event.old_id]
     old.depth *= event.weaken_factor
     node = _add_memory(state, event.memory, event.seq, event.at)
-    _retire(state, old)
-    old.superseded_by = node.id
-    old.updated_seq = event.seq
-    state.retired_seq = event.seq
-    state.changes().note(old.id)
-    node.supersedes = old.id
-    node.supersede_reason = "correction"
+    _supersede(state, old, node, event.seq, "correction")
 
 
 def _replaced(state: GraphState, event: MemoryReplaced) -> None:
@@ -424,14 +592,9 @@ def _replaced(state: GraphState, event: MemoryReplaced) -> None:
         target = state.memories.get(target_id)
         if target is not None:
             target.related_from.append(node.id)
-    _retire(state, old)
-    old.superseded_by = node.id
-    old.updated_seq = node.updated_seq = event.seq
-    state.retired_seq = event.seq
-    state.changes().note(old.id)
-    state.changes().note(node.id)
-    node.supersedes = old.id
-    node.supersede_reason = "correction"
+    node.updated_seq = event.seq
+    state.changes().note(node.id)  # a memory already told changes too (a new node is new)
+    _supersede(state, old, node, event.seq, "correction")
 
 
 def _read(state: GraphState, event: MemoryRead) -> None:

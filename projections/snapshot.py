@@ -39,7 +39,7 @@ from keytrail.events.durable import outdate, sync_dir, sync_file
 from keytrail.events.errors import StoreError
 from keytrail.events.types import EPOCH, FoldRules
 
-from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc
+from .keygraph import GraphState, KeyNode, MemoryNode, Turn, paused_gc, share_key, share_memory
 
 #: Format 4 added the body's checksum. Format 3 files are no longer read: every one was
 #: written before a change of the state's layout (`SCHEMA`), so none could be read anyway.
@@ -157,9 +157,9 @@ class LazyNodes(dict[str, Any]):
     bytes, and `materialize` makes it a dict of nodes.
     """
 
-    __slots__ = ("_blob", "_decode", "_ends")
+    __slots__ = ("_blob", "_decode", "_ends", "_share")
 
-    def __init__(self, columns: _Columns, decode: Any) -> None:
+    def __init__(self, columns: _Columns, decode: Any, share: Any) -> None:
         ends = _offsets(columns.ends)
         if len(ends) != len(columns.ids) or (ends and ends[-1] != len(columns.blob)):
             raise msgspec.ValidationError("snapshot columns do not line up")
@@ -167,6 +167,8 @@ class LazyNodes(dict[str, Any]):
         self._blob: memoryview | None = columns.blob
         self._ends = ends
         self._decode = decode
+        #: makes a decoded node hold objects shared with other nodes (see `materialize`)
+        self._share = share
 
     def _slice(self, index: int) -> memoryview:
         assert self._blob is not None  # an int value means the columns are still held
@@ -179,9 +181,9 @@ class LazyNodes(dict[str, Any]):
             dict.__setitem__(self, key, value)
         return value
 
-    def _decoded(self, raw: memoryview) -> Any:
+    def _decoded(self, raw: memoryview, decode: Any = None) -> Any:
         try:
-            return self._decode(raw)
+            return (decode or self._decode)(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             # The framing was checked when the file loaded; a node inside it is damaged.
             raise StoreError(
@@ -198,10 +200,27 @@ class LazyNodes(dict[str, Any]):
     def materialize(self) -> None:
         if self._blob is None:
             return
-        for key, value in dict.items(self):
-            if type(value) is int:
-                dict.__setitem__(self, key, self._decoded(self._slice(value)))
+        decoded, share = self._decoded, self._share
+        # Each node decoded on its own holds its own copy of every id it repeats: a store of
+        # 100,000 memories held 800,000 copies of key and memory ids (47 MiB). Shared here,
+        # once, not node by node as queries decode them: it doubles a node's decoding, which a
+        # first query would wait for. The dict keeps its own key strings (6 MiB): replacing
+        # them would empty the dict for a moment, and it is never seen in a state of less.
+        with paused_gc():  # as a load: many new acyclic containers would run it over and over
+            nodes = [
+                (key, share(decoded(self._slice(value)) if type(value) is int else value))
+                for key, value in dict.items(self)
+            ]
+            for key, node in nodes:
+                dict.__setitem__(self, key, node)
         self._blob, self._ends = None, array("Q")
+
+    def peek(self, key: str, decode: Callable[[memoryview], Any]) -> Any:
+        """The node `key`, or what `decode` reads of its stored bytes if it is undecoded, kept
+        undecoded: a look at every node must not decode them one by one (each would hold its
+        own copy of every id it repeats, which `materialize` shares)."""
+        value = dict.__getitem__(self, key)
+        return self._decoded(self._slice(value), decode) if type(value) is int else value
 
     def raw(self, key: str) -> memoryview | None:
         """The stored bytes of an undecoded node (None once decoded): what `encode` copies."""
@@ -256,6 +275,47 @@ class LazyNodes(dict[str, Any]):
         return dict.__reversed__(self)
 
 
+class MemoryText(msgspec.Struct, array_like=True, gc=False):
+    """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
+    those between left as bytes: its text and whether it is current, read without decoding the
+    rest (`peek_text`)."""
+
+    id: str
+    namespace: str
+    content: str
+    content_hash: msgspec.Raw
+    created_at: msgspec.Raw
+    created_seq: msgspec.Raw
+    keys: msgspec.Raw
+    depth: msgspec.Raw
+    access_count: msgspec.Raw
+    last_read_at: msgspec.Raw
+    expires_at: msgspec.Raw
+    session_id: msgspec.Raw
+    source: msgspec.Raw
+    related_to: msgspec.Raw
+    related_from: msgspec.Raw
+    supersedes: msgspec.Raw
+    superseded_by: str | None
+    supersede_reason: msgspec.Raw
+    status: str
+
+    def current(self) -> bool:
+        return self.status == "active" and self.superseded_by is None
+
+
+_text_decoder = msgspec.msgpack.Decoder(MemoryText)
+
+
+def peek_text(memories: dict[str, MemoryNode], memory_id: str) -> MemoryNode | MemoryText:
+    """The memory `memory_id`, or its `MemoryText` if a lazy load left it undecoded (it stays
+    so): for a look at every memory's text that must not decode a whole snapshot's nodes."""
+    if isinstance(memories, LazyNodes):
+        found: MemoryNode | MemoryText = memories.peek(memory_id, _text_decoder.decode)
+        return found
+    return memories[memory_id]
+
+
 def _columns(nodes: dict[str, Any]) -> _Columns:
     lazy = nodes if isinstance(nodes, LazyNodes) else None
     encode = _encoder.encode
@@ -281,8 +341,8 @@ def _encode_state(state: GraphState) -> bytes:
 def _decode_state(body: memoryview, lazy: bool = False) -> GraphState:
     decoded = _body_decoder.decode(body)
     state = decoded.rest
-    keys = LazyNodes(decoded.keys, _key_decoder.decode)
-    memories = LazyNodes(decoded.memories, _memory_decoder.decode)
+    keys = LazyNodes(decoded.keys, _key_decoder.decode, share_key)
+    memories = LazyNodes(decoded.memories, _memory_decoder.decode, share_memory)
     if lazy:
         state.keys, state.memories = keys, memories
     else:

@@ -543,10 +543,11 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
     ) -> Annotated[CallToolResult, Recall]:
         """Find the keys (concepts and names) a query leads to. Never returns content.
 
-        Use first, silently, before answering. Names match literally (whole words), concepts
-        by meaning. Each key has memory_count, hub (many memories, less specific) and
-        specificity. Next: read_key(key_id) on the most specific keys. When nothing matches,
-        `nearest` holds the closest keys to try.
+        Use first, silently, before answering. Names match literally (whole words, accents
+        optional; a part of a hyphenated name scores 0.9), concepts by meaning. Each key has
+        memory_count, hub (many memories, less specific) and specificity. Next:
+        read_key(key_id) on the most specific keys. When nothing matches, `nearest` holds the
+        closest keys to try.
         Example: recall(query="What does Dana's daughter like?") ->
         {"keys": [{"key_id": "k_..", "label": "Dana", "type": "name", "memory_count": 3, ...}]}
         """

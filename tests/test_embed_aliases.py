@@ -104,6 +104,22 @@ def test_a_query_that_names_the_key_already_is_never_learned(
     assert store.state.keys[key_id].aliases == ["who came from Scandinavia"]
 
 
+def test_a_query_that_names_the_key_with_other_accents_is_never_learned(
+    make_store: Callable[..., Store],
+) -> None:
+    """recall finds the name Zoë in "Where is Zoe?" (accents folded) and "Anna Lena" in
+    "Anna-Lena" (a hyphen for a space): such a question names the key as much as its label."""
+    store = make_store()
+    for label, question in (("Zoë", "Where did Zoe move?"), ("Anna Lena", "Is Anna-Lena in?")):
+        told = store.remember(f"{label} moved", [label], {label: "name"})
+        key_id = told.keys[0].key_id
+        others = [store.remember(f"{label} fact {i}", [label]).memory_id for i in range(2)]
+        for memory_id in (told.memory_id, *others):
+            store.read_memory(memory_id, via_key_id=key_id, query=question)
+        assert store.state.keys[key_id].aliases == []
+    assert events_of(store, KeyAliased) == []
+
+
 def test_an_unused_learned_alias_is_pruned(make_store: Callable[..., Store]) -> None:
     store = make_store(alias_after_reads=2, alias_unused_reads=3)
     memory_id, key_id = shop(store)

@@ -12,13 +12,21 @@ from typing import Any
 import pytest
 
 from keytrail.core import Store, hybrid, keyrank, queries
-from keytrail.core.decide import COMPARE_LIMIT, COMPARE_SCAN_PER_KEY, Batch, LinksByNamespace
+from keytrail.core.decide import (
+    COMPARE_LIMIT,
+    COMPARE_SCAN_PER_KEY,
+    Batch,
+    LinksByNamespace,
+    SameTexts,
+    same_text_form,
+)
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
 from keytrail.core.results import Remembered
 from keytrail.core.store import RememberItem, content_hash
 from keytrail.core.timetravel import TimeView
 from keytrail.events import KeyLink, MemoryRemembered, NewMemory
+from keytrail.projections.keygraph import Changes
 from keytrail.projections.vectors import Matrix
 
 HUB_SIZE = 2 * COMPARE_LIMIT + 50
@@ -73,6 +81,19 @@ def test_a_recent_fact_retold_under_the_hub_alone_is_found(hub_store: Store) -> 
     again = hub_store.remember(fact(HUB_SIZE - 1), keys=["user"])
     assert again.deduplicated is not None
     assert again.deduplicated.memory_id == newest.id
+
+
+def test_an_old_fact_retold_under_the_hub_alone_is_found_by_its_text(hub_store: Store) -> None:
+    # Fact 0 shares only "user" with the retelling, and is far past the hub's newest
+    # COMPARE_LIMIT: the same text is a candidate however it is keyed.
+    oldest = next(m for m in hub_store.state.memories.values() if m.content == fact(0))
+    again = hub_store.remember(fact(0), keys=["user"])
+    assert again.deduplicated is not None
+    assert again.deduplicated.memory_id == oldest.id
+    # ... and sharing no key at all.
+    first = next(m for m in hub_store.state.memories.values() if m.content == fact(1))
+    again = hub_store.remember(fact(1), keys=["drawers"])
+    assert again.deduplicated is not None and again.deduplicated.memory_id == first.id
 
 
 def test_related_through_a_hub_scores_as_a_full_walk_would(
@@ -257,9 +278,10 @@ def test_memory_stats_after_writes_walks_only_what_changed(hub_store: Store) -> 
     assert (expired.memories, expired.expired) == (after.memories - 1, after.expired + 1)
 
 
-def full_walk(batch: Batch, namespace: str, key_ids: list[str]) -> list[str]:
+def full_walk(batch: Batch, namespace: str, content: str, key_ids: list[str]) -> list[str]:
     """The stored candidates as compare took them before its bounds: every key in the order
-    named, each key's links oldest first."""
+    named, each key's links oldest first; then the memories of the same text sharing no key,
+    oldest first."""
     now, memories, found = batch.store.clock(), batch.state.memories, {}
     for key_id in key_ids:
         key = batch.state.keys.get(key_id)
@@ -267,13 +289,17 @@ def full_walk(batch: Batch, namespace: str, key_ids: list[str]) -> list[str]:
             node = memories[memory_id]
             if node.namespace == namespace and visible(node, now):
                 found[memory_id] = None
+    for node in memories.values():
+        if node.namespace == namespace and visible(node, now) and node.content == content:
+            found.setdefault(node.id, None)
     return list(found)
 
 
 def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_order(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Below the bounds the candidates must be the full walk's and in its order: identical
+    """Below the bounds the candidates must be the full walk's and in its order (the same
+    text found by its text alone last): identical
     texts embed to equal vectors whose products differ only in float noise, which depends on
     each row's place in the matrix, so the order decides which of them a retold fact
     deduplicates into (and which contradictions are listed)."""
@@ -288,7 +314,7 @@ def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_or
     def checked(
         batch: Batch, namespace: str, content: str, vector: Matrix, key_ids: list[str]
     ) -> Any:
-        expected = full_walk(batch, namespace, key_ids)
+        expected = full_walk(batch, namespace, content, key_ids)
         taken.clear()
         outcome = compare(batch, namespace, content, vector, key_ids)
         compared.append((expected, taken[0] if taken else []))
@@ -376,6 +402,55 @@ def test_links_by_namespace_follow_a_memory_told_again_in_another_namespace(
     assert len(user.links) == 2  # the link kept its place: nothing was added or cut
     assert split.of(store.state, user, "elsewhere") == [told.memory_id]
     assert told.memory_id not in split.of(store.state, user, "default")
+
+
+def test_same_texts_follow_new_retired_and_retold_memories(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index of current memories by text that dedup reads equals a fresh scan as memories
+    are added, replaced, forgotten, deleted, expired, told again under their id elsewhere, and
+    after the retirements journal dropped what it had noted since the last look."""
+    texts = SameTexts()
+    kg = KnowledgeGraph(store)
+
+    def check() -> None:
+        fresh: dict[tuple[str, str], list[str]] = {}
+        for m in store.state.memories.values():
+            if m.current():
+                fresh.setdefault((m.namespace, same_text_form(m.content)), []).append(m.id)
+        for namespace, form in {*fresh, ("default", "gone"), ("default", "the boat is blue")}:
+            got = texts.holders(store.state, namespace, form)
+            assert got == fresh.get((namespace, form), []), (namespace, form)
+
+    check()
+    blue = store.remember("The boat is  blue", keys=["boat"]).memory_id
+    store.remember("the boat is blue", keys=["sea"], namespace="work")
+    gone = store.remember("gone", keys=["x"]).memory_id
+    check()
+    store.correct(blue, "the boat is red")
+    store.forget(gone)
+    store.remember("the van is parked", keys=["van"], ttl_seconds=60)
+    kg.create_entities([EntityInput("Alice", "person", ["Alice rows"])])
+    check()
+    kg.delete_observations([ObservationInput("Alice", ["Alice rows"])])
+    later = store.clock() + timedelta(seconds=61)
+    monkeypatch.setattr(store, "clock", lambda: later)
+    store.cleanup_expired()
+    check()
+    again = NewMemory(
+        memory_id=blue,
+        namespace="elsewhere",
+        content="the boat is blue",
+        content_hash=content_hash("the boat is blue"),
+        keys=[],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    check()
+    monkeypatch.setattr(Changes, "KEPT", 2)
+    for i in range(4):
+        told = store.remember(f"fact {i}", keys=["f"]).memory_id
+        store.forget(told)
+    check()
 
 
 def plain_read_key(store: Store, key_id: str, **page: Any) -> Any:
@@ -480,10 +555,13 @@ def test_a_batch_past_the_bound_decides_as_its_items_told_one_by_one(
     ]
     items += [
         RememberItem(shed, keys=["user", "shed"]),  # found through its rare key, though oldest
-        RememberItem(fact(0), keys=["user", "late"]),  # past the newest COMPARE_LIMIT: kept
+        # Past the newest COMPARE_LIMIT: a near-duplicate (the hashing embedder reads no
+        # punctuation) is kept; the same text is found by its text.
+        RememberItem(fact(0) + "!", keys=["user", "late"]),
+        RememberItem(fact(2), keys=["user", "late"]),
         RememberItem(fact(count - 1), keys=["user"]),  # among the newest: a duplicate
         RememberItem("the user keeps a spare key in the garage", keys=["user", "garage"]),
-        # Two current tellings of one text: the walk's order picks which one it dedups into.
+        # Two current tellings, equally near: the walk's order picks which one it dedups into.
         RememberItem(fact(0), keys=["late", "early", "user"]),
     ]
 
@@ -506,6 +584,8 @@ def test_a_batch_past_the_bound_decides_as_its_items_told_one_by_one(
     told = [one_by_one.remember(i.content, i.keys) for i in items]
     done = batch.remember_batch(items)
     expected = decisions(one_by_one, told)
-    assert expected[-5][0] == (0, 1.0) and expected[-4][0] is None and expected[-3][0] is not None
+    assert expected[-6][0] == (0, 1.0) and expected[-5][0] is None
+    assert expected[-4][0] == (3, 1.0) and expected[-3][0] is not None
+    assert expected[-1][0] == (len(items) - 5, 1.0)  # through "late", named first
     assert any(contradictions for _, contradictions in expected)
     assert decisions(batch, done) == expected

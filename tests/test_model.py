@@ -238,8 +238,8 @@ class StoreVersusModel(RuleBasedStateMachine):
         self, index: int, labels: list[str], same_namespace: bool, ttl: int | None
     ) -> None:
         """The text of an earlier memory told again. It replaces a current memory of the same
-        namespace with that text and a key in common (reason `duplicate`), which passes on what
-        reading built up: depth, reads and the weights of its links."""
+        namespace with that text, with a key in common or not (reason `duplicate`), which passes
+        on what reading built up: depth, reads and the weights of its links."""
         earlier = self._pick_memory(index)
         if earlier is None:
             return
@@ -253,10 +253,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         twins = [
             m
             for m in model.memories.values()
-            if model.visible(m)
-            and m.namespace == ns
-            and m.content == earlier.content
-            and set(m.keys) & set(names)
+            if model.visible(m) and m.namespace == ns and m.content == earlier.content
         ]
         self._seen_keys = set(model.key_ids)
         done = self.store.remember(earlier.content, keys=labels, namespace=ns, ttl_seconds=ttl)

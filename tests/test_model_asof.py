@@ -250,7 +250,9 @@ class PastReads(SharedHome):
         assert close(seen.depth, then.depth), (as_of, then.id, seen.depth, then.depth)
         assert seen.access_count == then.access_count, (as_of, then.id)
         assert seen.last_read_at == then.last_read_at
-        assert (seen.supersedes, seen.superseded_by) == (then.supersedes, then.superseded_by)
+        # A read names the nearest version not forgotten (by now) on each side.
+        assert seen.supersedes == past.named(then.supersedes, newer=False)
+        assert seen.superseded_by == past.named(then.superseded_by, newer=True)
         assert seen.expires_at == then.expires_at
         saved = self.model
         self.model = past
@@ -286,11 +288,17 @@ class PastReads(SharedHome):
         model = self.model
         sharers: dict[str, list[str]] = {}  # other memory -> the keys of m it shares
         idf: dict[str, float] = {}
+        mine = {m.id}  # its versions are the same fact, never related to it
+        for newer in (False, True):
+            v = m
+            while (step := v.superseded_by if newer else v.supersedes) is not None:
+                v = model.memories[step]
+                mine.add(v.id)
         for name in m.keys:
             found = [
                 o.id
                 for o in model.memories.values()
-                if o.id != m.id
+                if o.id not in mine
                 and o.namespace == m.namespace
                 and model.visible(o)
                 and name in o.keys

@@ -313,6 +313,16 @@ def test_paraphrase_deduplicated_within_namespace_only(real_store: Store) -> Non
     assert [f.memory_id for f in d.possible_contradictions] == [b.memory_id]
 
 
+def test_the_same_text_told_again_under_other_keys_is_deduplicated(real_store: Store) -> None:
+    s = real_store
+    told = s.remember("Anna likes green tea", keys=["tea"])
+    again = s.remember("Anna likes green tea ", keys=["drinks", "Anna"])  # no key shared
+    assert again.deduplicated is not None and again.deduplicated.memory_id == told.memory_id
+    assert again.deduplicated.similarity > 0.9999
+    assert {k.label for k in s.read_memory(again.memory_id).keys} == {"tea", "drinks", "Anna"}
+    assert page_ids(s.list_memories()) == [again.memory_id]
+
+
 # -- expiry --------------------------------------------------------------------------------
 
 

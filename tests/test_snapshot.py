@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog
-from keytrail.projections import fold
+from keytrail.projections import fold, keygraph
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.snapshot import LazyNodes
 
@@ -63,6 +64,30 @@ def test_a_store_opened_from_a_snapshot_folds_onto_its_lazy_state(
     assert msgspec.msgpack.encode(snapshots.materialize(again.state)) == msgspec.msgpack.encode(
         expected
     )
+
+
+def test_a_remember_finds_the_same_text_in_a_lazy_state_without_decoding_it(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """Dedup's index of texts reads every memory of a state loaded lazily as a `MemoryText`
+    (the leading fields of a `MemoryNode`, in its places), leaving the nodes undecoded."""
+    names = [f.name for f in msgspec.structs.fields(keygraph.MemoryNode)]
+    assert list(snapshots.MemoryText.__struct_fields__) == names[: names.index("status") + 1]
+    home = tmp_path / "store"
+    store = filled(make_store, home)
+    store.close()
+    reopened = make_store(home=home)
+    memories = reopened.state.memories
+    assert isinstance(memories, LazyNodes)
+    again = reopened.remember("Apples are a fruit", keys=["orchard"])
+    assert again.deduplicated is not None
+    told = reopened.state.memories[again.deduplicated.memory_id]
+    assert told.content == "apples are a fruit" and told.superseded_by == again.memory_id
+    # The superseded first version (by a correction) is no candidate; and read undecoded.
+    assert reopened.remember("the apple fell on Newton", keys=["orchard"]).deduplicated is None
+    undecoded = [mid for mid, v in dict.items(memories) if type(v) is int]
+    assert len(undecoded) == 1  # the correction's: no command touched it
+    assert memories[undecoded[0]].content == "an apple fell near Newton"
 
 
 def test_a_snapshot_cut_short_is_unreadable(
@@ -332,3 +357,86 @@ def test_a_file_replaced_by_one_of_the_same_size_gets_a_later_second(tmp_path: P
     os.utime(path, ns=(ahead, ahead))
     snapshots.write_atomic(path, b"longer than before")
     assert path.stat().st_mtime_ns < ahead
+
+
+def shared_objects(
+    state: keygraph.GraphState, weights: bool = True, dict_keys: bool = True
+) -> None:
+    """Every id a node repeats is the node's own string, and (`weights`) equal link weights
+    one float; with `dict_keys`, the state's dicts are keyed by the nodes' own strings too (a
+    snapshot's dicts keep the ids read at open: replacing them would empty a dict a moment)."""
+    keys, memories = state.keys, state.memories
+    for key_id, key in dict.items(keys):
+        assert key_id is key.id or not dict_keys
+        for memory_id in key.links:
+            if memory_id in memories:
+                assert memory_id is memories[memory_id].id
+    for memory_id, memory in dict.items(memories):
+        assert memory_id is memory.id or not dict_keys
+        assert all(key_id is keys[key_id].id for key_id in memory.keys if key_id in keys)
+    namespaces = {m.namespace for m in dict.values(memories)}
+    assert len({id(m.namespace) for m in dict.values(memories)}) == len(namespaces)
+    if weights:
+        held = [w for key in dict.values(keys) for w in key.links.values()]
+        assert len({id(w) for w in held}) == len(set(held))
+
+
+def test_nodes_decoded_from_a_snapshot_share_the_ids_they_repeat(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    # A server's nodes come from a snapshot, each decoded on its own: without sharing, a
+    # store of 100,000 memories held 800,000 copies of key and memory ids (about 47 MiB).
+    home = tmp_path / "store"
+    store = make_store(home=home)
+    store.remember_batch(
+        [
+            RememberItem(f"fact {i} about the garden", keys=["garden", f"plant {i % 3}"])
+            for i in range(12)
+        ]
+    )
+    store.remember("a side note on plants", keys=["plant 1"], namespace="side")
+    store.close()
+    loaded = snapshots.load(store.snapshot_path, lazy=True)
+    assert loaded is not None
+    snapshots.materialize(loaded.state)
+    shared_objects(loaded.state, dict_keys=False)
+    eager = snapshots.load(store.snapshot_path)
+    assert eager is not None
+    shared_objects(eager.state, dict_keys=False)
+    assert snapshots.encode(eager) == snapshots.encode(loaded)
+
+
+def test_nodes_folded_from_events_share_the_ids_they_repeat(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    home = tmp_path / "store"
+    store = make_store(home=home)
+    for i in range(6):
+        store.remember(f"fact {i} about the garden", keys=["garden", f"plant {i % 2}"])
+    store.close()
+    # Not the weights: sharing them cost a replay 3-5% (a snapshot's nodes share them).
+    shared_objects(fold(EventLog(home).iter_new()), weights=False)
+
+
+def test_shared_link_weights_keep_their_bits_and_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(keygraph, "_SHARED_FLOATS", {})
+    first, again = float("0.25"), float("0.25")
+    assert first is not again
+    assert keygraph.shared_float(first) is first
+    assert keygraph.shared_float(again) is first
+    # Values a dict keyed by value would mix up are given back as they came.
+    negative_zero, nan = -0.0, float("nan")
+    keygraph.shared_float(0.0)
+    assert keygraph.shared_float(negative_zero) is negative_zero
+    assert keygraph.shared_float(nan) is nan
+    assert type(keygraph.shared_float(1)) is int
+    keygraph.shared_float(1.0)
+    assert type(keygraph.shared_float(1)) is int
+    for i in range(keygraph.SHARED_FLOATS_KEPT + 100):
+        keygraph.shared_float(1.0 + i / 1e6)
+    assert len(keygraph._SHARED_FLOATS) == keygraph.SHARED_FLOATS_KEPT
+    past = 3.0 + 1e-9
+    assert keygraph.shared_float(past) is past  # not kept
+    assert keygraph.shared_float(float("0.25")) is first  # kept ones still shared

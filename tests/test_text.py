@@ -16,6 +16,7 @@ import pytest
 from conftest import rest_of_output
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.projections import text
 from keytrail.projections.text import TextIndex
 
 
@@ -366,3 +367,24 @@ def test_a_swap_killed_before_removing_the_old_index_does_not_stop_the_next_one(
     (old / "meta.json").write_text("the index before")
     index.rebuild(store.state)
     assert len(index.search("ravens", 5)) == 1 and not old.exists()
+
+
+def test_a_big_index_write_hands_what_its_writer_freed_back(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # glibc keeps the blocks tantivy's writer freed: a server that indexed 100,000 memories at
+    # its first recall_memories held 180 MiB more for the rest of its life.
+    text.release_freed_memory()  # callable here, whatever the C library
+    trims: list[int] = []
+    monkeypatch.setattr(text, "release_freed_memory", lambda: trims.append(store.state.seq))
+    monkeypatch.setattr(text, "TRIM_AFTER_DOCUMENTS", 3)
+    store.remember_batch([RememberItem(f"Ferry timetable {i}", ["ferry"]) for i in range(3)])
+    store.text_index()  # built from scratch: three documents
+    assert trims == [store.state.seq]
+    first = trims[0]
+    store.remember("The ferry is late", ["ferry"])
+    assert store.text_index().seq == store.state.seq  # one document caught up
+    assert trims == [first]  # a small write: none
+    store.remember_batch([RememberItem(f"Ferry fare {i}", ["ferry"]) for i in range(4)])
+    assert store.text_index().seq == store.state.seq
+    assert trims == [first, store.state.seq]

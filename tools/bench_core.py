@@ -20,6 +20,7 @@ numpy's products run on one thread, as in the `keytrail` command, unless OPENBLA
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -220,9 +221,11 @@ def main() -> None:
     replay_s = time.perf_counter() - t
     assert replayed.seq == events
     del replayed
+    gc.collect()  # let go now: a later phase's peak must not hold this one's garbage
 
     store.close()  # writes the snapshot
     del store
+    gc.collect()
     t = time.perf_counter()
     reopened = Store(settings, embedder=HashEmbedder())
     open_s = time.perf_counter() - t
@@ -234,6 +237,7 @@ def main() -> None:
     first_recall_s = time.perf_counter() - t
     reopened.close()
     del reopened
+    gc.collect()
     # What a server does after opening (`keytrail serve`): build those in the background.
     warmed = Store(settings, embedder=HashEmbedder())
     t = time.perf_counter()
