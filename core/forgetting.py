@@ -222,10 +222,15 @@ def erasable_labels(
             if key_id in seen or not key.label:
                 continue
             seen.add(key_id)
-            others = [m for m in key.links if m not in gone]
-            if others:
-                more = f" and {len(others) - 1} more" if len(others) > 1 else ""
-                reason = f"also a key of {others[0]}{more}"
+            newest = _live_link(key.links, gone)
+            if newest is not None:
+                # Counted from the smaller side: a hub's links are not walked (gone is small).
+                if len(gone) < len(key.links):
+                    live = len(key.links) - sum(1 for m in gone if m in key.links)
+                else:
+                    live = sum(1 for m in key.links if m not in gone)
+                more = f" and {live - 1} more" if live > 1 else ""
+                reason = f"also a key of {newest}{more}"
                 result.kept.append(KeptLabel(key_id=key_id, label=key.label, reason=reason))
             else:
                 candidates[key_id] = {t.casefold() for t in (key.label, *key.aliases)}
@@ -249,6 +254,12 @@ def erasable_labels(
     texts = [t for k in result.erased for t in (state.keys[k].label, *state.keys[k].aliases)]
     result.digests = label_digests(state, gone, texts)
     return result
+
+
+def _live_link(links: dict[str, float], gone: Collection[str]) -> str | None:
+    """The newest of `links` not in `gone` (None if all are): a key under a forgotten memory
+    is most often a hub whose newest link is live, so this stops at once."""
+    return next((m for m in reversed(links) if m not in gone), None)
 
 
 def label_digests(state: GraphState, gone: Collection[str], texts: Iterable[str]) -> list[str]:

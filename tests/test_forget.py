@@ -833,6 +833,31 @@ def test_a_label_another_event_names_is_kept_and_said(home: Path) -> None:
     store.close()
 
 
+def test_a_kept_label_names_the_newest_memory_its_key_still_leads_to_and_counts_the_rest(
+    home: Path,
+) -> None:
+    """The reason counts the key's other current memories without walking a hub's links: from
+    the forgotten memories when they are fewer than the links, else from the links."""
+    store = open_store(home)
+    b1, b2, b3, pin = (
+        store.remember(text, ["bank"]).memory_id
+        for text in ("the bank opens at nine", "the bank is on Elm St", "a bank loan", "PIN 7391")
+    )
+    bank = store.state.key_for_label("bank").id  # type: ignore[union-attr]
+    gone = store.forget(pin)  # 1 forgotten, 4 links
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [
+        (bank, f"also a key of {b3} and 2 more")
+    ]
+    for text in ("a note aside", "another note aside"):
+        store.forget(store.remember(text, ["aside"]).memory_id)
+    gone = store.forget(b1)  # 4 forgotten, 4 links
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [
+        (bank, f"also a key of {b3} and 1 more")
+    ]
+    assert b2 in store.state.keys[bank].links
+    store.close()
+
+
 def test_forgetting_one_version_keeps_the_labels_the_other_still_uses(home: Path) -> None:
     store = open_store(home)
     old = store.remember("Dana lives in Lyon", ["Dana", "Lyon"], {"Dana": "name"}).memory_id
