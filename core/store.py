@@ -233,6 +233,8 @@ class Store(Queries, HybridQueries):
         #: work that read contents before a forget (past states, a reembed) checks it. The
         #: hash is "" for a memory whose content the state no longer held.
         self.forgets_folded: list[tuple[str, str]] = []
+        #: keys whose labels a forget folded since open erased, in order (past states check it)
+        self.labels_erased_folded: list[str] = []
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
@@ -623,6 +625,7 @@ class Store(Queries, HybridQueries):
                             self._forgotten_lengths.add(len(form))
                             if self._vector_cache is not None:
                                 self._vector_cache.forget_saved(label_digest)
+                self.labels_erased_folded += event.erased_keys
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
             yield event

@@ -677,6 +677,9 @@ def erase_labels(state: GraphState, key_ids: Iterable[str]) -> bool:
         key.label = ""
         key.aliases = []
         changed = True
+    if changed:  # the label lookups riding on the state read the labels before: start over
+        state.__dict__.pop("_unnormalised", None)
+        state.__dict__.pop("_loose", None)
     return changed
 
 
