@@ -626,6 +626,10 @@ class Store(Queries, HybridQueries):
                             if self._vector_cache is not None:
                                 self._vector_cache.forget_saved(label_digest)
                 self.labels_erased_folded += event.erased_keys
+                if event.erased_keys and self._key_vectors is not None:
+                    # Their rows go; the labels after them were embedded in order, so the
+                    # count embedded drops by as many (one row per entry of `labels`).
+                    self._labels_embedded -= self._key_vectors.drop(set(event.erased_keys))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
             yield event
@@ -932,7 +936,8 @@ class Store(Queries, HybridQueries):
             self._labels_embedded = 0
             self._labels_dropped = self.state.labels_dropped
         if self._labels_embedded < len(labels):
-            # Labels are only ever added, so the new ones are the dict's tail: read it backwards.
+            # Labels are only ever added (erased ones took their rows along, in
+            # `_noting_forgets`), so the new ones are the dict's tail: read it backwards.
             tail = itertools.islice(reversed(labels.items()), len(labels) - self._labels_embedded)
             fresh = list(tail)[::-1]
             self._key_vectors.add(

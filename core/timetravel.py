@@ -487,7 +487,8 @@ class TimeView(Queries):
         """The store's label rows cut to the labels that existed then.
 
         Labels are only ever appended to `state.labels` (insertion-ordered), and the store's
-        rows follow that order, so the past's labels are exactly the first rows.
+        rows follow that order, so the past's labels are exactly the first rows. (A forget's
+        erased labels leave both the past's labels and the store's rows: the order holds.)
         """
         present = self._store.key_vectors()
         if self._store.state.labels_dropped == 0:

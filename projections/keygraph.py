@@ -254,7 +254,8 @@ def _labels_since(
 ) -> Iterable[tuple[str, str]]:
     """The (label, key id) pairs of `labels` an index of them has not read yet, oldest first:
     `GraphState.labels` only grows at its end unless `labels_dropped` moves, which makes the
-    index start over (it is emptied here). Marks them read."""
+    index start over (it is emptied here; a forget's erasure drops the index, see
+    `erase_labels`). Marks them read."""
     if dropped != index.dropped:
         index.forms.clear()
         index.seen, index.dropped = 0, dropped
@@ -312,7 +313,8 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
     #: relation_id(...) -> relation, in creation order
     relations: dict[str, Relation] = {}
 
-    #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow
+    #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow (a
+    #: forget's erasures are not counted: see `_forgotten`)
     labels_dropped: int = 0
     #: key-memory links ever cut (by an unlink): otherwise a key's links only grow at the end
     links_cut: int = 0
@@ -655,11 +657,10 @@ def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
     node.updated_seq = event.seq
     state.retired_seq = event.seq
     state.changes().note(node.id)
-    if event.erased_keys:
-        erase_labels(state, event.erased_keys)
-        # Counted whether or not the labels were still here (a replay of the redacted log
-        # never added them), so both states are equal.
-        state.labels_dropped += 1
+    # Not counted in `labels_dropped`: the labels left keep their order, so a past state's
+    # labels (folded from the redacted lines, which never add them) are still the first of
+    # ours, and readers that keep rows by label drop the erased keys' own (see Store).
+    erase_labels(state, event.erased_keys)
 
 
 def erase_labels(state: GraphState, key_ids: Iterable[str]) -> bool:

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from keytrail.core import HashEmbedder, NotFound, RememberItem, Settings, Store, forgetting
 from keytrail.core.history import history
 from keytrail.core.maintenance import verify
-from keytrail.core.timetravel import read_memory_at
+from keytrail.core.timetravel import read_memory_at, view
 from keytrail.events import (
     DecodeError,
     EventLog,
@@ -855,6 +856,45 @@ def test_a_kept_label_names_the_newest_memory_its_key_still_leads_to_and_counts_
         (bank, f"also a key of {b3} and 1 more")
     ]
     assert b2 in store.state.keys[bank].links
+    store.close()
+
+
+def test_an_erasing_forget_drops_the_label_rows_of_its_keys_and_embeds_no_label_again(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a forget that erases labels, the label rows (now and as of a past point) are
+    those of a build from scratch, without the erased ones, and no label is embedded again:
+    every later recall, and every past read, re-embedded all the labels (~100 ms at 20,000)."""
+    store = open_store(home)
+    fill(store, 4)
+    past = store.state.seq
+    secret = store.remember("my bank PIN is 7391", ["Zorblax code", "bank"]).memory_id
+    store.remember("the bank opens at nine", ["bank"])
+    store.recall("bank")  # the label rows, built
+    before = view(store, past).recall("bank")  # a past state kept, and its rows
+    zorblax = store.state.key_for_label("Zorblax code").id  # type: ignore[union-attr]
+    assert store.forget(secret).labels_erased == [zorblax]
+    embedded: list[str] = []
+    embed = store.embed
+
+    def spy(texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        embedded.extend(texts)
+        return embed(texts, *args, **kwargs)
+
+    monkeypatch.setattr(store, "embed", spy)
+    rows = store.key_vectors()
+    past_rows = view(store, past).key_vectors()
+    assert view(store, past).recall("bank") == before
+    assert embedded == []
+    monkeypatch.setattr(store, "embed", embed)
+    store.remember("the cat sleeps all day", ["Mittens"])  # a label after the erased one
+    rows = store.key_vectors()
+    assert rows.ids[-1] == store.state.key_for_label("Mittens").id  # type: ignore[union-attr]
+    store._key_vectors = None  # from scratch
+    fresh = store.key_vectors()
+    assert rows.ids == fresh.ids and np.array_equal(rows.matrix, fresh.matrix)
+    assert "Zorblax code".casefold() not in store.state.labels
+    assert past_rows.ids == fresh.ids[: len(past_rows.ids)]
     store.close()
 
 
