@@ -266,6 +266,8 @@ def label_digests(state: GraphState, gone: Collection[str], texts: Iterable[str]
     """The vector rows (text hashes) of erased label texts, as written and case-folded, but
     those a memory not in `gone` has as its content (the row is theirs)."""
     forms = {form for text in texts for form in (text, text.casefold())}
+    if not forms:  # most forgets erase no label: no walk of every memory
+        return []
     held = {m.content for m in state.memories.values() if m.id not in gone and m.content in forms}
     return sorted(text_hash(t) for t in forms - held)
 
