@@ -272,7 +272,8 @@ class PastReads(SharedHome):
         as_of, past = self._point(*at)
         with self._then(p, as_of, past):
             then = past.memories.get(m.id)
-            if then is None or then.forgotten:
+            # Refused as read_memory refuses it then: forgotten (by now), or expired then.
+            if then is None or not past.readable(then):
                 try:
                     self.store.related(m.id, limit=200)
                 except NotFound as exc:
