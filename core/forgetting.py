@@ -23,6 +23,7 @@ that has it open, whichever comes first. All of it runs holding the appenders' l
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from collections.abc import Collection, Iterable, Mapping
@@ -30,8 +31,19 @@ from pathlib import Path
 
 import msgspec
 
-from keytrail.events import EventLog, PinnedLog
+from keytrail.events import (
+    AnyEvent,
+    EventLog,
+    KeyUnaliased,
+    LinksAdjusted,
+    MemoryCorrected,
+    MemoryRead,
+    MemoryRemembered,
+    PinnedLog,
+)
+from keytrail.events.codec import DecodeError, decode_line, event_tag
 from keytrail.events.durable import sync_dir
+from keytrail.events.errors import CorruptLog
 from keytrail.events.redact import (
     TEMP_SUFFIX,
     SegmentRedaction,
@@ -39,8 +51,9 @@ from keytrail.events.redact import (
     plan_redaction,
 )
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.keygraph import GraphState, erase_labels
 from keytrail.projections.text import TextIndex
-from keytrail.projections.vectors import VectorCache
+from keytrail.projections.vectors import VectorCache, text_hash
 
 PENDING_FILE = "forget.pending"
 
@@ -51,7 +64,13 @@ class PendingPurge(msgspec.Struct, frozen=True, kw_only=True):
     memory_id: str
     created_seq: int
     #: text_hash of the content: the vector cache's row key (the content itself is never kept).
+    #: Empty for a memory forgotten before, whose line only has labels left to erase.
     vector_digest: str
+    #: Keys whose labels the forget erases (`MemoryForgotten.erased_keys`) that the memory's
+    #: line names: blanked there as its content is.
+    keys: list[str] = []
+    #: text_hash of each erased label and alias (as typed and case-folded): their vector rows.
+    label_digests: list[str] = []
 
 
 _pending_decoder = msgspec.json.Decoder(list[PendingPurge])
@@ -138,25 +157,200 @@ def purge(
     for stale in log.dir.glob(f".*{TEMP_SUFFIX}"):
         stale.unlink()  # a crashed redaction's copy; the segment itself is old or new, whole
     planned = plans or {}
+    labels = _labels(entries)
     for name, segment_ids in sorted(_by_segment(log, entries).items()):
         plan = planned.get(name)
-        if plan is None or plan.memory_ids != segment_ids:
-            plan = plan_redaction(log.dir / name, segment_ids)
+        if plan is None or plan.memory_ids != segment_ids or plan.labels != labels:
+            plan = plan_redaction(log.dir / name, segment_ids, labels)
         # The torn tails first: once the log line is redacted the content is nowhere to be read
         # back, and a resumed purge could not find them.
-        touched += _scrub_torn(log.dir / "torn", plan.contents.values())
+        touched += _scrub_torn(log.dir / "torn", [*plan.contents.values(), *plan.removed_labels])
         if apply_redaction(plan):
             log.segment_replaced(name)
             touched.append(f"log/{name}")
     first = min(e.created_seq for e in entries)
-    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot, first)
+    erased_keys = {k for e in entries for k in e.keys}
+    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot, first, erased_keys)
     if fresh_snapshot is not None:
         touched.append(str(fresh_snapshot))
+    digests = {e.vector_digest for e in entries} | {d for e in entries for d in e.label_digests}
     touched += purge_vectors(
-        home / "cache" / "vectors", {e.vector_digest for e in entries} - set(keep_vectors), vectors
+        home / "cache" / "vectors", digests - set(keep_vectors) - {""}, vectors
     )
     touched += purge_text_index(home, ids)
     return [_relative(home, p) for p in touched]
+
+
+class KeptLabel(msgspec.Struct, frozen=True, kw_only=True):
+    """A label of a forgotten memory's key that stays in the store, and why."""
+
+    key_id: str
+    label: str
+    reason: str
+
+
+class ErasableLabels(msgspec.Struct, kw_only=True):
+    """What a forget does with the labels of the keys of the memories it forgets."""
+
+    #: key id -> the forgotten memories whose creating lines name it (all its links)
+    erased: dict[str, list[str]] = {}
+    kept: list[KeptLabel] = []
+    #: `label_digests` of every erased label and alias
+    digests: list[str] = []
+
+
+def erasable_labels(
+    log: EventLog, state: GraphState, memory_ids: Collection[str]
+) -> ErasableLabels:
+    """Which labels of the keys of `memory_ids` (about to be forgotten) go with them.
+
+    A key's label (and its aliases) is erased when every link of the key goes to a memory
+    forgotten now or before, and it is written nowhere but in the lines that created those
+    memories: no other event names the key (an alias learned or dropped, a retype, an entity,
+    an import, ...; reads name it by id only, with the query the user typed, which is kept),
+    and no other key has, or had, the same label or alias. Everything else is kept, with why.
+    Call holding the appenders' lock, caught up (the log is scanned from the key's creation).
+    """
+    memories = state.memories
+    gone = set(memory_ids) | {m.id for m in memories.values() if m.status == "forgotten"}
+    result = ErasableLabels()
+    candidates: dict[str, set[str]] = {}  # key id -> its texts, case-folded
+    seen: set[str] = set()
+    for memory_id in memory_ids:
+        for key_id in memories[memory_id].keys:
+            key = state.keys[key_id]
+            if key_id in seen or not key.label:
+                continue
+            seen.add(key_id)
+            newest = _live_link(key.links, gone)
+            if newest is not None:
+                # Counted from the smaller side: a hub's links are not walked (gone is small).
+                if len(gone) < len(key.links):
+                    live = len(key.links) - sum(1 for m in gone if m in key.links)
+                else:
+                    live = sum(1 for m in key.links if m not in gone)
+                more = f" and {live - 1} more" if live > 1 else ""
+                reason = f"also a key of {newest}{more}"
+                result.kept.append(KeptLabel(key_id=key_id, label=key.label, reason=reason))
+            else:
+                candidates[key_id] = {t.casefold() for t in (key.label, *key.aliases)}
+    if candidates:
+        # Another key with the same text: the labels map would differ between the live state
+        # and a replay of the redacted log (the first key folded claims a label).
+        owners = {t: k for k, ts in candidates.items() for t in ts}
+        for other in state.keys.values():
+            if other.id in candidates:
+                continue
+            for text in (other.label, *other.aliases):
+                owner = owners.get(text.casefold())
+                if owner is not None and owner in candidates:
+                    why = f"{other.id} has the same label or alias"
+                    _keep(result, state, candidates, owner, why)
+    if candidates:
+        for key_id, why in _named_elsewhere(log, state, candidates, gone).items():
+            _keep(result, state, candidates, key_id, why)
+    for key_id in candidates:
+        result.erased[key_id] = sorted(state.keys[key_id].links)
+    texts = [t for k in result.erased for t in (state.keys[k].label, *state.keys[k].aliases)]
+    result.digests = label_digests(state, gone, texts)
+    return result
+
+
+def _live_link(links: dict[str, float], gone: Collection[str]) -> str | None:
+    """The newest of `links` not in `gone` (None if all are): a key under a forgotten memory
+    is most often a hub whose newest link is live, so this stops at once."""
+    return next((m for m in reversed(links) if m not in gone), None)
+
+
+def label_digests(state: GraphState, gone: Collection[str], texts: Iterable[str]) -> list[str]:
+    """The vector rows (text hashes) of erased label texts, as written and case-folded, but
+    those a memory not in `gone` has as its content (the row is theirs)."""
+    forms = {form for text in texts for form in (text, text.casefold())}
+    if not forms:  # most forgets erase no label: no walk of every memory
+        return []
+    held = {m.content for m in state.memories.values() if m.id not in gone and m.content in forms}
+    return sorted(text_hash(t) for t in forms - held)
+
+
+def _keep(
+    result: ErasableLabels,
+    state: GraphState,
+    candidates: dict[str, set[str]],
+    key_id: str,
+    why: str,
+) -> None:
+    if candidates.pop(key_id, None) is not None:
+        result.kept.append(KeptLabel(key_id=key_id, label=state.keys[key_id].label, reason=why))
+
+
+#: Events that name a key by id only, about the memories linked to it: a read through the key
+#: and the weights a recall adjusted (their queries are what the user typed, kept by design).
+_NAMING_BY_ID = (MemoryRead, LinksAdjusted)
+
+
+def _named_elsewhere(
+    log: EventLog, state: GraphState, candidates: dict[str, set[str]], gone: set[str]
+) -> dict[str, str]:
+    """Candidates named by an event other than the lines that created forgotten memories (and
+    reads of them), or whose text was an alias another key dropped: key id -> why."""
+    found: dict[str, str] = {}
+    first = min(state.keys[k].created_seq for k in candidates)
+    start = _segment_of(log, first)
+    names = [n for n in log.segments(fresh=True) if start is not None and n >= start]
+    needles = {k: b'"' + k.encode() + b'"' for k in candidates}
+    for name in names:
+        data = (log.dir / name).read_bytes()
+        lines: dict[int, AnyEvent | None] = {}
+        event_at = functools.partial(_event_at, name, data, lines)
+        for key_id, needle in needles.items():
+            if key_id in found:
+                continue
+            at = data.find(needle)
+            while at >= 0 and key_id not in found:
+                event = event_at(at)
+                if event is not None and not _names_only_gone(event, key_id, gone):
+                    found[key_id] = f"named by {event_tag(event)} at seq {event.seq}"
+                end = data.find(b"\n", at)
+                at = -1 if end < 0 else data.find(needle, end + 1)
+        at = data.find(b'"key.unaliased"')
+        while at >= 0:
+            event = event_at(at)
+            if isinstance(event, KeyUnaliased):
+                for key_id, texts in candidates.items():
+                    if event.key_id != key_id and event.alias.casefold() in texts:
+                        found.setdefault(
+                            key_id,
+                            f"{event.key_id} had the same text as an alias (seq {event.seq})",
+                        )
+            end = data.find(b"\n", at)
+            at = -1 if end < 0 else data.find(b'"key.unaliased"', end + 1)
+    return found
+
+
+def _event_at(
+    name: str, data: bytes, lines: dict[int, AnyEvent | None], at: int
+) -> AnyEvent | None:
+    """The event of the line of segment `name` (`data`) holding byte `at` (decoded once, kept
+    in `lines`); None for a partial last line."""
+    start = data.rfind(b"\n", 0, at) + 1
+    if start not in lines:
+        stop = data.find(b"\n", start)
+        try:
+            lines[start] = None if stop < 0 else decode_line(data[start:stop])
+        except DecodeError as exc:  # a damaged line: say where, as the log's own reader does
+            raise CorruptLog(name, data.count(b"\n", 0, start) + 1, exc.message) from None
+    return lines[start]
+
+
+def _names_only_gone(event: AnyEvent, key_id: str, gone: set[str]) -> bool:
+    """Whether `event` names `key_id` only as a key of forgotten memories it created, or by id
+    in a read of a memory."""
+    if isinstance(event, _NAMING_BY_ID):
+        return True
+    if isinstance(event, MemoryRemembered | MemoryCorrected):
+        created = event.memories if isinstance(event, MemoryRemembered) else [event.memory]
+        return all(m.memory_id in gone for m in created if any(k.key_id == key_id for k in m.keys))
+    return False
 
 
 def check_redactable(log: EventLog, entries: Iterable[PendingPurge]) -> dict[str, SegmentRedaction]:
@@ -166,10 +360,17 @@ def check_redactable(log: EventLog, entries: Iterable[PendingPurge]) -> dict[str
 
     Returns the plans by segment, for `purge` under the same hold of the lock: planning again
     decoded each line once more (a batch line is megabytes) while every writer waited."""
+    entries = list(entries)
+    labels = _labels(entries)
     return {
-        name: plan_redaction(log.dir / name, ids)
+        name: plan_redaction(log.dir / name, ids, labels)
         for name, ids in sorted(_by_segment(log, entries).items())
     }
+
+
+def _labels(entries: Iterable[PendingPurge]) -> dict[str, frozenset[str]]:
+    """The keys whose labels are erased in each memory's line, by memory id."""
+    return {e.memory_id: frozenset(e.keys) for e in entries if e.keys}
 
 
 def _by_segment(log: EventLog, entries: Iterable[PendingPurge]) -> dict[str, frozenset[str]]:
@@ -235,9 +436,14 @@ def _scrub_torn(torn_dir: Path, contents: Iterable[str]) -> list[str]:
 
 
 def purge_snapshots(
-    directory: Path, memory_ids: Collection[str], fresh: Path | None = None, first_seq: int = 0
+    directory: Path,
+    memory_ids: Collection[str],
+    fresh: Path | None = None,
+    first_seq: int = 0,
+    erased_keys: Collection[str] = (),
 ) -> list[str]:
-    """Blank the content of `memory_ids` in every readable snapshot; delete any other file.
+    """Blank the content of `memory_ids` (and the labels of `erased_keys`) in every readable
+    snapshot; delete any other file.
 
     A snapshot with the content blanked is exactly the fold of the redacted log up to its seq.
     One older than `first_seq` (the earliest creation among them) cannot hold their content.
@@ -260,6 +466,9 @@ def purge_snapshots(
             if node is not None and node.content:
                 node.content = ""
                 changed = True
+        # Before the forget (which counts the erasure) only the labels go, as the fold of the
+        # redacted lines never added them.
+        changed = erase_labels(snap.state, erased_keys) or changed
         if changed:
             snapshots.save(path, snap)
             touched.append(str(path))

@@ -528,7 +528,8 @@ def _affected(event: AnyEvent) -> list[str]:
 def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]:
     def label(key_id: str | None) -> str | None:
         key = state.keys.get(key_id) if key_id else None
-        return key.label if key is not None else None
+        # A label a forget erased is blank: the key goes by its id.
+        return (key.label or key.id) if key is not None else None
 
     base: dict[str, Any] = {
         "seq": event.seq,
@@ -737,10 +738,7 @@ def _history(store: Store, memory_id: str, limit: int | None, offset: int) -> Hi
                 if node is None:
                     continue
                 weights = {
-                    (state.keys[k].label if k in state.keys else k): round(
-                        private.keys[k].links[mid], 6
-                    )
-                    for k in node.keys
+                    _label(state, k): round(private.keys[k].links[mid], 6) for k in node.keys
                 }
                 point = Trajectory(
                     seq=event.seq,
@@ -963,7 +961,7 @@ def _changes(
 
 def _label(state: GraphState, key_id: str) -> str:
     key = state.keys.get(key_id)
-    return key.label if key is not None else key_id
+    return key.label or key_id if key is not None else key_id  # erased by a forget: blank
 
 
 def _seek_near(store: Store, log: EventLog, point: int | datetime | None) -> tuple[int, datetime]:

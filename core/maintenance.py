@@ -14,9 +14,10 @@ import msgspec
 
 from keytrail.events import CorruptLog, EventLog, KeytrailError, MemoryForgotten
 from keytrail.events.codec import has_checksum
-from keytrail.events.redact import redacted_ids
+from keytrail.events.redact import blank_label_keys, redacted_ids
 from keytrail.projections import GraphState, apply, text_hash
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.keygraph import erase_labels
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VECTORS_DIR, CacheCheck, check_cache
 
@@ -40,6 +41,8 @@ class VerifyReport:
     torn_files: list[str] = field(default_factory=list)
     #: Memories whose content was removed from the log by forget (each must be forgotten).
     redacted: list[str] = field(default_factory=list)
+    #: Keys whose labels a forget removed from the log (each named by its memory.forgotten).
+    labels_erased: list[str] = field(default_factory=list)
     #: Derived files (snapshots, text index, vector caches) that disagree with the log: the
     #: store would answer from them. Nothing is lost; `keytrail rebuild` makes them anew.
     cache_problems: list[str] = field(default_factory=list)
@@ -77,14 +80,18 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
     count = 0
     redacted: list[str] = []
     forgotten: dict[str, int] = {}  # memory id -> seq of its (last) memory.forgotten
+    blank_labels: list[tuple[str, str]] = []  # (memory, key) of each label blank in a line
+    erased_keys: set[str] = set()  # named by a forget as erased
     try:
         # A second pass picks up what other processes appended meanwhile, so a cache written
         # after this verify began is not mistaken for one ahead of the log.
         for _ in range(2 if derived.beyond(state.seq) else 1):
             for event in log.iter_new():
                 redacted += redacted_ids(event)
+                blank_labels += blank_label_keys(event)
                 if type(event) is MemoryForgotten:
                     forgotten[event.memory_id] = event.seq
+                    erased_keys.update(event.erased_keys)
                 try:
                     apply(state, event)
                 except (KeyError, IndexError, TypeError) as exc:
@@ -112,6 +119,13 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
             f"memory {m}: content redacted but the memory was never forgotten"
             for m in redacted
             if state.memories[m].status != "forgotten"
+        ]
+        # A blank label is a label a forget erased (remember refuses one), in the line of a
+        # forgotten memory, its key named by that forget.
+        problems += [
+            f"key {k}: label blank in the line of {m}, but no forget erased it"
+            for m, k in blank_labels
+            if k not in erased_keys or state.memories[m].status != "forgotten"
         ]
         problems += _unerased(log, state, forgotten, set(redacted), home)
     # Bytes after the last newline of the last segment: a torn tail the next appender will cut.
@@ -148,6 +162,7 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         problems=problems,
         torn_files=torn,
         redacted=redacted,
+        labels_erased=sorted({k for _, k in blank_labels}),
         cache_problems=derived.problems,
         caches_checked=derived.checked,
         caches_ignored=derived.ignored,
@@ -257,7 +272,9 @@ class _Derived:
         self.ignored: list[str] = []
         # An interrupted forget may have left these memories' content in any cache; the next
         # open finishes the purge, so their traces are not problems.
-        self.pending = {p.memory_id for p in forgetting.read_pending(home)}
+        pending = forgetting.read_pending(home)
+        self.pending = {p.memory_id for p in pending}
+        self.pending_keys = {k for p in pending for k in p.keys}  # their labels, likewise
         self._due: dict[int, list[tuple[str, Check]]] = {}
         self._later: list[Check] = []  # run on the final state
         self._snapshots(home)
@@ -328,11 +345,26 @@ class _Derived:
             blanked = self._blanked_since(snapshot, state)
             # One under way when the fold read the line (redacted) has yet to blank this file.
             unpurged = self._unpurged_yet(snapshot, state)
-            if msgspec.msgpack.encode(snapshot) != msgspec.msgpack.encode(state):
+            # The same for the labels a forget erases (see `_labels_since`).
+            labels_blanked, labels_unpurged = self._labels_since(snapshot, state)
+            folded = state
+            if labels_blanked:  # rare (a forget while verify ran): compare with a copy
+                folded = msgspec.msgpack.decode(msgspec.msgpack.encode(state), type=GraphState)
+                erase_labels(folded, labels_blanked)
+            if msgspec.msgpack.encode(snapshot) != msgspec.msgpack.encode(folded):
                 self.problems.append(f"{name}: differs from the log folded to seq {state.seq}")
-            elif blanked or unpurged:
+            elif blanked or unpurged or labels_blanked or labels_unpurged:
                 self._later.append(
-                    partial(self._forgotten_by_now, path, name, state.seq, blanked, unpurged)
+                    partial(
+                        self._forgotten_by_now,
+                        path,
+                        name,
+                        state.seq,
+                        blanked,
+                        unpurged,
+                        labels_blanked,
+                        labels_unpurged,
+                    )
                 )
             else:
                 self.checked.append(f"{name} (seq {state.seq})")
@@ -366,6 +398,21 @@ class _Derived:
                 unpurged.add(memory_id)
         return unpurged
 
+    def _labels_since(self, snapshot: GraphState, state: GraphState) -> tuple[set[str], set[str]]:
+        """Keys whose labels a forget erased in `snapshot` or in the log but not (yet) in the
+        other: (blank in `snapshot` only, blank in `state` only). Those blank in `state` only
+        (its lines redacted, this file not yet purged: a purge under way or pending) are
+        erased in `snapshot` here; the caller compares the others with `state` erased."""
+        in_snapshot: set[str] = set()
+        in_log: set[str] = set()
+        for key_id, key in snapshot.keys.items():
+            folded = state.keys.get(key_id)
+            if folded is None or bool(key.label) == bool(folded.label):
+                continue
+            (in_log if key.label else in_snapshot).add(key_id)
+        erase_labels(snapshot, in_log)
+        return in_snapshot, in_log - self.pending_keys
+
     def _forgotten_by_now(
         self,
         path: Path,
@@ -373,16 +420,21 @@ class _Derived:
         seq: int,
         blanked: set[str],
         unpurged: set[str],
+        labels_blanked: set[str],
+        labels_unpurged: set[str],
         final: GraphState,
     ) -> None:
         # (A line redacted for a memory never forgotten is a problem of the log, reported as
         # such: the fold's state cannot have `unpurged` memories that are not forgotten.)
         kept = sorted(m for m in blanked if final.memories[m].status != "forgotten")
+        kept += sorted(k for k in labels_blanked if final.keys[k].label)
         left = self._held_now(path, seq, unpurged) if unpurged and not kept else []
+        if labels_unpurged and not kept:
+            left += self._labels_held_now(path, seq, labels_unpurged)
         if kept:
             self.problems.append(
-                f"{name}: differs from the log folded to seq {seq} (content blank for "
-                f"memories never forgotten: {_some(kept)})"
+                f"{name}: differs from the log folded to seq {seq} (content or labels blank "
+                f"for memories or keys never forgotten: {_some(kept)})"
             )
         elif left:
             self.problems.append(
@@ -410,6 +462,30 @@ class _Derived:
                     if m not in pending
                     and (node := loaded.state.memories.get(m)) is not None
                     and node.content
+                )
+            )
+            return True
+
+        _between_writes(self.home, read)
+        return held
+
+    def _labels_held_now(self, path: Path, seq: int, key_ids: set[str]) -> list[str]:
+        """Which of `key_ids` the snapshot at `path` still holds a label for, read while no
+        appender is mid-way, leaving out those whose purge is pending (as `_held_now`)."""
+        held: list[str] = []
+
+        def read() -> bool:
+            loaded = snapshots.load(path)
+            if loaded is None or loaded.seq != seq:
+                return True
+            pending = {k for p in forgetting.read_pending(self.home) for k in p.keys}
+            held.extend(
+                sorted(
+                    k
+                    for k in key_ids
+                    if k not in pending
+                    and (key := loaded.state.keys.get(k)) is not None
+                    and key.label
                 )
             )
             return True
@@ -554,11 +630,27 @@ class _Derived:
             for m in state.memories.values()
             if m.status != "forgotten" and m.content and m.id not in self.pending
         ]
-        missing = _without_row(found, {*texts, *state.labels})
-        if missing:
-            self.problems.append(f"{name}: {_gap(missing, state.seq)}")
-        elif not found.problems and not (found.unzeroed and not self.pending):
-            self.checked.append(f"{name} ({counted(found.rows, 'row')}, covers seq {state.seq})")
+        labels = {
+            label: key_id
+            for label, key_id in state.labels.items()
+            if key_id not in self.pending_keys
+        }
+        missing = _without_row(found, {*texts, *labels})
+        seq = state.seq
+
+        def judge(final: GraphState) -> None:
+            # A label a forget erased since the fold read it (a forget under way in another
+            # process) had its rows erased then.
+            gaps = [t for t in missing if t not in labels or final.keys[labels[t]].label]
+            if gaps:
+                self.problems.append(f"{name}: {_gap(gaps, seq)}")
+            elif not found.problems and not (found.unzeroed and not self.pending):
+                self.checked.append(f"{name} ({counted(found.rows, 'row')}, covers seq {seq})")
+
+        if any(t in labels for t in missing):
+            self._later.append(judge)
+        else:
+            judge(state)
 
 
 def _beyond(seq: int, end: int) -> str:
@@ -629,7 +721,7 @@ class OtherModels:
         self.dropped: list[str] = []
         self._due: dict[int, list[str]] = {}  # seq a manifest records -> folder names
         #: (folder name, seq) -> the labels up to that seq, and memory id -> its content
-        self._texts: dict[tuple[str, int], tuple[set[str], dict[str, str]]] = {}
+        self._texts: dict[tuple[str, int], tuple[dict[str, str], dict[str, str]]] = {}
         self._log: EventLog | None = None
         self._state = GraphState()
         if keep:
@@ -648,7 +740,7 @@ class OtherModels:
         for name in self._due.pop(state.seq, ()):
             # As verify's coverage check reads them at that seq (empty content: redacted).
             self._texts[name, state.seq] = (
-                set(state.labels),
+                dict(state.labels),
                 {m.id: m.content for m in state.memories.values() if m.status != "forgotten"},
             )
 
@@ -718,7 +810,9 @@ class OtherModels:
             for memory_id, content in contents.items()
             if content and memory_id not in pending and memories[memory_id].status != "forgotten"
         }
-        missing = _without_row(found, held | labels)
+        # A key whose label a forget erased since had its label's rows erased.
+        held |= {label for label, key_id in labels.items() if state.keys[key_id].label}
+        missing = _without_row(found, held)
         if missing:
             return None, _gap(missing, manifest.seq)
         return f"{counted(found.rows, 'row')}, covers seq {manifest.seq}", ""

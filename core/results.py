@@ -252,6 +252,21 @@ class Forgotten:
     #: same fact in another namespace): its words are still stored there until those are
     #: forgotten too.
     same_text_in: list[str] = field(default_factory=list)
+    #: Keys whose label (and aliases) went with the memory: keys that led to forgotten
+    #: memories only, their labels written nowhere else. By id: the words are not echoed back.
+    labels_erased: list[str] = field(default_factory=list)
+    #: Labels of its keys that stay in the store, and why (another memory's key too, named by
+    #: another event, ...).
+    labels_kept: list[KeptLabel] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class KeptLabel:
+    """A label of a forgotten memory's key that stays, and why."""
+
+    key_id: str
+    label: str
+    reason: str
 
 
 @dataclass(frozen=True)

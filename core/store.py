@@ -73,6 +73,7 @@ from .results import (
     Corrected,
     Expired,
     Forgotten,
+    KeptLabel,
     KeyOutcome,
     MemoryView,
     ProjectionState,
@@ -232,6 +233,8 @@ class Store(Queries, HybridQueries):
         #: work that read contents before a forget (past states, a reembed) checks it. The
         #: hash is "" for a memory whose content the state no longer held.
         self.forgets_folded: list[tuple[str, str]] = []
+        #: keys whose labels a forget folded since open erased, in order (past states check it)
+        self.labels_erased_folded: list[str] = []
         #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
         self._content_digests: dict[str, str] = {}
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
@@ -611,6 +614,22 @@ class Store(Queries, HybridQueries):
                         if self._vector_cache is not None:
                             self._vector_cache.forget_saved(digest)
                     self.forgets_folded.append((event.memory_id, digest))
+                # Erased labels: rows of them embedded here are not saved, those saved erased
+                # (unless a label or content still holds the text) at our next write.
+                for key_id in event.erased_keys:
+                    key = self.state.keys.get(key_id)
+                    for text in () if key is None else (key.label, *key.aliases):
+                        for form in filter(None, (text, text.casefold())):
+                            label_digest = text_hash(form)
+                            self._forgotten_digests.add(label_digest)
+                            self._forgotten_lengths.add(len(form))
+                            if self._vector_cache is not None:
+                                self._vector_cache.forget_saved(label_digest)
+                self.labels_erased_folded += event.erased_keys
+                if event.erased_keys and self._key_vectors is not None:
+                    # Their rows go; the labels after them were embedded in order, so the
+                    # count embedded drops by as many (one row per entry of `labels`).
+                    self._labels_embedded -= self._key_vectors.drop(set(event.erased_keys))
                 self._content_digests.pop(event.memory_id, None)
                 self._forgotten_unindexed.append(event.memory_id)
             yield event
@@ -917,7 +936,8 @@ class Store(Queries, HybridQueries):
             self._labels_embedded = 0
             self._labels_dropped = self.state.labels_dropped
         if self._labels_embedded < len(labels):
-            # Labels are only ever added, so the new ones are the dict's tail: read it backwards.
+            # Labels are only ever added (erased ones took their rows along, in
+            # `_noting_forgets`), so the new ones are the dict's tail: read it backwards.
             tail = itertools.islice(reversed(labels.items()), len(labels) - self._labels_embedded)
             fresh = list(tail)[::-1]
             self._key_vectors.add(
@@ -1351,22 +1371,51 @@ class Store(Queries, HybridQueries):
                 # With all_versions the id may name a version forgotten already: the others
                 # still holding their text are what is asked for.
                 raise NotFound("memory_id", "memory", memory_id, "already forgotten")
-            entries = [
-                forgetting.PendingPurge(
+            entries = {
+                n.id: forgetting.PendingPurge(
                     memory_id=n.id, created_seq=n.created_seq, vector_digest=text_hash(text)
                 )
                 for n, text in found
                 if text is not None
-            ]
+            }
+            # Labels written only in the lines of these (and earlier forgotten) memories go
+            # with them; the rest are named in the answer.
+            labels = forgetting.erasable_labels(self.log, self.state, list(entries))
+            for key_id, linked in labels.erased.items():
+                for m in linked:
+                    entry = entries.get(m) or forgetting.PendingPurge(
+                        memory_id=m,
+                        created_seq=self.state.memories[m].created_seq,
+                        vector_digest="",  # forgotten before: its content is gone already
+                    )
+                    entries[m] = msgspec.structs.replace(entry, keys=[*entry.keys, key_id])
             # A damaged line could not be redacted once the forget is written: refuse first.
-            plans = forgetting.check_redactable(self.log, entries)
+            plans = forgetting.check_redactable(self.log, entries.values())
+            # The rows of the labels as the lines wrote them too (a key named in another case).
+            typed = [t for plan in plans.values() for t in plan.removed_labels]
+            gone = {m for m, e in entries.items() if e.vector_digest} | {
+                m.id for m in self.state.memories.values() if m.status == "forgotten"
+            }
+            digests = sorted({*labels.digests, *forgetting.label_digests(self.state, gone, typed)})
+            if digests:
+                first = next(iter(entries))
+                entries[first] = msgspec.structs.replace(entries[first], label_digests=digests)
             # Recorded before the events, so a crash anywhere after is finished on next open.
-            forgetting.write_pending(self.home, [*forgetting.read_pending(self.home), *entries])
+            forgetting.write_pending(
+                self.home, [*forgetting.read_pending(self.home), *entries.values()]
+            )
             # One fsync for the whole chain, not one per version (3,000 versions took ~10 s):
-            # all its events are recorded before the caller hears of any, or none are.
+            # all its events are recorded before the caller hears of any, or none are. The last
+            # erases the labels: from then on the keys lead to forgotten memories only.
+            erased_keys = sorted(labels.erased)
             events = app.append_all(
                 [
-                    MemoryForgotten(memory_id=n.id, content_hash=n.content_hash, reason=reason)
+                    MemoryForgotten(
+                        memory_id=n.id,
+                        content_hash=n.content_hash,
+                        reason=reason,
+                        erased_keys=erased_keys if n is nodes[-1] else [],
+                    )
                     for n in nodes
                 ]
             )
@@ -1397,6 +1446,10 @@ class Store(Queries, HybridQueries):
                     for m in self.state.memories.values()
                     if m.content_hash in hashes and m.status != "forgotten"
                 ),
+                labels_erased=erased_keys,
+                labels_kept=[
+                    KeptLabel(key_id=k.key_id, label=k.label, reason=k.reason) for k in labels.kept
+                ],
             )
 
         return self._write(decide)
@@ -1444,7 +1497,9 @@ class Store(Queries, HybridQueries):
         # A text another memory (two entities with one observation) or a key label still holds
         # is no secret: its vector row is theirs, and erasing it made recorded coverages untrue.
         memories = self.state.memories
-        gone = {memories[e.memory_id].content_hash: e.vector_digest for e in done}
+        gone = {
+            memories[e.memory_id].content_hash: e.vector_digest for e in done if e.vector_digest
+        }
         held = {
             digest
             for m in memories.values()
@@ -1468,7 +1523,9 @@ class Store(Queries, HybridQueries):
             keep_vectors=held,
             plans=plans,
         )
-        self._forgotten_digests -= {e.vector_digest for e in done}  # erased just now
+        # Erased just now (the rows of erased labels too).
+        self._forgotten_digests -= {e.vector_digest for e in done}
+        self._forgotten_digests -= {d for e in done for d in e.label_digests}
         forgetting.write_pending(self.home, [])
         return purged
 

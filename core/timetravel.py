@@ -22,6 +22,7 @@ from keytrail.events import EventLog, InvalidInput, LogCutBack, NotFound
 from keytrail.events.log import LogPosition
 from keytrail.projections import GraphState, MemoryNode, VectorSet, fold
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.keygraph import erase_labels
 from keytrail.projections.snapshot import Header
 
 from . import validation as check
@@ -145,8 +146,9 @@ class PastStates:
         self._cache: OrderedDict[int, GraphState] = OrderedDict()
         #: seq of a cached state -> its `state_size` when cached
         self._sizes: dict[int, int] = {}
-        #: seq of a cached state -> how many of the store's `forgets_folded` it has blanked
-        self._blanked: dict[int, int] = {}
+        #: seq of a cached state -> how many of the store's `forgets_folded` and
+        #: `labels_erased_folded` it has blanked
+        self._blanked: dict[int, tuple[int, int]] = {}
         #: seq of a cached state -> valid time (None: none) -> the counts time views of it keep
         #: (see `tally`)
         self._tallies: dict[int, OrderedDict[datetime | None, _PastTally]] = {}
@@ -213,7 +215,7 @@ class PastStates:
                     self._cache.move_to_end(state.seq)
                 else:
                     self._cache[state.seq] = state
-                    self._blanked[state.seq] = 0
+                    self._blanked[state.seq] = (0, 0)
                     self._tallies.pop(state.seq, None)
                     self._sizes[state.seq] = state_size(state)
                     self._evict()
@@ -299,14 +301,16 @@ class PastStates:
         its content empty: a state built before the forget (cached, or folded from the log or a
         snapshot the forget was still purging) must say the same. Hold `_lock`.
         """
-        folded = self._store.forgets_folded
-        done = self._blanked.get(state.seq, 0)
+        folded, erased = self._store.forgets_folded, self._store.labels_erased_folded
+        done, labels_done = self._blanked.get(state.seq, (0, 0))
         for memory_id, _ in folded[done:]:
             node = state.memories.get(memory_id)
             if node is not None and node.content:
                 node.content = ""
+        # The labels a forget erased likewise: a replay has them blank.
+        erase_labels(state, erased[labels_done:])
         if self._cache.get(state.seq) is state:
-            self._blanked[state.seq] = len(folded)
+            self._blanked[state.seq] = (len(folded), len(erased))
 
     def _build(self, limit: int | datetime) -> tuple[GraphState, LogPosition | None]:
         """The state at `limit`, and the position to keep it at as a snapshot (None: don't),
@@ -483,7 +487,8 @@ class TimeView(Queries):
         """The store's label rows cut to the labels that existed then.
 
         Labels are only ever appended to `state.labels` (insertion-ordered), and the store's
-        rows follow that order, so the past's labels are exactly the first rows.
+        rows follow that order, so the past's labels are exactly the first rows. (A forget's
+        erased labels leave both the past's labels and the store's rows: the order holds.)
         """
         present = self._store.key_vectors()
         if self._store.state.labels_dropped == 0:

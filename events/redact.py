@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import msgspec
 
@@ -58,11 +59,28 @@ def redacted_ids(event: AnyEvent) -> list[str]:
     return [m.memory_id for m in created_memories(event) if not m.content]
 
 
-def without_content(event: AnyEvent, memory_ids: Collection[str]) -> AnyEvent:
-    """The event as its redacted line decodes: the content of `memory_ids` emptied."""
+#: memory id -> the keys whose labels a forget erases in the line that created that memory
+Labels = Mapping[str, Collection[str]]
+NO_LABELS: Labels = MappingProxyType({})
+
+
+def blank_label_keys(event: AnyEvent) -> list[tuple[str, str]]:
+    """(memory id, key id) of each key link this event carries with its label erased (blank)."""
+    return [(m.memory_id, k.key_id) for m in created_memories(event) for k in m.keys if not k.label]
+
+
+def without_content(
+    event: AnyEvent, memory_ids: Collection[str], labels: Labels = NO_LABELS
+) -> AnyEvent:
+    """The event as its redacted line decodes: the content of `memory_ids` emptied, and the
+    labels of the keys `labels` names for them."""
 
     def blank(m: NewMemory) -> NewMemory:
-        return msgspec.structs.replace(m, content="") if m.memory_id in memory_ids else m
+        if m.memory_id not in memory_ids:
+            return m
+        erased = labels.get(m.memory_id, ())
+        keys = [msgspec.structs.replace(k, label="") if k.key_id in erased else k for k in m.keys]
+        return msgspec.structs.replace(m, content="", keys=keys)
 
     if isinstance(event, MemoryRemembered):
         return msgspec.structs.replace(event, memories=[blank(m) for m in event.memories])
@@ -86,44 +104,68 @@ def _with_crc(prefix: bytes) -> bytes:
     return b'%s%s%s"}' % (prefix, _CRC_PREFIX, _crc(prefix).encode())
 
 
-def _blank_in_place(prefix: bytes, memory: NewMemory) -> bytes | None:
-    """`prefix` with `memory`'s content string turned into `""` and padding, or None if the
-    exact encoding is not found (a hand-written line, say). A JSON string never holds an
-    unescaped quote, so `"content":"...` after the memory's id can only be that field."""
+def _blank_in_place(prefix: bytes, memory: NewMemory, erased: Collection[str]) -> bytes | None:
+    """`prefix` with `memory`'s content string turned into `""` and padding (and the labels of
+    its keys in `erased`), or None if the exact encoding is not found (a hand-written line,
+    say). A JSON string never holds an unescaped quote, so `"content":"...` after the memory's
+    id can only be that field, and `"key_id":"k_...","label":"...` after it that key's link
+    (the first after the id: a memory lists its keys after its id)."""
     start = prefix.find(b'"memory_id":' + _json.encode(memory.memory_id))
     if start < 0:
         return None
-    value = _json.encode(memory.content)
-    needle = b'"content":' + value
-    at = prefix.find(needle, start)
-    if at < 0:
-        return None
-    at += len(b'"content":')
-    return prefix[:at] + b'""' + b" " * (len(value) - 2) + prefix[at + len(value) :]
+    fields = [(b'"content":', memory.content)] if memory.content else []
+    fields += [
+        (b'"key_id":' + _json.encode(k.key_id) + b',"label":', k.label)
+        for k in memory.keys
+        if k.key_id in erased and k.label
+    ]
+    for name, text in fields:
+        value = _json.encode(text)
+        at = prefix.find(name + value, start)
+        if at < 0:
+            return None
+        at += len(name)
+        prefix = prefix[:at] + b'""' + b" " * (len(value) - 2) + prefix[at + len(value) :]
+    return prefix
 
 
-def redact_line(line: bytes, memory_ids: Collection[str]) -> bytes | None:
-    """`line` (without newline) with the content of `memory_ids` blanked, at the same length.
+def redact_line(
+    line: bytes, memory_ids: Collection[str], labels: Labels = NO_LABELS
+) -> bytes | None:
+    """`line` (without newline) with the content of `memory_ids` blanked, at the same length
+    (and the labels `labels` names).
 
-    None when the line holds no content of theirs (not created there, or already redacted).
+    None when the line holds nothing of theirs to blank (not created there, or redacted).
     """
-    redaction = _redact(line, memory_ids)
+    redaction = _redact(line, memory_ids, labels)
     return None if redaction is None else redaction[0]
 
 
-def _redact(line: bytes, memory_ids: Collection[str]) -> tuple[bytes, list[NewMemory]] | None:
+def _holds_erased(memory: NewMemory, labels: Labels) -> bool:
+    """Whether `memory` still holds its content or a label `labels` erases for it."""
+    if memory.content:
+        return True
+    erased = labels.get(memory.memory_id, ())
+    return any(k.label for k in memory.keys if k.key_id in erased)
+
+
+def _redact(
+    line: bytes, memory_ids: Collection[str], labels: Labels = NO_LABELS
+) -> tuple[bytes, list[NewMemory]] | None:
     """`redact_line`, with the memories whose content it blanked (from its one decode of
     `line`: a batch line is megabytes, and a forget held the lock for each decode of it)."""
     event = decode_line(line)
-    targets = [m for m in created_memories(event) if m.memory_id in memory_ids and m.content]
+    targets = [
+        m for m in created_memories(event) if m.memory_id in memory_ids and _holds_erased(m, labels)
+    ]
     if not targets:
         return None
-    expected = without_content(event, memory_ids)
+    expected = without_content(event, memory_ids, labels)
     crc = _has_crc(line)
     prefix: bytes | None = line[:-_CRC_LEN] if crc else line
     for memory in targets:
         assert prefix is not None
-        prefix = _blank_in_place(prefix, memory)
+        prefix = _blank_in_place(prefix, memory, labels.get(memory.memory_id, ()))
         if prefix is None:
             break
     if prefix is not None:
@@ -137,6 +179,10 @@ def _redact(line: bytes, memory_ids: Collection[str]) -> tuple[bytes, list[NewMe
     for obj in raw.get("memories", []) + ([raw["memory"]] if "memory" in raw else []):
         if isinstance(obj, dict) and obj.get("memory_id") in memory_ids:
             obj["content"] = ""
+            erased = labels.get(obj["memory_id"], ())
+            for key in obj.get("keys", []):
+                if isinstance(key, dict) and key.get("key_id") in erased:
+                    key["label"] = ""
     body = _json.encode(raw)
     room = len(line) - (_CRC_LEN if crc else 0) - len(body)
     if room < 0:
@@ -156,11 +202,16 @@ class SegmentRedaction:
     memory_ids: frozenset[str] = frozenset()  # the memories it was planned for
     lines: dict[int, bytes] = field(default_factory=dict)
     contents: dict[str, str] = field(default_factory=dict)  # memory id -> content removed
+    labels: Labels = field(default_factory=dict)  # the labels it was planned to erase
+    removed_labels: set[str] = field(default_factory=set)  # the label texts they had
 
 
-def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
-    """Find the lines of segment `path` that carry content of `memory_ids`, and their redaction."""
-    plan = SegmentRedaction(path, frozenset(memory_ids))
+def plan_redaction(
+    path: Path, memory_ids: Collection[str], labels: Labels = NO_LABELS
+) -> SegmentRedaction:
+    """Find the lines of segment `path` that carry content of `memory_ids` (or labels `labels`
+    erases for them), and their redaction."""
+    plan = SegmentRedaction(path, frozenset(memory_ids), labels=labels)
     data = path.read_bytes()
     for offset in sorted(_lines_naming(data, memory_ids)):
         stop = data.find(b"\n", offset)
@@ -168,13 +219,16 @@ def plan_redaction(path: Path, memory_ids: Collection[str]) -> SegmentRedaction:
             continue  # a partial last line is not an event
         line = data[offset:stop]
         try:
-            redaction = _redact(line, memory_ids)
+            redaction = _redact(line, memory_ids, labels)
         except DecodeError as exc:  # a damaged line: say where, as the log's own reader does
             raise CorruptLog(path.name, data.count(b"\n", 0, offset) + 1, exc.message) from None
         if redaction is not None:
             plan.lines[offset], targets = redaction
             for m in targets:
-                plan.contents[m.memory_id] = m.content
+                if m.content:
+                    plan.contents[m.memory_id] = m.content
+                erased = labels.get(m.memory_id, ())
+                plan.removed_labels |= {k.label for k in m.keys if k.key_id in erased and k.label}
     return plan
 
 

@@ -178,6 +178,10 @@ class MemoryForgotten(Event, frozen=True, kw_only=True, tag="memory.forgotten"):
     memory_id: str
     content_hash: str
     reason: str = ""
+    # Keys whose labels (and aliases) this forget erased: keys that lead to nothing but
+    # forgotten memories and that no other event names. Their labels are blanked in the lines
+    # of those memories, as the content is; the fold drops them from the state.
+    erased_keys: list[str] = []
 
 
 class MemoriesExpired(Event, frozen=True, kw_only=True, tag="memories.expired"):

@@ -254,7 +254,8 @@ def _labels_since(
 ) -> Iterable[tuple[str, str]]:
     """The (label, key id) pairs of `labels` an index of them has not read yet, oldest first:
     `GraphState.labels` only grows at its end unless `labels_dropped` moves, which makes the
-    index start over (it is emptied here). Marks them read."""
+    index start over (it is emptied here; a forget's erasure drops the index, see
+    `erase_labels`). Marks them read."""
     if dropped != index.dropped:
         index.forms.clear()
         index.seen, index.dropped = 0, dropped
@@ -312,7 +313,8 @@ class GraphState(msgspec.Struct, kw_only=True, dict=True):
     #: relation_id(...) -> relation, in creation order
     relations: dict[str, Relation] = {}
 
-    #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow
+    #: labels ever removed from `labels` (by key.unaliased): otherwise labels only grow (a
+    #: forget's erasures are not counted: see `_forgotten`)
     labels_dropped: int = 0
     #: key-memory links ever cut (by an unlink): otherwise a key's links only grow at the end
     links_cut: int = 0
@@ -543,11 +545,13 @@ def _add_memory(state: GraphState, new: NewMemory, seq: int, at: datetime) -> Me
                 extracted=link.extracted,
             )
             keys[key_id] = key
-            state.labels.setdefault(link.label.casefold(), key_id)
+            if link.label:  # blank: erased by a forget (see `erase_labels`)
+                state.labels.setdefault(link.label.casefold(), key_id)
         elif link.resolution != "existing":  # one comparison on the common path
             if link.resolution == "alias":
-                key.aliases.append(link.label)
-                state.labels.setdefault(link.label.casefold(), key_id)
+                if link.label:
+                    key.aliases.append(link.label)
+                    state.labels.setdefault(link.label.casefold(), key_id)
             elif link.resolution == "promoted":
                 key.type = link.type
         key.links[memory_id] = link.weight
@@ -653,6 +657,31 @@ def _forgotten(state: GraphState, event: MemoryForgotten) -> None:
     node.updated_seq = event.seq
     state.retired_seq = event.seq
     state.changes().note(node.id)
+    # Not counted in `labels_dropped`: the labels left keep their order, so a past state's
+    # labels (folded from the redacted lines, which never add them) are still the first of
+    # ours, and readers that keep rows by label drop the erased keys' own (see Store).
+    erase_labels(state, event.erased_keys)
+
+
+def erase_labels(state: GraphState, key_ids: Iterable[str]) -> bool:
+    """Blank the label and aliases of `key_ids` (a forget erased them), as a fold of the
+    redacted lines that named them leaves them. Whether anything changed."""
+    changed = False
+    labels = state.labels
+    for key_id in key_ids:
+        key = state.keys.get(key_id)
+        if key is None or not (key.label or key.aliases):
+            continue
+        for text in (key.label, *key.aliases):
+            if labels.get(text.casefold()) == key_id:
+                del labels[text.casefold()]
+        key.label = ""
+        key.aliases = []
+        changed = True
+    if changed:  # the label lookups riding on the state read the labels before: start over
+        state.__dict__.pop("_unnormalised", None)
+        state.__dict__.pop("_loose", None)
+    return changed
 
 
 def _expired(state: GraphState, event: MemoriesExpired) -> None:

@@ -26,6 +26,7 @@ import json
 import operator
 import os
 import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -634,6 +635,15 @@ class VectorSet:
             self._matrix = grown
         self._matrix[len(self.ids) : need] = vectors
         self.ids.extend(ids)
+
+    def drop(self, ids: Collection[str]) -> int:
+        """Remove the rows of `ids`, the others keeping their order. How many went."""
+        keep = [i for i, row_id in enumerate(self.ids) if row_id not in ids]
+        dropped = len(self.ids) - len(keep)
+        if dropped:
+            self._matrix = self.matrix[keep]
+            self.ids = [self.ids[i] for i in keep]
+        return dropped
 
     def scores(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Cosine of every row with a unit `query` (rows are unit vectors)."""

@@ -84,7 +84,8 @@ def summary(event: AnyEvent) -> str:
     if tag == "memory.remembered":
         parts = []
         for m in data["memories"]:
-            keys = ", ".join(shown_label(k["label"]) for k in m["keys"])
+            # A blank label was erased by a forget: the key goes by its id.
+            keys = ", ".join(shown_label(k["label"]) or k["key_id"] for k in m["keys"])
             parts.append(f"{m['memory_id']} [{m['namespace']}] {_content(m['content'])} ({keys})")
         return "; ".join(parts)
     if tag == "memory.corrected":
@@ -96,7 +97,9 @@ def summary(event: AnyEvent) -> str:
         via = f" via {data['via_key_id']}" if data.get("via_key_id") else ""
         return f"{data['memory_id']}{via}"
     if tag == "memory.forgotten":
-        return f"{data['memory_id']} {shown_label(data.get('reason') or '')}".strip()
+        erased = data.get("erased_keys") or []
+        labels = f" (labels erased: {', '.join(erased)})" if erased else ""
+        return f"{data['memory_id']} {shown_label(data.get('reason') or '')}".strip() + labels
     if tag == "memories.expired":
         return ", ".join(data["memory_ids"])
     if tag == "turn.recorded":
@@ -334,6 +337,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report.redacted:
             ids = ", ".join(report.redacted)
             lines.append(f"redacted (forgotten, content removed): {len(report.redacted)}: {ids}")
+        if report.labels_erased:
+            ids = ", ".join(report.labels_erased)
+            lines.append(
+                f"redacted (forgotten, labels removed): {len(report.labels_erased)}: {ids}"
+            )
         lines += [f"cache ok: {c}" for c in report.caches_checked]
         lines += [f"cache problem: {p}" for p in report.cache_problems]
         ignored = report.caches_ignored

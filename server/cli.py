@@ -395,6 +395,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
             print(f"  the same text is still held by {', '.join(result.same_text_in)}")
         for path in result.purged:
             print(f"  content removed from {path}")
+        if result.labels_erased:
+            print(f"  labels erased: {', '.join(result.labels_erased)}")
+        for kept in result.labels_kept:
+            print(f"  label kept: {kept.label} ({kept.key_id}): {kept.reason}")
     return 0
 
 

@@ -828,18 +828,22 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         ] = False,
     ) -> Annotated[CallToolResult, Forgotten]:
         """Forget a memory for good: hidden from every read, and its content erased from every
-        file of the store (log, snapshots, vectors, index). Only its text goes. Kept: the
-        record of the forget (id, a hash of the content, time, `reason`) and what else the log
-        says of the memory: its key labels (those extracted from its text too) and link
-        weights, which `history` shows, its namespace, session, source, expiry, valid_from,
-        related_to and versions, the queries recorded with reads of it, and conversation
-        turns. Only when the user asks; it cannot be undone. Other
+        file of the store (log, snapshots, vectors, index). Its key labels (those extracted
+        from its text too) go with it where the key leads to nothing but forgotten memories
+        and nothing else names it: `labels_erased` lists those keys by id. Every other label
+        of its keys stays, listed in `labels_kept` with why (a key of other memories too, an
+        alias learned or a key made an entity, ...). Also kept: the record of the forget (id,
+        a hash of the content, time, `reason`) and what else the log says of the memory: its
+        link weights, which `history` shows, its namespace, session, source, expiry,
+        valid_from, related_to and versions, the queries recorded with reads of it, and
+        conversation turns. Only when the user asks; it cannot be undone. Other
         memories holding the same text (a retelling, the fact in another namespace) are listed
         in `same_text_in`: forget those too if the words must go.
 
         Example: forget(memory_id="m_3f2a9c1b7d0e", reason="user asked") ->
         {"memory_id": "m_3f2a9c1b7d0e", "seq": 42, "purged": ["log/000...1.jsonl", ...],
-         "same_text_in": []}
+         "same_text_in": [], "labels_erased": ["k_8ade6b305f"], "labels_kept": [{"key_id":
+         "k_ca13dfa57a", "label": "bank", "reason": "also a key of m_0c1d2e3f4a5b"}]}
         """
         return _reply(lambda: store.forget(memory_id, reason, all_versions))
 

@@ -120,7 +120,10 @@ def test_a_forgotten_memory_is_hidden_from_reads_of_the_past(store: Store) -> No
     secret = store.remember("my bank PIN is 7391", ["bank", "PIN"])
     store.remember("Alice likes tea", ["Alice"], {"Alice": "name"})
     before = store.state.seq
-    store.forget(secret.memory_id, "user asked")
+    bank = store.state.labels["bank"]  # the forget erases the label: only the id stays
+    assert store.forget(secret.memory_id, "user asked").labels_erased == sorted(
+        store.state.memories[secret.memory_id].keys
+    )
     listed = view(store, before).list_memories(None, 50, 0)
     assert secret.memory_id not in [m.memory_id for m in listed.memories]
     recalled = store.recall_memories("bank PIN", as_of=before)
@@ -129,10 +132,30 @@ def test_a_forgotten_memory_is_hidden_from_reads_of_the_past(store: Store) -> No
         read_memory_at(store, secret.memory_id, as_of=before)
     past = view(store, before)
     assert past.recall("bank").keys == []  # a key leading to nothing visible is not offered
-    bank = store.state.labels["bank"]
     assert past.read_key(bank).total == 0 and past.read_key(bank).memories == []
+    assert past.read_key(bank).label == ""  # the past does not know the erased label either
     # The rest of the past is as it was: the other memory is still there.
     assert len(listed.memories) == 1 and "tea" in listed.memories[0].preview
+
+
+def test_a_past_read_before_a_forget_loses_the_labels_it_erased(store: Store) -> None:
+    """A past state read before a forget is kept: the labels the forget erased go from it as
+    its content does, so it answers as a state folded afresh from the redacted log."""
+    from keytrail.core.timetravel import PastStates, view
+
+    secret = store.remember("my bank PIN is 7391", ["bank", "PIN"])
+    store.remember("Alice likes tea", ["Alice"], {"Alice": "name"})
+    before = store.state.seq
+    store.remember("Omar plays the cello", ["cello"])
+    bank = store.state.labels["bank"]
+    assert view(store, before).read_key(bank).label == "bank"  # a past state, kept from here
+    store.forget(secret.memory_id, "user asked")
+    past = view(store, before)
+    kept = past.read_key(bank), past.browse_keys(limit=10), past.recall("bank PIN")
+    store.past = PastStates(store)  # folded afresh
+    fresh = view(store, before)
+    assert kept == (fresh.read_key(bank), fresh.browse_keys(limit=10), fresh.recall("bank PIN"))
+    assert kept[0].label == "" and "bank" not in {k.label for k in kept[1].keys}
 
 
 # -- keytrail import: a file that is not UTF-8 text is a user error -----------------------------

@@ -270,7 +270,9 @@ def test_reembed_list_counts_the_vectors_each_model_holds_not_the_rows_forgets_e
 ) -> None:
     """Two models on one store (a server on each): each projection is listed with the vectors it
     holds. A forget erases its text's row in every model's cache (the row stays, dashed and
-    zeroed, so row numbers hold): it holds no vector any more and is not counted as one."""
+    zeroed, so row numbers hold): it holds no vector any more and is not counted as one. So
+    does the row of a label it erased (a key that led to that memory alone): no live label
+    has that vector either."""
     home = tmp_path / "store"
     stores = [
         Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim)) for dim in (256, 64)
@@ -281,9 +283,10 @@ def test_reembed_list_counts_the_vectors_each_model_holds_not_the_rows_forgets_e
         projection.build(store)
     listed = {fp: rows for fp, rows, _ in projection.list_projections(home)}
     assert listed == {"hash:v1:256": 4, "hash:v1:64": 4}  # two labels and two contents each
-    stores[1].forget(first.memory_id)
+    bees = stores[1].state.key_for_label("bees").id  # type: ignore[union-attr]
+    assert stores[1].forget(first.memory_id).labels_erased == [bees]
     listed = {fp: rows for fp, rows, _ in projection.list_projections(home)}
-    assert listed == {"hash:v1:256": 3, "hash:v1:64": 3}
+    assert listed == {"hash:v1:256": 2, "hash:v1:64": 2}  # "cello" and Omar's fact each
     for store in stores:
         store.close()
 

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -15,10 +16,12 @@ import pytest
 from keytrail.core import HashEmbedder, NotFound, RememberItem, Settings, Store, forgetting
 from keytrail.core.history import history
 from keytrail.core.maintenance import verify
-from keytrail.core.timetravel import read_memory_at
+from keytrail.core.timetravel import read_memory_at, view
 from keytrail.events import (
     DecodeError,
     EventLog,
+    KeyAliased,
+    KeyRetyped,
     MemoryForgotten,
     MemoryRemembered,
     NewMemory,
@@ -272,8 +275,10 @@ def test_an_interrupted_purge_is_finished_by_the_next_open(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = open_store(home)
-    secret = store.remember(SECRET, ["bank"]).memory_id
+    secret = store.remember(SECRET, ["bank", "Zorblax vault"]).memory_id
+    store.remember("the bank opens at nine", ["bank"])
     fill(store, 6)
+    store.embed(["Zorblax vault", "zorblax vault"])
     store.close()
     store = open_store(home)
     undo = crash_after_the_event(monkeypatch)
@@ -282,12 +287,16 @@ def test_an_interrupted_purge_is_finished_by_the_next_open(
     undo()
     assert forgetting.read_pending(home)[0].memory_id == secret
     assert files_holding(home, SECRET)  # forgotten in the log, content not yet purged
+    assert label_files(home, "Zorblax vault")  # and its label too
     assert verify(home).ok  # an unredacted line before its forget is a valid log
     reopened = open_store(home)
     assert files_holding(home, SECRET) == []
+    assert label_files(home, "Zorblax vault") == []  # the label of its key alone went too
+    assert reopened.state.key_for_label("bank") is not None
     assert not forgetting.pending_path(home).exists()
     assert encoded(reopened.state) == encoded(replay(home))
-    assert verify(home).redacted == [secret]
+    report = verify(home)
+    assert report.redacted == [secret] and len(report.labels_erased) == 1
 
 
 def test_an_interrupted_purge_is_finished_by_the_next_forget(
@@ -711,6 +720,226 @@ def test_forgetting_knowledge_graph_observations_and_imports(home: Path) -> None
     store.close()
 
 
+def label_files(home: Path, *labels: str) -> list[str]:
+    """Every file under `home` holding one of `labels`, as typed or case-folded."""
+    return sorted(
+        {f for label in labels for t in {label, label.casefold()} for f in files_holding(home, t)}
+    )
+
+
+def test_forget_erases_the_labels_of_keys_that_lead_to_nothing_else(home: Path) -> None:
+    """Forgetting "I was treated at the Mayo Clinic for Lyme disease" left "Mayo Clinic" (a key
+    extracted from the text) and an agent's label used by it alone in the log, the snapshots,
+    the label vector rows and history. Keys leading to nothing but forgotten memories lose
+    their labels; a key shared with a current memory keeps its own, and the answer says so."""
+    with Store(settings(home), embedder=HashEmbedder(dim=64)) as other_model:
+        other_model.remember("warm up the 64-dim cache", ["warm"])
+    store = open_store(home)
+    fill(store, 5)
+    treated = store.remember("I was treated at the Mayo Clinic for Lyme disease").memory_id
+    links = store.remember("my bank PIN is 7391", ["bank", "Zorblax code"]).memory_id
+    shared = store.remember("the bank opens at nine", ["bank"]).memory_id
+    keys = {
+        store.state.keys[k].label: k for m in (treated, links) for k in store.state.memories[m].keys
+    }
+    assert store.state.keys[keys["Mayo Clinic"]].label == "Mayo Clinic"
+    fill(store, 6, tag="after")
+    secret_labels = ("Mayo Clinic", "Lyme", "Zorblax code")
+    # Every label's vector row, in both models' caches.
+    store.embed([t for label in secret_labels for t in (label, label.casefold())])
+    store.vectors.flush()
+    store.close()
+    with Store(settings(home), embedder=HashEmbedder(dim=64)) as other_model:
+        other_model.embed([t for label in secret_labels for t in (label, label.casefold())])
+        other_model.vectors.flush()
+    assert "cache/snapshot/keygraph.msgpack" in label_files(home, "Mayo Clinic")
+
+    store = open_store(home)
+    gone = store.forget(treated, reason="user asked")
+    assert sorted(gone.labels_erased) == sorted(
+        keys[label] for label in ("Mayo Clinic", "Lyme", "treated", "disease")
+    )
+    assert gone.labels_kept == []
+    gone_too = store.forget(links)
+    assert gone_too.labels_erased == [keys["Zorblax code"]]
+    assert [(k.key_id, k.label, k.reason) for k in gone_too.labels_kept] == [
+        (keys["bank"], "bank", f"also a key of {shared}")
+    ]
+
+    assert label_files(home, *secret_labels) == []
+    for dim in (256, 64):
+        cache = VectorCache(home / "cache" / "vectors", f"hash:v1:{dim}", dim)
+        for label in secret_labels:
+            assert text_hash(label) not in cache and text_hash(label.casefold()) not in cache
+    assert text_hash("bank") in store.vectors  # the shared key's label keeps its row
+    assert store.state.keys[keys["bank"]].label == "bank"
+    assert store.state.key_for_label("Mayo Clinic") is None and "" not in store.state.labels
+    # The store answers as before: the erased keys lead to no memory shown.
+    erased = set(gone.labels_erased + gone_too.labels_erased)
+    for query in ("Mayo Clinic", "Lyme", "Zorblax code", ""):
+        found = store.recall(query) if query else None
+        shown = [] if found is None else found.keys + found.nearest
+        assert all(k.label and k.key_id not in erased for k in shown)
+    assert all(k.label for k in store.browse_keys(limit=100).keys)
+    store.memory_stats()
+    # history names the keys by id; the log shows no label.
+    weights = history(store, treated).trajectory[-1].weights
+    assert set(weights) == {keys[label] for label in ("Mayo Clinic", "Lyme", "treated", "disease")}
+    report = verify(home)
+    assert report.ok, report.problems
+    assert report.labels_erased == sorted(gone.labels_erased + gone_too.labels_erased)
+    assert encoded(replay(home)) == encoded(store.state)
+    store.close()
+    reopened = open_store(home)
+    assert encoded(reopened.state) == encoded(replay(home))
+    # A new memory may name "Mayo Clinic" again: a new key, and nothing breaks.
+    again = reopened.remember("the Mayo Clinic is in Rochester").memory_id
+    assert reopened.state.key_for_label("Mayo Clinic") is not None
+    assert reopened.state.key_for_label("Mayo Clinic").id != keys["Mayo Clinic"]  # type: ignore[union-attr]
+    assert again in {m.memory_id for m in reopened.list_memories(limit=100).memories}
+    reopened.close()
+    assert verify(home).ok
+
+
+def test_a_label_another_event_names_is_kept_and_said(home: Path) -> None:
+    """A key named by a key.aliased or key.retyped event (or one whose label another key has)
+    keeps its label; the forget lists it as kept, with the event."""
+    store = open_store(home)
+    made = store.remember("the Quokka Lodge booking", ["Quokka Lodge", "booking ref", "stay"])
+    keys = {store.state.keys[k].label: k for k in store.state.memories[made.memory_id].keys}
+    aliased = KeyAliased(key_id=keys["Quokka Lodge"], alias="QL")
+    retyped = KeyRetyped(key_id=keys["booking ref"], key_type="name")
+    store._write(lambda app: store._append(app, aliased))
+    store._write(lambda app: store._append(app, retyped))
+    other = store.remember("a trip to remember", ["journey"]).memory_id
+    store._write(
+        lambda app: store._append(
+            app, KeyAliased(key_id=store.state.memories[other].keys[0], alias="stay")
+        )
+    )
+    seqs = {
+        e.key_id: e.seq for e in EventLog(home).read_new() if isinstance(e, KeyAliased | KeyRetyped)
+    }
+    gone = store.forget(made.memory_id)
+    assert gone.labels_erased == []
+    journey = store.state.memories[other].keys[0]
+    assert sorted((k.label, k.reason) for k in gone.labels_kept) == [
+        ("Quokka Lodge", f"named by key.aliased at seq {seqs[keys['Quokka Lodge']]}"),
+        ("booking ref", f"named by key.retyped at seq {seqs[keys['booking ref']]}"),
+        ("stay", f"{journey} has the same label or alias"),
+    ]
+    assert label_files(home, "Quokka Lodge", "booking ref")
+    assert verify(home).ok
+    assert encoded(replay(home)) == encoded(store.state)
+    store.close()
+
+
+def test_a_kept_label_names_the_newest_memory_its_key_still_leads_to_and_counts_the_rest(
+    home: Path,
+) -> None:
+    """The reason counts the key's other current memories without walking a hub's links: from
+    the forgotten memories when they are fewer than the links, else from the links."""
+    store = open_store(home)
+    b1, b2, b3, pin = (
+        store.remember(text, ["bank"]).memory_id
+        for text in ("the bank opens at nine", "the bank is on Elm St", "a bank loan", "PIN 7391")
+    )
+    bank = store.state.key_for_label("bank").id  # type: ignore[union-attr]
+    gone = store.forget(pin)  # 1 forgotten, 4 links
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [
+        (bank, f"also a key of {b3} and 2 more")
+    ]
+    for text in ("a note aside", "another note aside"):
+        store.forget(store.remember(text, ["aside"]).memory_id)
+    gone = store.forget(b1)  # 4 forgotten, 4 links
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [
+        (bank, f"also a key of {b3} and 1 more")
+    ]
+    assert b2 in store.state.keys[bank].links
+    store.close()
+
+
+def test_an_erasing_forget_drops_the_label_rows_of_its_keys_and_embeds_no_label_again(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a forget that erases labels, the label rows (now and as of a past point) are
+    those of a build from scratch, without the erased ones, and no label is embedded again:
+    every later recall, and every past read, re-embedded all the labels (~100 ms at 20,000)."""
+    store = open_store(home)
+    fill(store, 4)
+    past = store.state.seq
+    secret = store.remember("my bank PIN is 7391", ["Zorblax code", "bank"]).memory_id
+    store.remember("the bank opens at nine", ["bank"])
+    store.recall("bank")  # the label rows, built
+    before = view(store, past).recall("bank")  # a past state kept, and its rows
+    zorblax = store.state.key_for_label("Zorblax code").id  # type: ignore[union-attr]
+    assert store.forget(secret).labels_erased == [zorblax]
+    embedded: list[str] = []
+    embed = store.embed
+
+    def spy(texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        embedded.extend(texts)
+        return embed(texts, *args, **kwargs)
+
+    monkeypatch.setattr(store, "embed", spy)
+    rows = store.key_vectors()
+    past_rows = view(store, past).key_vectors()
+    assert view(store, past).recall("bank") == before
+    assert embedded == []
+    monkeypatch.setattr(store, "embed", embed)
+    store.remember("the cat sleeps all day", ["Mittens"])  # a label after the erased one
+    rows = store.key_vectors()
+    assert rows.ids[-1] == store.state.key_for_label("Mittens").id  # type: ignore[union-attr]
+    store._key_vectors = None  # from scratch
+    fresh = store.key_vectors()
+    assert rows.ids == fresh.ids and np.array_equal(rows.matrix, fresh.matrix)
+    assert "Zorblax code".casefold() not in store.state.labels
+    assert past_rows.ids == fresh.ids[: len(past_rows.ids)]
+    store.close()
+
+
+def test_forgetting_one_version_keeps_the_labels_the_other_still_uses(home: Path) -> None:
+    store = open_store(home)
+    old = store.remember("Dana lives in Lyon", ["Dana", "Lyon"], {"Dana": "name"}).memory_id
+    new = store.correct(old, "Dana moved to Oslo", ["Dana", "Oslo"], {"Dana": "name"}).memory_id
+    dana = store.state.key_for_label("Dana").id  # type: ignore[union-attr]
+    oslo = store.state.key_for_label("Oslo").id  # type: ignore[union-attr]
+    gone = store.forget(new)
+    assert gone.labels_erased == [oslo]
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [(dana, f"also a key of {old}")]
+    assert label_files(home, "Oslo") == [] and label_files(home, "Dana")
+    # Forgetting the other version too: Dana leads to forgotten memories only, and goes; the
+    # line of the version forgotten first loses it as well.
+    rest = store.forget(old)
+    assert sorted(rest.labels_erased) == sorted([dana, store.state.memories[old].keys[1]])
+    assert label_files(home, "Dana", "Lyon") == []
+    report = verify(home)
+    assert report.ok, report.problems
+    assert encoded(replay(home)) == encoded(store.state)
+    store.close()
+    assert encoded(open_store(home).state) == encoded(replay(home))
+
+
+def test_a_label_named_in_another_case_loses_its_row_too(home: Path) -> None:
+    """A memory that named an existing key in another case ("ZORBLAX CODE") wrote that
+    spelling in its line and embedded it: the forget erases both."""
+    store = open_store(home)
+    first = store.remember("the vault code is 4412", ["Zorblax code"]).memory_id
+    second = store.remember("the vault code changed to 9921", ["ZORBLAX CODE"]).memory_id
+    store.vectors.flush()
+    assert text_hash("ZORBLAX CODE") in store.vectors
+    assert store.forget(first).labels_erased == []
+    (key,) = store.forget(second).labels_erased
+    assert store.state.keys[key].label == ""
+    assert label_files(home, "Zorblax code", "ZORBLAX CODE") == []
+    cache = VectorCache(home / "cache" / "vectors", "hash:v1:256", 256)
+    for text in ("Zorblax code", "ZORBLAX CODE", "zorblax code"):
+        assert text_hash(text) not in cache
+    assert verify(home).ok
+    assert encoded(replay(home)) == encoded(store.state)
+    store.close()
+
+
 def test_the_forget_description_says_what_is_kept(home: Path) -> None:
     """The description said "Only the id, a hash of the content, the time and reason are kept",
     but history of a forgotten memory still shows its key labels and link weights, and the log
@@ -726,10 +955,12 @@ def test_the_forget_description_says_what_is_kept(home: Path) -> None:
         store.read_memory(made.memory_id, query="what is Anna allergic to")
         store.forget(made.memory_id, reason="user asked")
         weights = history(store, made.memory_id).trajectory[-1].weights
-        assert weights == {"peanuts": 1.0, "allergy": 1.0}
+        # Keys of that memory alone lose their labels with it: history names them by id.
+        assert weights == {k: 1.0 for k in store.state.memories[made.memory_id].keys}
         kept = b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
-        for survivor in (b'"chat"', b'"s1"', b'"peanuts"', b"what is Anna allergic to"):
+        for survivor in (b'"chat"', b'"s1"', b"what is Anna allergic to"):
             assert survivor in kept
+        assert b'"peanuts"' not in kept
         assert files_holding(home, "Anna has a peanut allergy") == []
 
         async def described() -> str:
@@ -738,5 +969,5 @@ def test_the_forget_description_says_what_is_kept(home: Path) -> None:
 
         text = " ".join(anyio.run(described).split())
     assert "Only the id, a hash of the content" not in text
-    for said in ("key labels", "link weights", "session", "source", "queries"):
+    for said in ("key labels", "labels_kept", "link weights", "session", "source", "queries"):
         assert said in text, said

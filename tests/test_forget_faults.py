@@ -74,18 +74,26 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
     home = tmp_path / "store"
     rng = random.Random(20261121)
     contents: dict[str, str] = {}
+    labels: dict[str, str] = {}  # memory id -> the label of its own key
 
     def add_secrets(batches: int) -> None:
         with Store(settings(home), embedder=HashEmbedder()) as store:
             for i in range(batches):
+                # Each with a key of its own, whose label goes with it (and a shared one).
                 batch = store.remember_batch(
                     [
-                        RememberItem(f'secret {i}.{j} {secrets.token_hex(6)} ü"q"', [f"t{j}"])
+                        RememberItem(
+                            f'secret {i}.{j} {secrets.token_hex(6)} ü"q"',
+                            [f"t{j}", f"own label {secrets.token_hex(5)}"],
+                        )
                         for j in range(3)
                     ]
                 )
                 for out in batch:
                     contents[out.memory_id] = store.state.memories[out.memory_id].content
+                    labels[out.memory_id] = next(
+                        k.label for k in out.keys if k.label.startswith("own label")
+                    )
                 store.remember(f"unrelated filler {i} " + "z" * 50, ["filler"])
 
     add_secrets(20)
@@ -133,6 +141,8 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
         store = Store(settings(home), embedder=HashEmbedder())
         found = holding(home, contents)
         assert not (set(found) & forgotten), {m: found[m] for m in set(found) & forgotten}
+        kept = holding(home, labels)
+        assert not (set(kept) & forgotten), {m: kept[m] for m in set(kept) & forgotten}
         for memory_id in set(contents) - forgotten:
             assert any(p.startswith("log/") for p in found.get(memory_id, [])), memory_id
             assert store.state.memories[memory_id].content == contents[memory_id]
@@ -146,6 +156,7 @@ def test_kill_9_during_forget_always_leaves_old_or_new(tmp_path: Path) -> None:
     report = verify(home)
     assert report.ok, report.problems
     assert set(report.redacted) == forgotten_in_log(home)
+    assert len(report.labels_erased) == len(report.redacted)
     print(f"kills={kills} forgotten={len(report.redacted)} interrupted_purges={interrupted}")
 
 

@@ -106,6 +106,16 @@ class Model:
             memory_id = m.superseded_by if newer else m.supersedes
         return memory_id
 
+    def erase(self, name: str) -> None:
+        """A forget erased the key's label: the key stays (counted, its links kept) under a
+        name no label spells, and `name` is free to make a new key."""
+        key_id = self.key_ids.pop(name)
+        blank = f"\x00{key_id}"
+        self.key_ids[blank] = key_id
+        for m in self.memories.values():
+            m.keys = [blank if n == name else n for n in m.keys]
+        self.weights = {(blank if n == name else n, mid): w for (n, mid), w in self.weights.items()}
+
     def link(self, name: str, memory_id: str, weight: float) -> None:
         self.weights[(name, memory_id)] = weight
 
@@ -470,6 +480,17 @@ class StoreVersusModel(RuleBasedStateMachine):
         assert sorted(done.other_versions) == sorted(mid for mid in gone if mid != m.id)
         for mid in gone:
             model.memories[mid].forgotten = True
+        # A key every memory of which is forgotten loses its label (nothing else names it
+        # here: no alias, retype or entity in this model).
+        erased = [
+            name
+            for name in model.key_ids
+            if not name.startswith("\x00")
+            and all(m.forgotten for m in model.memories.values() if name in m.keys)
+        ]
+        assert sorted(done.labels_erased) == sorted(model.key_ids[n] for n in erased)
+        for name in erased:
+            model.erase(name)
 
     @rule()
     def cleanup_expired(self) -> None:

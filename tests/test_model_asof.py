@@ -83,6 +83,10 @@ class PastReads(SharedHome):
         past.seq, past.now = seq, now
         for m in past.memories.values():
             m.forgotten = m.forgotten or self.model.memories[m.id].forgotten
+        # ... and so does the erasure of labels: erased keys have no label then either.
+        erased = {k for n, k in self.model.key_ids.items() if n.startswith("\x00")}
+        for name in [n for n, k in past.key_ids.items() if k in erased and n[:1] != "\x00"]:
+            past.erase(name)
         return past
 
     def _point(self, how: str, where: int) -> tuple[object, Model]:
@@ -268,7 +272,8 @@ class PastReads(SharedHome):
         as_of, past = self._point(*at)
         with self._then(p, as_of, past):
             then = past.memories.get(m.id)
-            if then is None or then.forgotten:
+            # Refused as read_memory refuses it then: forgotten (by now), or expired then.
+            if then is None or not past.readable(then):
                 try:
                     self.store.related(m.id, limit=200)
                 except NotFound as exc:

@@ -63,9 +63,10 @@ from keytrail.events import (
     decode_line,
     encode_line,
 )
-from keytrail.events.redact import redacted_ids
+from keytrail.events.redact import blank_label_keys, redacted_ids
 from keytrail.projections import GraphState, fold
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.keygraph import erase_labels
 
 T0 = datetime(2025, 1, 1, 8, 30, 0, 123456, tzinfo=UTC)
 
@@ -106,6 +107,9 @@ replace_op = st.tuples(
 )
 read_op = st.tuples(st.just("read"), st.integers(0, 99), st.booleans())
 forget_op = st.tuples(st.just("forget"), st.integers(0, 99))
+#: a memory under a key few others share (or under the keys extracted from its text): a
+#: forget of it (and of the others under that key) erases the key's label
+own_op = st.tuples(st.just("remember_own"), st.integers(0, len(CONTENTS) - 1), st.integers(0, 2))
 cleanup_op = st.tuples(st.just("cleanup"), st.sampled_from([0, 45, 700, 8000]))
 clock_op = st.tuples(
     st.just("tick"), st.sampled_from([-120, -1, 1, 40, 4000])
@@ -160,6 +164,7 @@ op = st.one_of(
     observe_op,
     delete_entity_op,
     forget_text_op,
+    own_op,
     share_op,
     import_op,
     remember_op,
@@ -229,6 +234,11 @@ def run(
                     key_types={"Newton": "name"} if "Newton" in keys else None,
                 )
                 ids.append(r.memory_id)
+            elif kind == "remember_own":
+                _, c, n = item
+                counter += 1
+                r5 = store.remember(f"{CONTENTS[c]} o{counter}", [f"own label {n}"] if n else None)
+                ids.append(r5.memory_id)
             elif kind == "batch":
                 from keytrail.core import RememberItem
 
@@ -348,10 +358,26 @@ DELETED_OBSERVATION_OPS: list[tuple[Any, ...]] = [
 ]
 
 
+#: Memories under keys of their own and under extracted keys, forgotten one by one: each
+#: forget of the last memory under a key erases its label.
+OWN_LABEL_OPS: list[tuple[Any, ...]] = [
+    ("remember_own", 0, 1),
+    ("remember_own", 4, 0),
+    ("remember_own", 1, 1),
+    ("forget", 0),
+    ("remember_own", 2, 2),
+    ("forget", 1),
+    ("forget", 2),
+    ("reopen",),
+    ("forget", 3),
+]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=4, max_size=30), snapshot_every=st.integers(2, 50))
 @example(ops=SHARED_OBSERVATION_OPS, snapshot_every=2)
 @example(ops=DELETED_OBSERVATION_OPS, snapshot_every=2)
+@example(ops=OWN_LABEL_OPS, snapshot_every=2)
 def test_replay_and_snapshot_plus_tail_equal_the_live_state(
     ops: list[tuple[Any, ...]], snapshot_every: int
 ) -> None:
@@ -389,11 +415,14 @@ def redacted(past: bytes, prefix: list[AnyEvent]) -> bytes:
     state = msgspec.msgpack.decode(past, type=GraphState)
     for memory_id in {m for event in prefix for m in redacted_ids(event)}:
         state.memories[memory_id].content = ""
+    # ... and the labels of the keys that led to it alone (a blank label in the line)
+    erase_labels(state, {k for event in prefix for _, k in blank_label_keys(event)})
     return encoded(state)
 
 
 @settings(max_examples=30, deadline=None)
 @given(ops=st.lists(op, min_size=3, max_size=15), cut=st.integers(1, 40))
+@example(ops=OWN_LABEL_OPS, cut=4)
 def test_replaying_a_prefix_equals_the_state_at_that_seq(
     ops: list[tuple[Any, ...]], cut: int
 ) -> None:

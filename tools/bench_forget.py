@@ -20,6 +20,16 @@ Runs with the hashing embedder. Prints one JSON object:
 
       .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 --batch 500 --sample 20
 
+- `old_key_forget` (with `--store PATH --work DIR`): on a copy of a built store (copied to
+  DIR afresh for each case; PATH is never written), the forget of an old memory (in the first
+  segment) whose key leads to it alone, so the forget erases that key's label (`erasing`),
+  and of one beside it whose keys all lead to other memories too (`plain`): wall time, the
+  time the appenders' lock was held (`lock_ms`), the labels erased, and the first `recall`
+  after it (`recall_after_ms`, next to the same recall before the forget, warm):
+
+      PYTHONPATH=. .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 \
+          --store /tmp/scale-store/built-100000 --work /tmp/labels2-store
+
 - `follow_latency_ms`: from just before another process calls `remember` to the moment a
   `follow()` loop in this process has decoded the event (includes the writer's fsync), with the
   safety poll off, so only file-system notifications wake it.
@@ -28,19 +38,23 @@ Runs with the hashing embedder. Prints one JSON object:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store, forgetting
+from keytrail.core.timetravel import view
 from keytrail.events import EventLog, MemoryRemembered
 from keytrail.server.care import follow
 
@@ -170,6 +184,95 @@ def bench_batch(home: Path, items: int, chars: int, sample: int) -> dict[str, An
     }
 
 
+def old_key_cases(home: Path) -> dict[str, str]:
+    """The memories `bench_old_key` forgets: the oldest one with a key leading to it alone
+    (`erasing`), and the first one created after it whose keys all lead to others too."""
+    store = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder())
+    keys, memories = store.state.keys, store.state.memories
+    ordered = sorted(memories.values(), key=lambda m: m.created_seq)
+    erasing = next(m for m in ordered if any(len(keys[k].links) == 1 for k in m.keys))
+    plain = next(
+        m
+        for m in ordered
+        if m.created_seq > erasing.created_seq and all(len(keys[k].links) > 1 for k in m.keys)
+    )
+    store.close()
+    return {"erasing": erasing.id, "plain": plain.id}
+
+
+def bench_old_key(source: Path, work: Path, case: str, memory_id: str) -> dict[str, Any]:
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(source, work, symlinks=True)
+    store = Store(Settings(home=work, embedder="hash"), embedder=HashEmbedder())
+    node = store.state.memories[memory_id]
+    query = store.state.keys[node.keys[0]].label
+    past = store.state.seq // 2  # an as_of read: a past state, its label rows cut from ours
+    store.recall(query)  # builds the label rows
+    view(store, past).recall(query)
+    t = time.perf_counter()
+    store.recall(query)
+    recall_before = time.perf_counter() - t
+    t = time.perf_counter()
+    view(store, past).recall(query)
+    past_before = time.perf_counter() - t
+    deciding: list[float] = []
+    erasable = getattr(forgetting, "erasable_labels", None)
+    if erasable is not None:  # which labels go (absent before labels were erased)
+
+        def timed_erasable(*args: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return erasable(*args)
+            finally:
+                deciding.append(time.perf_counter() - t)
+
+        forgetting.erasable_labels = timed_erasable
+    held: list[float] = []
+    lock = store.log.lock
+
+    @contextlib.contextmanager
+    def timed(*, wait: bool = True) -> Iterator[Any]:
+        start = time.perf_counter()
+        try:
+            with lock(wait=wait) as app:
+                yield app
+        finally:
+            held.append(time.perf_counter() - start)
+
+    store.log.lock = timed  # type: ignore[method-assign]
+    t = time.perf_counter()
+    gone = store.forget(memory_id)
+    took = time.perf_counter() - t
+    store.log.lock = lock  # type: ignore[method-assign]
+    if erasable is not None:
+        forgetting.erasable_labels = erasable
+    t = time.perf_counter()
+    store.recall(query)
+    recall_after = time.perf_counter() - t
+    after = []
+    for _ in range(2):
+        t = time.perf_counter()
+        view(store, past).recall(query)
+        after.append(time.perf_counter() - t)
+    store.close()
+    return {
+        "case": case,
+        "memory_id": memory_id,
+        "created_seq": node.created_seq,
+        "events": store.state.seq,
+        "labels_erased": len(getattr(gone, "labels_erased", [])),
+        "forget_ms": round(took * 1000, 1),
+        "lock_ms": round(sum(held) * 1000, 1),
+        "lock_holds": len(held),
+        "recall_before_ms": round(recall_before * 1000, 1),
+        "recall_after_ms": round(recall_after * 1000, 1),
+        "erasable_labels_ms": round(sum(deciding) * 1000, 1) if deciding else None,
+        "as_of_recall_before_ms": round(past_before * 1000, 1),
+        "as_of_recall_after_ms": [round(a * 1000, 1) for a in after],
+    }
+
+
 def bench_follow(home: Path, probes: int) -> dict[str, Any]:
     Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder()).close()
     latencies: list[float] = []
@@ -222,6 +325,8 @@ def main() -> None:
     parser.add_argument(
         "--content-chars", type=int, default=20_000, help="of the referrers and batch items"
     )
+    parser.add_argument("--store", type=Path, help="a built store: forget old memories of a copy")
+    parser.add_argument("--work", type=Path, help="where --store is copied (removed first)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -236,6 +341,16 @@ def main() -> None:
             result.update(
                 bench_batch(Path(tmp) / "batch", args.batch, args.content_chars, args.sample)
             )
+        if args.store:
+            if args.work is None or args.work.resolve() == args.store.resolve():
+                parser.error("--store needs --work, a folder other than the store")
+            shutil.rmtree(args.work, ignore_errors=True)
+            shutil.copytree(args.store, args.work, symlinks=True)
+            cases = old_key_cases(args.work)
+            result["old_key_forget"] = [
+                bench_old_key(args.store, args.work, case, memory_id)
+                for case, memory_id in cases.items()
+            ]
         if args.probes:
             result.update(bench_follow(Path(tmp) / "follow", args.probes))
     json.dump(result, sys.stdout, indent=2)
