@@ -534,7 +534,7 @@ class Batch:
         # Earlier items of this command count and come as they would stored, the newest links:
         # a batch decides as its items told one by one (and costs no more per item).
         for key_id in sorted(key_ids, key=self._link_count):
-            before = self._links_before(place, key_id)
+            before, at_key = self._links_before(place, key_id), place[key_id]
             for memory_id in itertools.islice(
                 self._newest_links(key_id, namespace), COMPARE_SCAN_PER_KEY
             ):
@@ -553,13 +553,15 @@ class Batch:
                         candidates[memory_id] = node.content
                         if before is None:
                             walked.append(self._walked(memory_id, place, alone))
-                        else:
-                            # Met first through `key_id`, which it is linked to: only the keys
-                            # named before that one can come first.
-                            first = next(
-                                (at for at, ln in before if memory_id in ln), place[key_id]
-                            )
-                            walked.append((first, 0, node.created_seq))
+                            continue
+                        # Met first through `key_id`, which links it: only the keys named
+                        # before that one can come first.
+                        first = at_key
+                        for at, links in before:
+                            if memory_id in links:
+                                first = at
+                                break
+                        walked.append((first, 0, node.created_seq))
                 else:
                     new = made[0]
                     if new.namespace == namespace and (

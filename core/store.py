@@ -898,15 +898,18 @@ class Store(Queries, HybridQueries):
         text_hash of contents the caller knows (a command's own new memories).
         """
         memo, known = self._content_digests, self.state.memories
-        digests = []
-        for memory_id, content in contents.items():
-            digest = memo.get(memory_id) or (hashed.get(memory_id) if hashed else None)
-            if digest is None:
-                digest = text_hash(content)
-                if memory_id in known:
-                    memo[memory_id] = digest
-            digests.append(digest)
-        return self.embed(list(contents.values()), digests)
+        digests: list[str | None] = list(map(memo.get, contents))  # most were compared before
+        if None in digests:
+            for i, (memory_id, content) in enumerate(contents.items()):
+                if digests[i] is not None:
+                    continue
+                digest = hashed.get(memory_id) if hashed else None
+                if digest is None:
+                    digest = text_hash(content)
+                    if memory_id in known:
+                        memo[memory_id] = digest
+                digests[i] = digest
+        return self.embed(list(contents.values()), digests)  # type: ignore[arg-type]
 
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""
