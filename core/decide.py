@@ -533,8 +533,9 @@ class Batch:
         # ("user", on every memory) must not make each remember compare with the whole store.
         # Earlier items of this command count and come as they would stored, the newest links:
         # a batch decides as its items told one by one (and costs no more per item).
+        scanned: set[str] = set()  # keys whose every link was looked at
         for key_id in sorted(key_ids, key=self._link_count):
-            before, at_key = self._links_before(place, key_id), place[key_id]
+            before, at_key = self._links_before(place, key_id, scanned), place[key_id]
             for memory_id in itertools.islice(
                 self._newest_links(key_id, namespace), COMPARE_SCAN_PER_KEY
             ):
@@ -569,6 +570,9 @@ class Batch:
                     ):
                         candidates[memory_id] = new.content
                         walked.append(self._walked(memory_id, place, alone))
+            else:
+                if self._link_count(key_id) <= COMPARE_SCAN_PER_KEY:  # none past the slice
+                    scanned.add(key_id)
         # The same text is a candidate wherever it is keyed, past the bound too: an agent
         # retells a fact under the keys it thinks of then.
         for memory_id in itertools.islice(self._same_text(namespace, content), COMPARE_LIMIT):
@@ -705,17 +709,22 @@ class Batch:
         return first, 0, node.created_seq
 
     def _links_before(
-        self, place: dict[str, int], key_id: str
+        self, place: dict[str, int], key_id: str, scanned: set[str]
     ) -> list[tuple[int, dict[str, float]]] | None:
         """(place, links) of the stored keys named before `key_id`, in order: a stored memory
         met through `key_id`'s links comes first at the first of these that links it too
         (dict lookups in links just walked, where its own key list is scattered memory).
-        None when a key may link a memory that does not list it (`GraphState.ids_retold`):
-        its keys are read then."""
+        Keys `scanned` whole are left out: a candidate they link was met there, so one met
+        now is not among their links. None when a key may link a memory that does not list
+        it (`GraphState.ids_retold`): its keys are read then."""
         if self.state.ids_retold:
             return None
         keys, at = self.state.keys, place[key_id]
-        return [(p, keys[k].links) for k, p in place.items() if p < at and k in keys]
+        return [
+            (p, keys[k].links)
+            for k, p in place.items()
+            if p < at and k in keys and k not in scanned
+        ]
 
     def related_of(self, memory_id: str) -> list[str]:
         """The `related_to` of a stored memory or of one made earlier in this command."""
