@@ -899,7 +899,7 @@ class Store(Queries, HybridQueries):
         """
         memo, known = self._content_digests, self.state.memories
         digests: list[str | None] = list(map(memo.get, contents))  # most were compared before
-        if None in digests:
+        if not all(digests):  # a digest is never empty: some are None
             for i, (memory_id, content) in enumerate(contents.items()):
                 if digests[i] is not None:
                     continue
