@@ -232,8 +232,10 @@ class Store(Queries, HybridQueries):
         #: work that read contents before a forget (past states, a reembed) checks it. The
         #: hash is "" for a memory whose content the state no longer held.
         self.forgets_folded: list[tuple[str, str]] = []
-        #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
+        #: memory id -> text_hash of its content, for memories compared with new ones (dedup),
+        #: and the state's `ids_retold` when it was filled
         self._content_digests: dict[str, str] = {}
+        self._digests_retold = 0
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
         self.past = PastStates(self)
         self.links_by_namespace = LinksByNamespace()
@@ -898,6 +900,10 @@ class Store(Queries, HybridQueries):
         text_hash of contents the caller knows (a command's own new memories).
         """
         memo, known = self._content_digests, self.state.memories
+        if self.state.ids_retold != self._digests_retold:
+            # A memory told again under its id (a hand-made log) may hold another text now.
+            memo.clear()
+            self._digests_retold = self.state.ids_retold
         digests: list[str | None] = list(map(memo.get, contents))  # most were compared before
         if not all(digests):  # a digest is never empty: some are None
             for i, (memory_id, content) in enumerate(contents.items()):
