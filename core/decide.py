@@ -522,36 +522,67 @@ class Batch:
         store = self.store
         now = self.now
         memories, new_memories = self.state.memories, self.new_memories
+        superseded = self._superseded
+        place: dict[str, int] = {}  # key id -> its first place in `key_ids`
+        for i, key_id in enumerate(key_ids):
+            place.setdefault(key_id, i)
+        alone = len(key_ids)
         candidates: dict[str, str] = {}  # memory id -> content
+        walked: list[tuple[int, int, int]] = []  # where a walk of every key meets each (`_walked`)
         # The rarest keys first, each key's newest links first, and a bound on both: a hub key
         # ("user", on every memory) must not make each remember compare with the whole store.
         # Earlier items of this command count and come as they would stored, the newest links:
         # a batch decides as its items told one by one (and costs no more per item).
+        scanned: set[str] = set()  # keys whose every link was looked at
         for key_id in sorted(key_ids, key=self._link_count):
+            before, at_key = self._links_before(place, key_id, scanned), place[key_id]
             for memory_id in itertools.islice(
                 self._newest_links(key_id, namespace), COMPARE_SCAN_PER_KEY
             ):
                 if len(candidates) >= COMPARE_LIMIT:
                     break
-                if memory_id in self._superseded:
+                if memory_id in superseded or memory_id in candidates:
                     continue
-                made = new_memories.get(memory_id)
-                found = made[0] if made is not None else memories[memory_id]
-                if (
-                    found.namespace == namespace
-                    and (made is not None or memories[memory_id].current())
-                    and (found.expires_at is None or found.expires_at > now)
-                ):
-                    candidates[memory_id] = found.content
+                made = new_memories.get(memory_id) if new_memories else None
+                if made is None:
+                    node = memories[memory_id]
+                    if (
+                        node.namespace == namespace
+                        and node.current()
+                        and (node.expires_at is None or node.expires_at > now)
+                    ):
+                        candidates[memory_id] = node.content
+                        if before is None:
+                            walked.append(self._walked(memory_id, place, alone))
+                            continue
+                        # Met first through `key_id`, which links it: only the keys named
+                        # before that one can come first.
+                        first = at_key
+                        for at, links in before:
+                            if memory_id in links:
+                                first = at
+                                break
+                        walked.append((first, 0, node.created_seq))
+                else:
+                    new = made[0]
+                    if new.namespace == namespace and (
+                        new.expires_at is None or new.expires_at > now
+                    ):
+                        candidates[memory_id] = new.content
+                        walked.append(self._walked(memory_id, place, alone))
+            else:
+                if self._link_count(key_id) <= COMPARE_SCAN_PER_KEY:  # none past the slice
+                    scanned.add(key_id)
         # The same text is a candidate wherever it is keyed, past the bound too: an agent
         # retells a fact under the keys it thinks of then.
         for memory_id in itertools.islice(self._same_text(namespace, content), COMPARE_LIMIT):
             if memory_id not in candidates:
                 made = new_memories.get(memory_id)
                 candidates[memory_id] = (made[0] if made else memories[memory_id]).content
-        candidates = self._walk_order(candidates, key_ids)
+                walked.append(self._walked(memory_id, place, alone))
         if not candidates:
             return None, []
+        candidates = self._walk_order(candidates, walked)
         ids = list(candidates)
         sims = store.embed_contents(candidates, self._new_digests) @ vector
         order = np.argsort(-sims)
@@ -648,33 +679,52 @@ class Batch:
             found = self._specifics[memory_id] = specifics(content)
         return found
 
-    def _walk_order(self, found: dict[str, str], key_ids: list[str]) -> dict[str, str]:
-        """`found` in the order a walk of every key (as named, links oldest first) meets them.
+    def _walk_order(
+        self, found: dict[str, str], walked: list[tuple[int, int, int]]
+    ) -> dict[str, str]:
+        """`found` in the order a walk of every key (as named, links oldest first) meets them;
+        `walked` holds, for each in `found`'s order, where that walk meets it (`_walked`).
 
         Identical texts embed to equal vectors whose products with the new one differ only in
         float noise that depends on each row's place, so this order picks which of them a fact
         told again deduplicates into: it must not change with the bounded scan's order.
         """
-        place: dict[str, int] = {}
-        for i, key_id in enumerate(key_ids):
-            place.setdefault(key_id, i)
-        memories, made_at = self.state.memories, self._made_at
-
-        # One found by its text alone comes after those sharing a key (see `compare`).
-        alone = len(key_ids)
-
-        def walked(memory_id: str) -> tuple[int, int, int]:
-            made = made_at.get(memory_id)
-            if made is not None:  # after every stored memory, in order, as if told one by one
-                return min((place[k] for k in made[1] if k in place), default=alone), 1, made[0]
-            node = memories[memory_id]
-            first = min((place[k] for k in node.keys if k in place), default=alone)
-            # A key's links are appended as memories are created: created_seq is their order.
-            return first, 0, node.created_seq
-
+        ids = list(found)
         # Reversed first: links of one seq (a batch) were scanned newest first.
-        ordered = sorted(reversed(found), key=walked)
-        return {memory_id: found[memory_id] for memory_id in ordered}
+        ids.reverse()
+        walked.reverse()
+        ordered = sorted(range(len(ids)), key=walked.__getitem__)
+        return {ids[i]: found[ids[i]] for i in ordered}
+
+    def _walked(self, memory_id: str, place: dict[str, int], alone: int) -> tuple[int, int, int]:
+        """Where a walk of every key (`place`: each key id's first place as named) meets
+        `memory_id`: at its first key, a stored memory at its seq, then this command's in order.
+        One found by its text alone comes after those sharing a key (at `alone`, past them)."""
+        made = self._made_at.get(memory_id)
+        if made is not None:  # after every stored memory, in order, as if told one by one
+            return min((place[k] for k in made[1] if k in place), default=alone), 1, made[0]
+        node = self.state.memories[memory_id]
+        first = min((place[k] for k in node.keys if k in place), default=alone)
+        # A key's links are appended as memories are created: created_seq is their order.
+        return first, 0, node.created_seq
+
+    def _links_before(
+        self, place: dict[str, int], key_id: str, scanned: set[str]
+    ) -> list[tuple[int, dict[str, float]]] | None:
+        """(place, links) of the stored keys named before `key_id`, in order: a stored memory
+        met through `key_id`'s links comes first at the first of these that links it too
+        (dict lookups in links just walked, where its own key list is scattered memory).
+        Keys `scanned` whole are left out: a candidate they link was met there, so one met
+        now is not among their links. None when a key may link a memory that does not list
+        it (`GraphState.ids_retold`): its keys are read then."""
+        if self.state.ids_retold:
+            return None
+        keys, at = self.state.keys, place[key_id]
+        return [
+            (p, keys[k].links)
+            for k, p in place.items()
+            if p < at and k in keys and k not in scanned
+        ]
 
     def related_of(self, memory_id: str) -> list[str]:
         """The `related_to` of a stored memory or of one made earlier in this command."""

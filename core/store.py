@@ -235,8 +235,10 @@ class Store(Queries, HybridQueries):
         self.forgets_folded: list[tuple[str, str]] = []
         #: keys whose labels a forget folded since open erased, in order (past states check it)
         self.labels_erased_folded: list[str] = []
-        #: memory id -> text_hash of its content, for memories compared with new ones (dedup)
+        #: memory id -> text_hash of its content, for memories compared with new ones (dedup),
+        #: and the state's `ids_retold` when it was filled
         self._content_digests: dict[str, str] = {}
+        self._digests_retold = 0
         #: past key-graph states for `as_of` reads (see core/timetravel.py)
         self.past = PastStates(self)
         self.links_by_namespace = LinksByNamespace()
@@ -917,15 +919,22 @@ class Store(Queries, HybridQueries):
         text_hash of contents the caller knows (a command's own new memories).
         """
         memo, known = self._content_digests, self.state.memories
-        digests = []
-        for memory_id, content in contents.items():
-            digest = memo.get(memory_id) or (hashed.get(memory_id) if hashed else None)
-            if digest is None:
-                digest = text_hash(content)
-                if memory_id in known:
-                    memo[memory_id] = digest
-            digests.append(digest)
-        return self.embed(list(contents.values()), digests)
+        if self.state.ids_retold != self._digests_retold:
+            # A memory told again under its id (a hand-made log) may hold another text now.
+            memo.clear()
+            self._digests_retold = self.state.ids_retold
+        digests: list[str | None] = list(map(memo.get, contents))  # most were compared before
+        if not all(digests):  # a digest is never empty: some are None
+            for i, (memory_id, content) in enumerate(contents.items()):
+                if digests[i] is not None:
+                    continue
+                digest = hashed.get(memory_id) if hashed else None
+                if digest is None:
+                    digest = text_hash(content)
+                    if memory_id in known:
+                        memo[memory_id] = digest
+                digests[i] = digest
+        return self.embed(list(contents.values()), digests)  # type: ignore[arg-type]
 
     def key_vectors(self) -> VectorSet:
         """Rows for every label and alias of every key ever created (filtered by type on use)."""

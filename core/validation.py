@@ -85,6 +85,8 @@ def label(field: str, value: object, limit: int) -> str:
     if isinstance(value, str):
         value = _normal_label(value)
     checked = text(field, value, limit)
+    if checked.isascii() and checked.isprintable() and checked.strip(" "):
+        return checked  # most labels: no control character, and a visible one (all but space)
     # A label is matched and shown: a control character in it prints as nothing ("a\x01b" shows
     # as "ab" yet matches no "ab"), and one of only invisible characters (a zero-width space)
     # is a key no one can see or type.

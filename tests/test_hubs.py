@@ -333,6 +333,32 @@ def test_a_store_without_hubs_compares_the_candidates_of_the_full_walk_in_its_or
         assert got == expected
 
 
+def test_a_memory_told_again_under_its_id_is_walked_at_the_keys_it_lists(store: Store) -> None:
+    """Dedup walks a stored candidate at the first of the command's keys that it lists. Links
+    tell the same while no memory was told again under its id (a hand-made log): then a key
+    may still link a memory that no longer lists it, and the memory's own keys decide where
+    it stands, and so which of two equal texts a retelling deduplicates into."""
+    moved = store.remember("the harbour master is called Jim", keys=["harbour"])
+    blue = store.remember("the boat is blue", keys=["boat"])
+    boat = store.state.key_for_label("boat")
+    assert boat is not None
+    again = NewMemory(
+        memory_id=moved.memory_id,
+        namespace="default",
+        content="the boat is blue",
+        content_hash=content_hash("the boat is blue"),
+        keys=[KeyLink(key_id=boat.id, label="boat")],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    harbour = store.state.key_for_label("harbour")
+    assert harbour is not None and moved.memory_id in harbour.links
+    assert store.state.memories[moved.memory_id].keys == [boat.id]
+    # Both are met at "boat", the second key: the older telling (by seq) comes first.
+    told = store.remember("the boat is blue", keys=["harbour", "boat"])
+    assert told.deduplicated is not None
+    assert told.deduplicated.memory_id == blue.memory_id
+
+
 def test_a_fact_retold_in_a_small_namespace_beside_a_big_one_is_deduplicated(
     store: Store,
 ) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 from keytrail.core import RememberItem, Settings, Store
 from keytrail.core.embedders import HashEmbedder
 from keytrail.core.results import Remembered
+from keytrail.core.store import content_hash
+from keytrail.events import KeyLink, MemoryRemembered, NewMemory
 
 
 class Clock:
@@ -81,6 +83,27 @@ def test_the_same_text_is_not_deduplicated_into_a_memory_no_longer_current(
         for text in ("the boat is blue", "the shed is locked", "the gate code is new"):
             assert s.remember(text, keys=["elsewhere"]).deduplicated is None, text
         assert s.remember("the van is parked", keys=["elsewhere"]).deduplicated is None
+
+
+def test_a_memory_told_again_under_its_id_is_compared_by_its_new_text(store: Store) -> None:
+    """Dedup keeps each compared memory's text hash for the next remember. A hand-made log
+    may tell a memory again under its id with another text: the hash kept for the old text
+    made a retelling of the new one miss it (compared with the old text's vector)."""
+    moved = store.remember("the harbour master is called Jim", keys=["sea"])
+    store.remember("the tide is high at noon", keys=["sea"])  # compared with it
+    sea = store.state.key_for_label("sea")
+    assert sea is not None
+    again = NewMemory(
+        memory_id=moved.memory_id,
+        namespace="default",
+        content="the boat is red",
+        content_hash=content_hash("the boat is red"),
+        keys=[KeyLink(key_id=sea.id, label="sea")],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    told = store.remember("the boat is red", keys=["sea"])
+    assert told.deduplicated is not None
+    assert (told.deduplicated.memory_id, told.deduplicated.similarity) == (moved.memory_id, 1.0)
 
 
 def test_a_batch_finds_the_same_text_as_its_items_told_one_by_one(
