@@ -222,6 +222,16 @@ class LazyNodes(dict[str, Any]):
         value = dict.__getitem__(self, key)
         return self._decoded(self._slice(value), decode) if type(value) is int else value
 
+    def peek_values(self, decode: Callable[[memoryview], Any]) -> Iterator[Any]:
+        """`peek` of every node, in order: one walk with nothing looked up per node."""
+        blob, ends, decoded = self._blob, self._ends, self._decoded
+        for value in dict.values(self):
+            if type(value) is int:
+                assert blob is not None  # an int value means the columns are still held
+                yield decoded(blob[ends[value - 1] if value else 0 : ends[value]], decode)
+            else:
+                yield value
+
     def raw(self, key: str) -> memoryview | None:
         """The stored bytes of an undecoded node (None once decoded): what `encode` copies."""
         value = dict.__getitem__(self, key)
@@ -314,6 +324,61 @@ def peek_text(memories: dict[str, MemoryNode], memory_id: str) -> MemoryNode | M
         found: MemoryNode | MemoryText = memories.peek(memory_id, _text_decoder.decode)
         return found
     return memories[memory_id]
+
+
+class MemoryStatus(msgspec.Struct, array_like=True, gc=False):
+    """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
+    those a count of what is shown does not read left as bytes (`peek_statuses`)."""
+
+    id: str
+    namespace: str
+    content: msgspec.Raw
+    content_hash: msgspec.Raw
+    created_at: msgspec.Raw
+    created_seq: msgspec.Raw
+    keys: msgspec.Raw
+    depth: msgspec.Raw
+    access_count: msgspec.Raw
+    last_read_at: msgspec.Raw
+    expires_at: datetime | None
+    session_id: msgspec.Raw
+    source: msgspec.Raw
+    related_to: msgspec.Raw
+    related_from: msgspec.Raw
+    supersedes: msgspec.Raw
+    superseded_by: str | None
+    supersede_reason: msgspec.Raw
+    status: str
+
+
+class KeyLinks(msgspec.Struct, array_like=True, gc=False):
+    """A stored `KeyNode`'s fields up to its links, those between left as bytes."""
+
+    id: str
+    label: msgspec.Raw
+    type: msgspec.Raw
+    aliases: msgspec.Raw
+    links: dict[str, float]
+
+
+_status_decoder = msgspec.msgpack.Decoder(MemoryStatus)
+_links_decoder = msgspec.msgpack.Decoder(KeyLinks)
+
+
+def peek_statuses(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryStatus]:
+    """Every memory, in order, those a lazy load left undecoded as their `MemoryStatus` (they
+    stay so): a count of every memory by status must not decode a whole snapshot's nodes."""
+    if isinstance(memories, LazyNodes):
+        return memories.peek_values(_status_decoder.decode)
+    return iter(dict.values(memories))
+
+
+def peek_links(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLinks]:
+    """Every key, in order, those a lazy load left undecoded as their `KeyLinks` (they stay
+    so)."""
+    if isinstance(keys, LazyNodes):
+        return keys.peek_values(_links_decoder.decode)
+    return iter(dict.values(keys))
 
 
 def _columns(nodes: dict[str, Any]) -> _Columns:
