@@ -382,13 +382,55 @@ def peek_links(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLinks]:
 
 
 def _columns(nodes: dict[str, Any]) -> _Columns:
-    lazy = nodes if isinstance(nodes, LazyNodes) else None
+    if isinstance(nodes, LazyNodes) and nodes._blob is not None:
+        return _lazy_columns(nodes, nodes._blob)
     encode = _encoder.encode
-    parts: list[bytes | memoryview] = []
-    for node_id in nodes:
-        raw = lazy.raw(node_id) if lazy is not None else None
-        parts.append(raw if raw is not None else encode(dict.__getitem__(nodes, node_id)))
+    parts = [encode(node) for node in dict.values(nodes)]
     ends = array("Q", itertools.accumulate(len(p) for p in parts))
+    if sys.byteorder == "big":
+        ends.byteswap()
+    return _Columns(
+        ids=list(nodes), ends=memoryview(ends.tobytes()), blob=memoryview(b"".join(parts))
+    )
+
+
+def _lazy_columns(nodes: LazyNodes, blob: memoryview) -> _Columns:
+    """`_columns` of nodes a lazy load left mostly undecoded: each run of undecoded nodes that
+    stand together in the loaded blob is copied as one slice, its ends moved by arithmetic,
+    and only the decoded ones are encoded (a slice and an end per node took 0.4 s of every
+    writing command's close at 100,000 memories)."""
+    encode = _encoder.encode
+    old = nodes._ends
+    parts: list[bytes | memoryview] = []
+    ends = array("Q")
+    size = 0  # bytes written so far
+    first = last = -1  # the old indices of the run of undecoded nodes being gathered
+
+    def copy_run() -> None:
+        nonlocal size
+        start = old[first - 1] if first else 0
+        parts.append(blob[start : old[last]])
+        ends.extend(end - start + size for end in old[first : last + 1])
+        size += old[last] - start
+
+    for value in dict.values(nodes):
+        if type(value) is int:
+            if value == last + 1 and first >= 0:
+                last = value
+                continue
+            if first >= 0:
+                copy_run()
+            first = last = value
+        else:
+            if first >= 0:
+                copy_run()
+                first = last = -1
+            part = encode(value)
+            parts.append(part)
+            size += len(part)
+            ends.append(size)
+    if first >= 0:
+        copy_run()
     if sys.byteorder == "big":
         ends.byteswap()
     return _Columns(

@@ -485,3 +485,29 @@ def test_stats_of_a_lazy_state_count_it_undecoded_and_as_a_decoded_one(
     lazy.remember("the user paints lamp 3", keys=["user", "lamp 3", "paint"])
     eager.refresh()
     assert lazy.memory_stats() == replace(eager.memory_stats(), seq=lazy.state.seq)
+
+
+def test_a_lazy_state_with_nodes_decoded_dropped_and_added_writes_the_eager_bytes(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """Runs of undecoded nodes are copied whole: broken by a decoded node, a dropped one or a
+    new one at the end, the columns are still those of the fully decoded state."""
+    store = make_store(home=tmp_path / "store")
+    store.remember_batch([RememberItem(f"fact number {i}", [f"topic {i % 3}"]) for i in range(9)])
+    store.close()
+    lazy = snapshots.load(store.snapshot_path, lazy=True)
+    eager = snapshots.load(store.snapshot_path)
+    assert lazy is not None and eager is not None
+    ids = list(eager.state.memories)
+    for state in (lazy.state, eager.state):
+        memories = state.memories
+        for at in (0, 3, 4, 8):
+            memories[ids[at]]  # decoded
+        memories.pop(ids[6])
+        memories["m_new"] = msgspec.structs.replace(eager.state.memories[ids[1]], id="m_new")
+        state.keys.pop(next(iter(state.keys)))
+    assert sum(type(v) is int for v in dict.values(lazy.state.memories)) == 4
+    assert snapshots.encode(lazy) == snapshots.encode(eager)
+    again = snapshots.load(store.snapshot_path, lazy=True)
+    assert again is not None
+    assert snapshots.encode(again) == store.snapshot_path.read_bytes()
