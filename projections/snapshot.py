@@ -381,6 +381,14 @@ def peek_links(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLinks]:
     return iter(dict.values(keys))
 
 
+def peek_texts(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryText]:
+    """Every memory, in order, those a lazy load left undecoded as their `MemoryText` (they
+    stay so)."""
+    if isinstance(memories, LazyNodes):
+        return memories.peek_values(_text_decoder.decode)
+    return iter(dict.values(memories))
+
+
 def _columns(nodes: dict[str, Any]) -> _Columns:
     if isinstance(nodes, LazyNodes) and nodes._blob is not None:
         return _lazy_columns(nodes, nodes._blob)
