@@ -287,15 +287,15 @@ class LazyNodes(dict[str, Any]):
 
 class MemoryText(msgspec.Struct, array_like=True, gc=False):
     """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
-    those between left as bytes: its text and whether it is current, read without decoding the
-    rest (`peek_text`)."""
+    those between left as bytes: its text, when it was made and whether it is current, read
+    without decoding the rest (`peek_text`)."""
 
     id: str
     namespace: str
     content: str
     content_hash: msgspec.Raw
     created_at: msgspec.Raw
-    created_seq: msgspec.Raw
+    created_seq: int
     keys: msgspec.Raw
     depth: msgspec.Raw
     access_count: msgspec.Raw
