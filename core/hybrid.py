@@ -783,7 +783,7 @@ class HybridQueries:
                 namespace=namespace,
                 max_seq=source.state.seq if source is not self else None,
                 sessions=self.session_order
-                if source is self
+                if source.state is self.state  # the present, or a view of it (valid_at)
                 else lambda: self.past_session_order(source.state),
                 shown=past._visible if isinstance(past, TimeView) else visible,
             )
