@@ -18,9 +18,9 @@ import numpy as np
 
 from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
-from keytrail.projections import GraphState, KeyNode
+from keytrail.projections import GraphState, KeyNode, MemoryNode
 from keytrail.projections.keygraph import caseless_form, name_form
-from keytrail.projections.snapshot import peek_text
+from keytrail.projections.snapshot import MemoryText, peek_text, peek_texts
 from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
@@ -232,15 +232,16 @@ class SameTexts:
                     del self._ids[slot]
                 elif isinstance(held, list) and memory_id in held:
                     self._set(slot, [mid for mid in held if mid != memory_id])
-        fresh: Iterable[str] = memories
+        fresh: Iterable[MemoryNode | MemoryText]
         if self._seen:  # only the new memories, from the dict's end
-            fresh = list(itertools.islice(reversed(memories), len(memories) - self._seen))
-            fresh.reverse()
-        ids = self._ids
-        for memory_id in fresh:
+            new = list(itertools.islice(reversed(memories), len(memories) - self._seen))
+            fresh = [peek_text(memories, memory_id) for memory_id in reversed(new)]
+        else:
             # A lazy load's nodes stay undecoded: a server's warm-up decodes them all, sharing
             # the ids they repeat, and a one-shot remember needs none of them.
-            node = peek_text(memories, memory_id)
+            fresh = peek_texts(memories)
+        ids = self._ids
+        for node in fresh:
             if node.current():  # a retired one came with its retirement, read above
                 slot = _text_slot(node.namespace, same_text_form(node.content))
                 held = ids.get(slot)

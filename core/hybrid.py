@@ -614,8 +614,10 @@ class HybridQueries:
     _text_observed_from: int
     _forgotten_unindexed: list[str]
     _session_order: SessionOrder | None = None
+    #: turn order of the last past state read (see `past_session_order`)
+    _past_session_order: SessionOrder | None = None
     #: dropped by a reload after a cut-back, as `Queries._KEPT_BETWEEN_CALLS`
-    _KEPT_BETWEEN_CALLS: tuple[str, ...] = ("_session_order",)
+    _KEPT_BETWEEN_CALLS: tuple[str, ...] = ("_session_order", "_past_session_order")
 
     def refresh(self) -> GraphState:
         raise NotImplementedError
@@ -639,14 +641,25 @@ class HybridQueries:
         """Turn order per session, caught up with the live state (call holding the mutex).
 
         Called only when a candidate is a session turn, so a store that never records sessions
-        never walks its memories for it (a lazily opened state stays undecoded). A read as of
-        the past uses it too: its memories are a prefix of the live ones, and the past state's
-        own eligibility decides which neighbours existed then.
+        never walks its memories for it (a lazily opened state stays undecoded).
         """
         order = self._session_order
         if order is None:
             order = self._session_order = SessionOrder()
         return order.catch_up(self.state)
+
+    def past_session_order(self, state: GraphState) -> SessionOrder:
+        """Turn order per session as it was in the past `state` (call holding the mutex).
+
+        Not the live order: a `correct(by_memory_id=...)` since moved the turn told later into
+        the replaced turn's place, and a read of then must see it where it was told. Kept for
+        the last past state read (a time view's state is kept and reused), so repeated reads
+        of one point walk its memories once.
+        """
+        order = self._past_session_order
+        if order is None:
+            order = self._past_session_order = SessionOrder()
+        return order.catch_up(state)
 
     def index_text(self, progress: IndexProgress | None = None) -> int:
         """Bring the text index up to date now (searches otherwise do it when first needed).
@@ -769,7 +782,9 @@ class HybridQueries:
                 hops=hops,
                 namespace=namespace,
                 max_seq=source.state.seq if source is not self else None,
-                sessions=self.session_order,
+                sessions=self.session_order
+                if source.state is self.state  # the present, or a view of it (valid_at)
+                else lambda: self.past_session_order(source.state),
                 shown=past._visible if isinstance(past, TimeView) else visible,
             )
             if source is not self:

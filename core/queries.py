@@ -22,6 +22,7 @@ import numpy as np
 from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from keytrail.projections.scripts import UNSPACED, pattern
+from keytrail.projections.snapshot import MemoryStatus, peek_links, peek_statuses
 
 from . import keyrank
 from . import validation as check
@@ -452,7 +453,7 @@ _FORGOTTEN, _DELETED, _EXPIRED, _SUPERSEDED = range(4)
 _Class = str | int
 
 
-def _stats_class(node: MemoryNode, now: datetime) -> _Class:
+def _stats_class(node: MemoryNode | MemoryStatus, now: datetime) -> _Class:
     """What `memory_stats` counts `node` as at `now` (on the present: a view of the past has
     its own rules for forgotten and shown)."""
     if node.status == "forgotten":
@@ -500,7 +501,7 @@ class _Counts:
         self.by_namespace: dict[str, dict[str, int]] = {}
         self.hubs: set[str] = set()
 
-    def _class(self, node: MemoryNode, kind: _Class, now: datetime) -> None:
+    def _class(self, node: MemoryNode | MemoryStatus, kind: _Class, now: datetime) -> None:
         """Count `node` as `kind` (taken off its class before, if it had one)."""
         old = self.classes.get(node.id)
         if old is not None:
@@ -574,7 +575,7 @@ class _Tally(_Counts):
     their keys are counted again.
     """
 
-    __slots__ = ("ids_retold", "journal", "keyed", "links_cut", "seen")
+    __slots__ = ("ids_retold", "journal", "keyed", "links", "links_cut", "seen")
 
     def __init__(self, queries: Queries, state: GraphState, now: datetime) -> None:
         super().__init__(state, now)
@@ -584,16 +585,27 @@ class _Tally(_Counts):
         self.journal = state.changes().end
         self.links_cut, self.ids_retold = state.links_cut, state.ids_retold
         self.seen = len(state.memories)
-        for node in state.memories.values():
+        # Read undecoded where a lazy load left them (only the fields counted), and each key
+        # counted by its links to the memories shown (those classed by their namespace, as
+        # `_count` counts): decoding every node of a snapshot to count them took 2 s of a
+        # one-shot `keytrail stats` at 100,000 memories.
+        for node in peek_statuses(state.memories):
             self._class(node, _stats_class(node, now), now)
-        for key in state.keys.values():
-            self._recount(queries, key, now)
+        shown = {mid for mid, kind in self.classes.items() if type(kind) is str}
+        hub_min, links = queries.settings.hub_min, 0
+        for key in peek_links(state.keys):
+            links += len(key.links)
+            self._count_key(key.id, sum(map(shown.__contains__, key.links)), hub_min)
+        #: every key's links (those of a memory made since only add to it: a link cut or an id
+        #: told again counts afresh)
+        self.links = links
 
-    def _class(self, node: MemoryNode, kind: _Class, now: datetime) -> None:
+    def _class(self, node: MemoryNode | MemoryStatus, kind: _Class, now: datetime) -> None:
         # On the present a memory is shown exactly when it is counted by its namespace.
         old = self.classes.get(node.id)
         super()._class(node, kind, now)
         if self.keyed:
+            assert isinstance(node, MemoryNode)  # only the first count reads them undecoded
             self._shift(
                 node, old if type(old) is str else None, kind if type(kind) is str else None
             )
@@ -637,6 +649,8 @@ class _Tally(_Counts):
             self._class(node, _stats_class(node, now), now)
         for key_id in {k for node in changed for k in node.keys}:
             self._recount(queries, state.keys[key_id], now)
+        if fresh:
+            self.links += sum(len(dict.fromkeys(node.keys)) for node in changed[-fresh:])
         self.journal, self.seen, self.since = journal.end, len(memories), now
         return True
 
@@ -1485,7 +1499,7 @@ class Queries:
                 deleted=deleted,
                 keys=len(state.keys),
                 links=kept.links
-                if isinstance(kept, _PastTally)
+                if kept is not None
                 else sum(len(k.links) for k in state.keys.values()),
                 hubs=hubs,
                 namespaces=dict(sorted(namespaces.items())),

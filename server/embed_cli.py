@@ -53,7 +53,7 @@ class BuildBar:
 
 def ensure_projection(store: Store) -> projection.Reembedded | None:
     """Build the projection of `store`'s embedder if it is behind; None when it was current."""
-    if projection.status(store).current:
+    if projection.status(store).current or projection.cover_since_recorded(store):
         return None
     bar = BuildBar(store)
     result = projection.build(store, bar)

@@ -246,3 +246,24 @@ def test_the_description_says_how_results_are_ordered_and_what_found_by_is(
     assert "not in score order" in description
     assert "the score of the rest includes that context" in description
     assert 'or "session" (a turn next to a result in its session, matched by nothing' in description
+
+
+def test_a_past_read_orders_turns_as_they_were_then(store: Store) -> None:
+    """A read as of a point before correct(stale, by_memory_id=turn told later) sees that turn
+    where it was told then (the session's last), not in the stale turn's place as it stands
+    now: the neighbours of the turn before it are those it had then."""
+    s1 = remember_sessions(store)["s1"]
+    told = store.remember("Ana: Porto, in March, by the sea.", session_id="s1").memory_id
+    seq = store.state.seq
+    store.correct(s1[2], by_memory_id=told)
+
+    def by_session(**past: Any) -> set[str]:
+        result = store.recall_memories(
+            "sounds wonderful congratulations", top_k=3, hops=0, learn=False, **past
+        )
+        assert result.memories[0].memory_id == s1[3]
+        return {m.memory_id for m in result.memories if m.found_by == ["session"]}
+
+    # Then: s1[3] sat between s1[2] and the turn told last; now the correction sits before it.
+    assert by_session(as_of=seq) == {s1[2], told}
+    assert by_session() == {told}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import msgspec
@@ -440,3 +442,72 @@ def test_shared_link_weights_keep_their_bits_and_are_bounded(
     past = 3.0 + 1e-9
     assert keygraph.shared_float(past) is past  # not kept
     assert keygraph.shared_float(float("0.25")) is first  # kept ones still shared
+
+
+def test_stats_of_a_lazy_state_count_it_undecoded_and_as_a_decoded_one(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """A first `memory_stats` after a lazy open (a one-shot `keytrail stats`) reads each memory's
+    status and each key's links undecoded, and counts what a fully decoded state counts:
+    superseded, expired (by status and by time), forgotten, namespaces, links and hubs."""
+    names = [f.name for f in msgspec.structs.fields(keygraph.MemoryNode)]
+    assert list(snapshots.MemoryStatus.__struct_fields__) == names[: names.index("status") + 1]
+    names = [f.name for f in msgspec.structs.fields(keygraph.KeyNode)]
+    assert list(snapshots.KeyLinks.__struct_fields__) == names[: names.index("links") + 1]
+    home = tmp_path / "store"
+    store = filled(make_store, home)
+    store.remember_batch(
+        [RememberItem(f"the user owns lamp {i}", keys=["user", f"lamp {i}"]) for i in range(12)]
+    )
+    store.remember("the user moved to Oslo", keys=["user", "oslo"], namespace="side")
+    store.remember("the user lends a ladder", keys=["user", "ladder"], ttl_seconds=60)
+    gone = store.remember("the user hums in the shower", keys=["user", "shower"])
+    store.forget(gone.memory_id)
+    store.close()
+    clock = store.clock
+    later = lambda: clock() + timedelta(seconds=61)  # noqa: E731 - the ladder memory expired
+    lazy = make_store(home=home)
+    lazy.clock = later
+    memories, keys = lazy.state.memories, lazy.state.keys
+    assert isinstance(memories, LazyNodes) and isinstance(keys, LazyNodes)
+    counted = lazy.memory_stats()
+    assert all(type(v) is int for v in dict.values(memories))  # nothing decoded
+    assert all(type(v) is int for v in dict.values(keys))
+    eager = make_store(home=home)
+    eager.clock = later
+    snapshots.materialize(eager.state)
+    expected = eager.memory_stats()
+    assert counted == expected
+    assert (counted.superseded, counted.expired, counted.forgotten) == (1, 1, 1)
+    assert counted.namespaces == {"default": 14, "side": 1} and counted.hubs >= 1
+    assert counted.links == sum(len(k.links) for k in eager.state.keys.values())
+    # Caught up from a remember, the links and counts stay those of a fresh count.
+    lazy.remember("the user paints lamp 3", keys=["user", "lamp 3", "paint"])
+    eager.refresh()
+    assert lazy.memory_stats() == replace(eager.memory_stats(), seq=lazy.state.seq)
+
+
+def test_a_lazy_state_with_nodes_decoded_dropped_and_added_writes_the_eager_bytes(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """Runs of undecoded nodes are copied whole: broken by a decoded node, a dropped one or a
+    new one at the end, the columns are still those of the fully decoded state."""
+    store = make_store(home=tmp_path / "store")
+    store.remember_batch([RememberItem(f"fact number {i}", [f"topic {i % 3}"]) for i in range(9)])
+    store.close()
+    lazy = snapshots.load(store.snapshot_path, lazy=True)
+    eager = snapshots.load(store.snapshot_path)
+    assert lazy is not None and eager is not None
+    ids = list(eager.state.memories)
+    for state in (lazy.state, eager.state):
+        memories = state.memories
+        for at in (0, 3, 4, 8):
+            memories[ids[at]]  # decoded
+        memories.pop(ids[6])
+        memories["m_new"] = msgspec.structs.replace(eager.state.memories[ids[1]], id="m_new")
+        state.keys.pop(next(iter(state.keys)))
+    assert sum(type(v) is int for v in dict.values(lazy.state.memories)) == 4
+    assert snapshots.encode(lazy) == snapshots.encode(eager)
+    again = snapshots.load(store.snapshot_path, lazy=True)
+    assert again is not None
+    assert snapshots.encode(again) == store.snapshot_path.read_bytes()

@@ -388,3 +388,14 @@ def test_a_big_index_write_hands_what_its_writer_freed_back(
     store.remember_batch([RememberItem(f"Ferry fare {i}", ["ferry"]) for i in range(4)])
     assert store.text_index().seq == store.state.seq
     assert trims == [first, store.state.seq]
+
+
+def test_the_kept_mark_runs_are_this_pythons_unicode_marks() -> None:
+    """`marks` answers from a table for the Unicode version it was made with: the table must be
+    what a scan of the database finds (a Python with a newer Unicode scans instead)."""
+    import unicodedata
+
+    from keytrail.projections import scripts
+
+    assert unicodedata.unidata_version in scripts.MARK_RUNS
+    assert scripts.marks() == scripts.scanned_marks()
