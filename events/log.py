@@ -493,11 +493,20 @@ class EventLog:
                     if not chunk.endswith(b"\n"):
                         return
                     end = len(chunk) - 1
-                # One split per chunk and the checks inline: this loop is the whole replay's
-                # per-line overhead, so it keeps to locals and plain comparisons.
-                offset = base
+                # The checks inline: this loop is the whole replay's per-line overhead, so it
+                # keeps to locals and plain comparisons. Each line is found with `find` (memchr)
+                # rather than by one split of the chunk, whose byte-by-byte scan cost a tenth
+                # of a replay's instructions; like a split, it yields the lines between the
+                # newlines, empty ones included, up to `end`.
                 seq, at = self._seq, self._at
-                for line in chunk[back:end].split(b"\n"):
+                find = chunk.find
+                start = back
+                while True:
+                    stop = find(b"\n", start, end)
+                    if stop < 0:
+                        stop = end
+                    line = chunk[start:stop]
+                    offset = base - back + start  # of the line in the segment
                     try:
                         event = decode_line(line, upcasters=upcasters)
                     except DecodeError as exc:
@@ -511,6 +520,9 @@ class EventLog:
                     # Advance per line, so a consumer that stops early resumes exactly here.
                     self._seq, self._at, self._offset, self._last = seq, at, offset, line
                     yield event
+                    if stop == end:
+                        break
+                    start = stop + 1
                 if not full:
                     return
 

@@ -395,6 +395,7 @@ def _rewrite_line(path: Path, index: int, new: bytes) -> None:
         (lambda line: line.replace(b"turn number", b"turn numbeR"), "checksum"),
         (lambda line: line[: len(line) // 2], "checksum|JSON"),
         (lambda line: b"\x00\x01garbage", "JSON"),
+        (lambda line: b"", "JSON"),  # a blank line is a line, not a gap between two
         (
             lambda line: line.replace(b'"type":"turn.recorded"', b'"type":"turn.exploded"'),
             "checksum|unknown",
