@@ -369,6 +369,9 @@ def cmd_read(args: argparse.Namespace) -> int:
     print("keys: " + ", ".join(f"{shown_label(k.label)} ({k.key_id})" for k in memory.keys))
     if memory.supersedes:
         print(f"supersedes {memory.supersedes}")
+    if memory.valid_from is not None:
+        # Told apart from when it was told: a correction dated ahead is not true yet.
+        print(f"valid from {short_time(memory.valid_from)}")
     if memory.asked_id:
         print(f"asked for {memory.asked_id}: the version true then")
     return 0

@@ -888,3 +888,18 @@ def test_log_summaries_say_a_count_of_one_in_the_singular(
 def test_a_links_adjusted_summary_says_one_link_adjustment() -> None:
     delta = LinkDelta(key_id="k_1", memory_id="m_1", delta=0.1)
     assert summary(LinksAdjusted(adjustments=[delta])) == "1 link adjustment"
+
+
+def test_read_says_when_a_version_became_valid_if_told_apart_from_when_told(home: Path) -> None:
+    """A correction dated ahead ("moves to Berlin in January") read as any current fact: the
+    text gave no sign it was not true yet (only --json had `valid_from`)."""
+    old = kt_json(home, "remember", "The user lives in Oslo.", "-n", "Oslo")["memory_id"]
+    new = kt_json(home, "correct", old, "The user lives in Berlin.", "--valid-from", "2031-01-15")[
+        "memory_id"
+    ]
+    lines = kt(home, "read", new).stdout.splitlines()
+    assert "valid from 2031-01-15 00:00:00" in lines
+    # Told without one, a version is true from when it was told: nothing more to say.
+    assert not any(
+        line.startswith("valid from") for line in kt(home, "read", old).stdout.splitlines()
+    )
