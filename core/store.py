@@ -92,9 +92,10 @@ READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 SNAPSHOT_FILE = "keygraph.msgpack"
 #: A close saves a snapshot once the events folded since the last one are at least one in this
 #: many of the log's: a snapshot is the whole graph (45 MB, 0.3 s with its fsync at 100,000
-#: memories), which every one-shot writing command rewrote for its one event, while folding a
-#: tail of 1% of the log costs the next open about 1% of a full replay.
-CLOSE_SNAPSHOT_SHARE = 100
+#: memories), which every one-shot writing command rewrote for its one event, while the next
+#: open folds a tail of 0.5% of the log in about 1% of a full replay (its events decode the
+#: nodes they touch: about twice a replayed event's cost).
+CLOSE_SNAPSHOT_SHARE = 200
 TURN_ROLES = ("user", "assistant", "system", "tool")
 #: Called while opening with (bytes of the log folded so far, total bytes).
 OpenProgress = Callable[[int, int], None]

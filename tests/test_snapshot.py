@@ -77,12 +77,12 @@ def test_a_close_saves_a_snapshot_only_once_its_tail_is_a_share_of_the_log(
     saved, and every open folds the same state as a replay of the log."""
     home = tmp_path / "store"
     store = make_store(home=home)
-    for i in range(250):
+    share = store_module.CLOSE_SNAPSHOT_SHARE
+    for i in range(2 * share + 50):
         store.remember(f"fact {i}", keys=[f"k{i % 9}"])
     store.close()
     saved = store.state.seq
     assert snapshots.read_header(store.snapshot_path).seq == saved  # type: ignore[union-attr]
-    share = store_module.CLOSE_SNAPSHOT_SHARE
     for told in range(1, 3):  # each a process of its own: a tail of `told` events
         one = make_store(home=home)
         assert one.state.seq == saved + told - 1
