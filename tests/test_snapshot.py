@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core import store as store_module
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog
 from keytrail.projections import fold, keygraph
@@ -66,6 +67,39 @@ def test_a_store_opened_from_a_snapshot_folds_onto_its_lazy_state(
     assert msgspec.msgpack.encode(snapshots.materialize(again.state)) == msgspec.msgpack.encode(
         expected
     )
+
+
+def test_a_close_saves_a_snapshot_only_once_its_tail_is_a_share_of_the_log(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """A one-shot command's close left a short tail for the next open to fold rather than
+    rewrite the whole graph for it; a tail of `CLOSE_SNAPSHOT_SHARE`'s share of the log is
+    saved, and every open folds the same state as a replay of the log."""
+    home = tmp_path / "store"
+    store = make_store(home=home)
+    share = store_module.CLOSE_SNAPSHOT_SHARE
+    for i in range(2 * share + 50):
+        store.remember(f"fact {i}", keys=[f"k{i % 9}"])
+    store.close()
+    saved = store.state.seq
+    assert snapshots.read_header(store.snapshot_path).seq == saved  # type: ignore[union-attr]
+    for told in range(1, 3):  # each a process of its own: a tail of `told` events
+        one = make_store(home=home)
+        assert one.state.seq == saved + told - 1
+        one.remember(f"one more fact {told}", keys=["k1", "other"])
+        one.close()
+        assert told * share < one.state.seq  # not yet due
+        assert snapshots.read_header(one.snapshot_path).seq == saved  # type: ignore[union-attr]
+    reopened = make_store(home=home)
+    replayed = fold(EventLog(home).iter_new())
+    assert msgspec.msgpack.encode(snapshots.materialize(reopened.state)) == msgspec.msgpack.encode(
+        replayed
+    )
+    while (reopened.state.seq - saved) * share < reopened.state.seq:
+        reopened.remember(f"fact at {reopened.state.seq}", keys=["k2"])
+    reopened.close()
+    header = snapshots.read_header(reopened.snapshot_path)
+    assert header is not None and header.seq == reopened.state.seq
 
 
 def test_a_remember_finds_the_same_text_in_a_lazy_state_without_decoding_it(

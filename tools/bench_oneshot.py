@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 KEYTRAIL = str(Path(sys.executable).with_name("keytrail"))
-#: name -> (writes?, arguments, what `--before` runs first on the fresh copy, or None)
+#: name -> (writes?, arguments, what runs first on the fresh copy, or None); that first command
+#: runs under `--before`, or under the tree measured for a name that ends with "(same tree)"
+#: (what that tree's own close left: a snapshot, or a tail for this open to fold)
 VERBS: dict[str, tuple[bool, list[str], list[str] | None]] = {
     "stats": (False, ["stats"], None),
     "recall": (False, ["recall", "topic 42"], None),
@@ -37,6 +39,16 @@ VERBS: dict[str, tuple[bool, list[str], list[str] | None]] = {
     "recall after a remember": (
         True,
         ["recall", "topic 42"],
+        ["remember", "another fact about topic 42", "-k", "topic 42"],
+    ),
+    "recall after a remember (same tree)": (
+        True,
+        ["recall", "topic 42"],
+        ["remember", "another fact about topic 42", "-k", "topic 42"],
+    ),
+    "remember after a remember (same tree)": (
+        True,
+        ["remember", "a fresh fact about topic 42 and its owner", "-k", "topic 42", "-k", "owner"],
         ["remember", "another fact about topic 42", "-k", "topic 42"],
     ),
 }
@@ -80,7 +92,8 @@ def main() -> None:
                     shutil.copytree(base, writes, symlinks=True)
                     home = writes
                     if first is not None:
-                        run(opts.before, home, first)
+                        same = name.endswith("(same tree)")
+                        run(trees[tree] if same else opts.before, home, first)
                 took, outputs[(name, tree)] = run(trees[tree], home, args)
                 times[(name, tree)].append(took)
     for name, (writing, _, _) in verbs.items():
