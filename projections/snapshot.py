@@ -287,13 +287,13 @@ class LazyNodes(dict[str, Any]):
 
 class MemoryText(msgspec.Struct, array_like=True, gc=False):
     """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
-    those between left as bytes: its text, when it was made and whether it is current, read
-    without decoding the rest (`peek_text`)."""
+    those between left as bytes: its text and its hash, when it was made and whether it is
+    current, read without decoding the rest (`peek_text`)."""
 
     id: str
     namespace: str
     content: str
-    content_hash: msgspec.Raw
+    content_hash: str
     created_at: msgspec.Raw
     created_seq: int
     keys: msgspec.Raw
@@ -361,8 +361,18 @@ class KeyLinks(msgspec.Struct, array_like=True, gc=False):
     links: dict[str, float]
 
 
+class KeyLabels(msgspec.Struct, array_like=True, gc=False):
+    """A stored `KeyNode`'s fields up to its aliases, its type left as bytes."""
+
+    id: str
+    label: str
+    type: msgspec.Raw
+    aliases: list[str]
+
+
 _status_decoder = msgspec.msgpack.Decoder(MemoryStatus)
 _links_decoder = msgspec.msgpack.Decoder(KeyLinks)
+_labels_decoder = msgspec.msgpack.Decoder(KeyLabels)
 
 
 def peek_statuses(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryStatus]:
@@ -378,6 +388,14 @@ def peek_links(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLinks]:
     so)."""
     if isinstance(keys, LazyNodes):
         return keys.peek_values(_links_decoder.decode)
+    return iter(dict.values(keys))
+
+
+def peek_labels(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLabels]:
+    """Every key, in order, those a lazy load left undecoded as their `KeyLabels` (they stay
+    so)."""
+    if isinstance(keys, LazyNodes):
+        return keys.peek_values(_labels_decoder.decode)
     return iter(dict.values(keys))
 
 
