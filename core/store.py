@@ -856,7 +856,10 @@ class Store(Queries, HybridQueries):
         )
         if covered < state.seq:
             texts = list(itertools.islice(reversed(labels), max(new_labels, 0)))
-            tail = itertools.islice(reversed(memories.values()), max(new_contents, 0))
+            # Peeked, not decoded: values() decoded a lazily loaded state whole (a first recall
+            # after an open paid ~1 s for it at 100,000 memories).
+            newest = (snapshots.peek_text(memories, m) for m in reversed(memories))
+            tail = itertools.islice(newest, max(new_contents, 0))
             since = itertools.takewhile(lambda node: node.created_seq > covered, tail)
             texts += [node.content for node in since if node.content]
             digests = [text_hash(text) for text in dict.fromkeys(texts)]
