@@ -260,7 +260,28 @@ def forgotten_ids(state: GraphState) -> set[str]:
     """The ids of the memories forgotten so far, read without decoding a lazily loaded state:
     a forget walks them under the lock, and decoding every node (1-1.5 s at 100,000
     memories) made every other writer wait."""
-    return {m.id for m in snapshots.peek_statuses(state.memories) if m.status == "forgotten"}
+    return scan_memories(state, set()).forgotten
+
+
+class MemoryScan(msgspec.Struct, kw_only=True):
+    """What a forget reads of every memory, in one walk (`scan_memories`)."""
+
+    forgotten: set[str]
+    #: content hash -> the memories not forgotten with that hash, oldest first
+    holding: dict[str, list[str]]
+
+
+def scan_memories(state: GraphState, hashes: Collection[str]) -> MemoryScan:
+    """The memories forgotten so far, and those not forgotten whose content hash is one of
+    `hashes`: one walk, no node decoded nor any text (`peek_hashes`)."""
+    scan = MemoryScan(forgotten=set(), holding={h: [] for h in hashes})
+    forgotten, holding = scan.forgotten, scan.holding
+    for m in snapshots.peek_hashes(state.memories):
+        if m.status == "forgotten":
+            forgotten.add(m.id)
+        elif (held := holding.get(m.content_hash)) is not None:
+            held.append(m.id)
+    return scan
 
 
 def _live_link(links: dict[str, float], gone: Collection[str]) -> str | None:

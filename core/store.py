@@ -56,6 +56,7 @@ from keytrail.events.log import Clock, LogPosition
 from keytrail.events.redact import SegmentRedaction
 from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet, fold, text_hash
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.snapshot import MemoryText
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import Matrix
 
@@ -1392,7 +1393,11 @@ class Store(Queries, HybridQueries):
             }
             # Labels written only in the lines of these (and earlier forgotten) memories go
             # with them; the rest are named in the answer.
-            forgotten = forgetting.forgotten_ids(self.state)  # one walk of every memory
+            # One walk of every memory, none decoded: those forgotten before, and those holding
+            # the same text.
+            hashes = {n.content_hash for n in nodes}
+            scan = forgetting.scan_memories(self.state, hashes)
+            forgotten = scan.forgotten
             labels = forgetting.erasable_labels(self.log, self.state, list(entries), forgotten)
             for key_id, linked in labels.erased.items():
                 for m in linked:
@@ -1405,7 +1410,21 @@ class Store(Queries, HybridQueries):
             # A damaged line could not be redacted once the forget is written: refuse first.
             plans = forgetting.check_redactable(self.log, entries.values())
             # The rows of the labels as the lines wrote them too (a key named in another case).
-            typed = [t for plan in plans.values() for t in plan.removed_labels]
+            # Those erasable_labels judged already are not looked up again (a walk of every
+            # memory's text).
+            keys = self.state.keys
+            judged = {
+                form
+                for k in labels.erased
+                for t in (keys[k].label, *keys[k].aliases)
+                for form in (t, t.casefold())
+            }
+            typed = [
+                t
+                for plan in plans.values()
+                for t in plan.removed_labels
+                if not {t, t.casefold()} <= judged
+            ]
             gone = {m for m, e in entries.items() if e.vector_digest} | forgotten
             digests = sorted({*labels.digests, *forgetting.label_digests(self.state, gone, typed)})
             if digests:
@@ -1435,7 +1454,9 @@ class Store(Queries, HybridQueries):
                 if self._vector_cache is not None:
                     self._vector_cache.flush()
                 purged = self._finish_forgetting(
-                    {text_hash(text): text for _, text in found if text is not None}, plans
+                    {text_hash(text): text for _, text in found if text is not None},
+                    plans,
+                    scan.holding,
                 )
             except OSError as exc:
                 # The forget happened (its events are fsynced): say so, and who finishes it.
@@ -1446,16 +1467,13 @@ class Store(Queries, HybridQueries):
                     memory_id=node.id,
                     seq=events[-1].seq,
                 ) from exc
-            hashes = {n.content_hash for n in nodes}
             return Forgotten(
                 memory_id=node.id,
                 seq=events[-1].seq,
                 purged=purged,
                 other_versions=[n.id for n in nodes if n.id != node.id],
                 same_text_in=sorted(
-                    m.id
-                    for m in snapshots.peek_texts(self.state.memories)
-                    if m.content_hash in hashes and m.status != "forgotten"
+                    {m for h in hashes for m in scan.holding[h]} - {n.id for n in nodes}
                 ),
                 labels_erased=erased_keys,
                 labels_kept=[
@@ -1469,12 +1487,15 @@ class Store(Queries, HybridQueries):
         self,
         texts: Mapping[str, str] | None = None,
         plans: Mapping[str, SegmentRedaction] | None = None,
+        holding: Mapping[str, list[str]] | None = None,
     ) -> list[str]:
         """Purge the content of every forgotten memory listed as pending. Hold the lock.
 
         `texts`: the forgotten texts by vector digest, where the caller knows them (a forget
         of this process); a purge another process left pending is finished without them.
-        `plans`: the redactions that forget planned under this hold of the lock, by segment."""
+        `plans`: the redactions that forget planned under this hold of the lock, by segment.
+        `holding`: the memories that forget found holding each forgotten content hash (before
+        its fold), so that those are looked at, not every memory."""
         entries = forgetting.read_pending(self.home)
         if not entries:
             if os.path.exists(self._pending_purge):
@@ -1508,9 +1529,15 @@ class Store(Queries, HybridQueries):
         gone = {
             memories[e.memory_id].content_hash: e.vector_digest for e in done if e.vector_digest
         }
+        if holding is not None and gone.keys() <= holding.keys():
+            others: Iterable[MemoryNode | MemoryText] = (
+                memories[m] for h in gone for m in holding[h]
+            )
+        else:  # a purge another process left pending
+            others = snapshots.peek_texts(memories)
         held = {
             digest
-            for m in snapshots.peek_texts(memories)
+            for m in others
             if m.content
             and (digest := gone.get(m.content_hash)) is not None
             and text_hash(m.content) == digest
