@@ -136,14 +136,12 @@ def purge(
     entries: Iterable[PendingPurge],
     vectors: VectorCache | None,
     *,
-    fresh_snapshot: Path | None = None,
     keep_vectors: Collection[str] = (),
     plans: Mapping[str, SegmentRedaction] | None = None,
 ) -> list[str]:
     """Remove the content of `entries` (already forgotten in the log) from every file.
 
-    Call holding the log lock. Safe to call again on the same entries. `fresh_snapshot` names a
-    snapshot just written from a state that has folded the forgets (nothing to blank there).
+    Call holding the log lock. Safe to call again on the same entries.
     `keep_vectors`: text hashes whose vector rows stay (texts other memories still hold).
     `plans`: what `check_redactable` planned under this same hold of the lock (the lines it
     found are as they were: only appends came since), by segment; the others are planned here.
@@ -170,9 +168,7 @@ def purge(
             touched.append(f"log/{name}")
     first = min(e.created_seq for e in entries)
     erased_keys = {k for e in entries for k in e.keys}
-    touched += purge_snapshots(home / "cache" / "snapshot", ids, fresh_snapshot, first, erased_keys)
-    if fresh_snapshot is not None:
-        touched.append(str(fresh_snapshot))
+    touched += purge_snapshots(home / "cache" / "snapshot", ids, first, erased_keys)
     digests = {e.vector_digest for e in entries} | {d for e in entries for d in e.label_digests}
     touched += purge_vectors(
         home / "cache" / "vectors", digests - set(keep_vectors) - {""}, vectors
@@ -200,7 +196,10 @@ class ErasableLabels(msgspec.Struct, kw_only=True):
 
 
 def erasable_labels(
-    log: EventLog, state: GraphState, memory_ids: Collection[str]
+    log: EventLog,
+    state: GraphState,
+    memory_ids: Collection[str],
+    forgotten: Collection[str] | None = None,
 ) -> ErasableLabels:
     """Which labels of the keys of `memory_ids` (about to be forgotten) go with them.
 
@@ -210,9 +209,10 @@ def erasable_labels(
     an import, ...; reads name it by id only, with the query the user typed, which is kept),
     and no other key has, or had, the same label or alias. Everything else is kept, with why.
     Call holding the appenders' lock, caught up (the log is scanned from the key's creation).
+    `forgotten`: `forgotten_ids(state)`, where the caller has it already.
     """
     memories = state.memories
-    gone = set(memory_ids) | {m.id for m in memories.values() if m.status == "forgotten"}
+    gone = set(memory_ids) | set(forgotten_ids(state) if forgotten is None else forgotten)
     result = ErasableLabels()
     candidates: dict[str, set[str]] = {}  # key id -> its texts, case-folded
     seen: set[str] = set()
@@ -238,7 +238,7 @@ def erasable_labels(
         # Another key with the same text: the labels map would differ between the live state
         # and a replay of the redacted log (the first key folded claims a label).
         owners = {t: k for k, ts in candidates.items() for t in ts}
-        for other in state.keys.values():
+        for other in snapshots.peek_labels(state.keys):
             if other.id in candidates:
                 continue
             for text in (other.label, *other.aliases):
@@ -256,6 +256,34 @@ def erasable_labels(
     return result
 
 
+def forgotten_ids(state: GraphState) -> set[str]:
+    """The ids of the memories forgotten so far, read without decoding a lazily loaded state:
+    a forget walks them under the lock, and decoding every node (1-1.5 s at 100,000
+    memories) made every other writer wait."""
+    return scan_memories(state, set()).forgotten
+
+
+class MemoryScan(msgspec.Struct, kw_only=True):
+    """What a forget reads of every memory, in one walk (`scan_memories`)."""
+
+    forgotten: set[str]
+    #: content hash -> the memories not forgotten with that hash, oldest first
+    holding: dict[str, list[str]]
+
+
+def scan_memories(state: GraphState, hashes: Collection[str]) -> MemoryScan:
+    """The memories forgotten so far, and those not forgotten whose content hash is one of
+    `hashes`: one walk, no node decoded nor any text (`peek_hashes`)."""
+    scan = MemoryScan(forgotten=set(), holding={h: [] for h in hashes})
+    forgotten, holding = scan.forgotten, scan.holding
+    for m in snapshots.peek_hashes(state.memories):
+        if m.status == "forgotten":
+            forgotten.add(m.id)
+        elif (held := holding.get(m.content_hash)) is not None:
+            held.append(m.id)
+    return scan
+
+
 def _live_link(links: dict[str, float], gone: Collection[str]) -> str | None:
     """The newest of `links` not in `gone` (None if all are): a key under a forgotten memory
     is most often a hub whose newest link is live, so this stops at once."""
@@ -268,7 +296,11 @@ def label_digests(state: GraphState, gone: Collection[str], texts: Iterable[str]
     forms = {form for text in texts for form in (text, text.casefold())}
     if not forms:  # most forgets erase no label: no walk of every memory
         return []
-    held = {m.content for m in state.memories.values() if m.id not in gone and m.content in forms}
+    held = {
+        m.content
+        for m in snapshots.peek_texts(state.memories)
+        if m.id not in gone and m.content in forms
+    }
     return sorted(text_hash(t) for t in forms - held)
 
 
@@ -438,7 +470,6 @@ def _scrub_torn(torn_dir: Path, contents: Iterable[str]) -> list[str]:
 def purge_snapshots(
     directory: Path,
     memory_ids: Collection[str],
-    fresh: Path | None = None,
     first_seq: int = 0,
     erased_keys: Collection[str] = (),
 ) -> list[str]:
@@ -451,11 +482,14 @@ def purge_snapshots(
     if not directory.is_dir():
         return []
     touched = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p != fresh):
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         seq = None if path.name.startswith(".") else snapshot_seq(path)
         if seq is not None and seq < first_seq:
             continue
-        snap = None if seq is None else snapshots.load(path)
+        # Loaded lazily: only the nodes blanked here are decoded and encoded again, the rest
+        # copied as they were (an eager load and save took 2-3 s at 100,000 memories, every
+        # other writer waiting on the lock).
+        snap = None if seq is None else snapshots.load(path, lazy=True)
         if snap is None:
             path.unlink()  # a temp file, or a format this code cannot read: derived anyway
             touched.append(str(path))

@@ -56,6 +56,7 @@ from keytrail.events.log import Clock, LogPosition
 from keytrail.events.redact import SegmentRedaction
 from keytrail.projections import GraphState, MemoryNode, VectorCache, VectorSet, fold, text_hash
 from keytrail.projections import snapshot as snapshots
+from keytrail.projections.snapshot import MemoryText
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import Matrix
 
@@ -869,7 +870,10 @@ class Store(Queries, HybridQueries):
         )
         if covered < state.seq:
             texts = list(itertools.islice(reversed(labels), max(new_labels, 0)))
-            tail = itertools.islice(reversed(memories.values()), max(new_contents, 0))
+            # Peeked, not decoded: values() decoded a lazily loaded state whole (a first recall
+            # after an open paid ~1 s for it at 100,000 memories).
+            newest = (snapshots.peek_text(memories, m) for m in reversed(memories))
+            tail = itertools.islice(newest, max(new_contents, 0))
             since = itertools.takewhile(lambda node: node.created_seq > covered, tail)
             texts += [node.content for node in since if node.content]
             digests = [text_hash(text) for text in dict.fromkeys(texts)]
@@ -1402,7 +1406,12 @@ class Store(Queries, HybridQueries):
             }
             # Labels written only in the lines of these (and earlier forgotten) memories go
             # with them; the rest are named in the answer.
-            labels = forgetting.erasable_labels(self.log, self.state, list(entries))
+            # One walk of every memory, none decoded: those forgotten before, and those holding
+            # the same text.
+            hashes = {n.content_hash for n in nodes}
+            scan = forgetting.scan_memories(self.state, hashes)
+            forgotten = scan.forgotten
+            labels = forgetting.erasable_labels(self.log, self.state, list(entries), forgotten)
             for key_id, linked in labels.erased.items():
                 for m in linked:
                     entry = entries.get(m) or forgetting.PendingPurge(
@@ -1414,10 +1423,22 @@ class Store(Queries, HybridQueries):
             # A damaged line could not be redacted once the forget is written: refuse first.
             plans = forgetting.check_redactable(self.log, entries.values())
             # The rows of the labels as the lines wrote them too (a key named in another case).
-            typed = [t for plan in plans.values() for t in plan.removed_labels]
-            gone = {m for m, e in entries.items() if e.vector_digest} | {
-                m.id for m in self.state.memories.values() if m.status == "forgotten"
+            # Those erasable_labels judged already are not looked up again (a walk of every
+            # memory's text).
+            keys = self.state.keys
+            judged = {
+                form
+                for k in labels.erased
+                for t in (keys[k].label, *keys[k].aliases)
+                for form in (t, t.casefold())
             }
+            typed = [
+                t
+                for plan in plans.values()
+                for t in plan.removed_labels
+                if not {t, t.casefold()} <= judged
+            ]
+            gone = {m for m, e in entries.items() if e.vector_digest} | forgotten
             digests = sorted({*labels.digests, *forgetting.label_digests(self.state, gone, typed)})
             if digests:
                 first = next(iter(entries))
@@ -1446,7 +1467,9 @@ class Store(Queries, HybridQueries):
                 if self._vector_cache is not None:
                     self._vector_cache.flush()
                 purged = self._finish_forgetting(
-                    {text_hash(text): text for _, text in found if text is not None}, plans
+                    {text_hash(text): text for _, text in found if text is not None},
+                    plans,
+                    scan.holding,
                 )
             except OSError as exc:
                 # The forget happened (its events are fsynced): say so, and who finishes it.
@@ -1457,16 +1480,13 @@ class Store(Queries, HybridQueries):
                     memory_id=node.id,
                     seq=events[-1].seq,
                 ) from exc
-            hashes = {n.content_hash for n in nodes}
             return Forgotten(
                 memory_id=node.id,
                 seq=events[-1].seq,
                 purged=purged,
                 other_versions=[n.id for n in nodes if n.id != node.id],
                 same_text_in=sorted(
-                    m.id
-                    for m in self.state.memories.values()
-                    if m.content_hash in hashes and m.status != "forgotten"
+                    {m for h in hashes for m in scan.holding[h]} - {n.id for n in nodes}
                 ),
                 labels_erased=erased_keys,
                 labels_kept=[
@@ -1480,12 +1500,15 @@ class Store(Queries, HybridQueries):
         self,
         texts: Mapping[str, str] | None = None,
         plans: Mapping[str, SegmentRedaction] | None = None,
+        holding: Mapping[str, list[str]] | None = None,
     ) -> list[str]:
         """Purge the content of every forgotten memory listed as pending. Hold the lock.
 
         `texts`: the forgotten texts by vector digest, where the caller knows them (a forget
         of this process); a purge another process left pending is finished without them.
-        `plans`: the redactions that forget planned under this hold of the lock, by segment."""
+        `plans`: the redactions that forget planned under this hold of the lock, by segment.
+        `holding`: the memories that forget found holding each forgotten content hash (before
+        its fold), so that those are looked at, not every memory."""
         entries = forgetting.read_pending(self.home)
         if not entries:
             if os.path.exists(self._pending_purge):
@@ -1506,13 +1529,10 @@ class Store(Queries, HybridQueries):
             if (node := self.state.memories.get(e.memory_id)) is not None
             and node.status == "forgotten"
         ]
-        # Our state has folded the forgets and stands at the log's end: write the snapshot from
-        # it rather than decode and blank the old one (if that one can hold the content at all).
-        fresh = None
-        on_disk = forgetting.snapshot_seq(self.snapshot_path)
-        if done and on_disk is not None and on_disk >= min(e.created_seq for e in done):
-            self._save_snapshot(self.state)
-            fresh = self.snapshot_path if self._snapshot_seq == self.state.seq else None
+        # The latest snapshot is blanked where it stands, as the archived ones are (only the
+        # nodes blanked are decoded), not replaced by one of our state: that saved every node
+        # of a state a recall had decoded (0.6 s at 100,000 memories), and archived the old
+        # latest, which then had to be blanked as well, all while every writer waited.
         # The purge deletes the text index directory; drop our handle so the next query
         # rebuilds it from the (now redacted) log instead of reading deleted files.
         self.text.close()
@@ -1522,9 +1542,15 @@ class Store(Queries, HybridQueries):
         gone = {
             memories[e.memory_id].content_hash: e.vector_digest for e in done if e.vector_digest
         }
+        if holding is not None and gone.keys() <= holding.keys():
+            others: Iterable[MemoryNode | MemoryText] = (
+                memories[m] for h in gone for m in holding[h]
+            )
+        else:  # a purge another process left pending
+            others = snapshots.peek_texts(memories)
         held = {
             digest
-            for m in memories.values()
+            for m in others
             if m.content
             and (digest := gone.get(m.content_hash)) is not None
             and text_hash(m.content) == digest
@@ -1541,7 +1567,6 @@ class Store(Queries, HybridQueries):
             self.log,
             done,
             self._vector_cache,
-            fresh_snapshot=fresh,
             keep_vectors=held,
             plans=plans,
         )

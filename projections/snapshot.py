@@ -287,13 +287,13 @@ class LazyNodes(dict[str, Any]):
 
 class MemoryText(msgspec.Struct, array_like=True, gc=False):
     """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
-    those between left as bytes: its text, when it was made and whether it is current, read
-    without decoding the rest (`peek_text`)."""
+    those between left as bytes: its text and its hash, when it was made and whether it is
+    current, read without decoding the rest (`peek_text`)."""
 
     id: str
     namespace: str
     content: str
-    content_hash: msgspec.Raw
+    content_hash: str
     created_at: msgspec.Raw
     created_seq: int
     keys: msgspec.Raw
@@ -351,6 +351,31 @@ class MemoryStatus(msgspec.Struct, array_like=True, gc=False):
     status: str
 
 
+class MemoryHash(msgspec.Struct, array_like=True, gc=False):
+    """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
+    all but its id, content hash and status left as bytes (`peek_hashes`)."""
+
+    id: str
+    namespace: msgspec.Raw
+    content: msgspec.Raw
+    content_hash: str
+    created_at: msgspec.Raw
+    created_seq: msgspec.Raw
+    keys: msgspec.Raw
+    depth: msgspec.Raw
+    access_count: msgspec.Raw
+    last_read_at: msgspec.Raw
+    expires_at: msgspec.Raw
+    session_id: msgspec.Raw
+    source: msgspec.Raw
+    related_to: msgspec.Raw
+    related_from: msgspec.Raw
+    supersedes: msgspec.Raw
+    superseded_by: msgspec.Raw
+    supersede_reason: msgspec.Raw
+    status: str
+
+
 class KeyLinks(msgspec.Struct, array_like=True, gc=False):
     """A stored `KeyNode`'s fields up to its links, those between left as bytes."""
 
@@ -361,8 +386,19 @@ class KeyLinks(msgspec.Struct, array_like=True, gc=False):
     links: dict[str, float]
 
 
+class KeyLabels(msgspec.Struct, array_like=True, gc=False):
+    """A stored `KeyNode`'s fields up to its aliases, its type left as bytes."""
+
+    id: str
+    label: str
+    type: msgspec.Raw
+    aliases: list[str]
+
+
 _status_decoder = msgspec.msgpack.Decoder(MemoryStatus)
 _links_decoder = msgspec.msgpack.Decoder(KeyLinks)
+_labels_decoder = msgspec.msgpack.Decoder(KeyLabels)
+_hash_decoder = msgspec.msgpack.Decoder(MemoryHash)
 
 
 def peek_statuses(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryStatus]:
@@ -373,11 +409,27 @@ def peek_statuses(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | Memo
     return iter(dict.values(memories))
 
 
+def peek_hashes(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryHash]:
+    """Every memory, in order, those a lazy load left undecoded as their `MemoryHash` (they
+    stay so): their texts are not decoded."""
+    if isinstance(memories, LazyNodes):
+        return memories.peek_values(_hash_decoder.decode)
+    return iter(dict.values(memories))
+
+
 def peek_links(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLinks]:
     """Every key, in order, those a lazy load left undecoded as their `KeyLinks` (they stay
     so)."""
     if isinstance(keys, LazyNodes):
         return keys.peek_values(_links_decoder.decode)
+    return iter(dict.values(keys))
+
+
+def peek_labels(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLabels]:
+    """Every key, in order, those a lazy load left undecoded as their `KeyLabels` (they stay
+    so)."""
+    if isinstance(keys, LazyNodes):
+        return keys.peek_values(_labels_decoder.decode)
     return iter(dict.values(keys))
 
 
