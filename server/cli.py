@@ -780,23 +780,22 @@ def said_of_flag(
         return exc.message
     dest = FIELD_DESTS.get(exc.field, exc.field)
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    flags = [
-        a.option_strings[-1]
-        for a in verbs.choices[args.command]._actions
-        if a.dest == dest and a.option_strings
-    ]
-    if len(flags) != 1 or getattr(args, dest, None) is None:
-        return exc.message
-    # The problem may point to another argument by its field name ("pass valid_at"): say it
-    # as this verb's flag too. Only names with an underscore, which no English word has.
+    actions = verbs.choices[args.command]._actions
+    flags = [a.option_strings[-1] for a in actions if a.dest == dest and a.option_strings]
+    field = flags[0] if len(flags) == 1 and getattr(args, dest, None) is not None else exc.field
+    # The problem may point to another argument by its field name ("pass valid_at", "or
+    # by_memory_id"): say it as this verb's flag, whatever the field refused (a positional's
+    # problem too). Only names with an underscore, which no English word has.
     problem = exc.problem
-    for action in verbs.choices[args.command]._actions:
+    for action in actions:
         if "_" in action.dest and action.option_strings:
             problem = re.sub(rf"\b{action.dest}\b", action.option_strings[-1], problem)
-        for field, renamed in FIELD_DESTS.items():
+        for name, renamed in FIELD_DESTS.items():
             if renamed == action.dest and action.option_strings:
-                problem = re.sub(rf"\b{field}\b", action.option_strings[-1], problem)
-    return InvalidInput(flags[0], problem, limit=exc.limit).message
+                problem = re.sub(rf"\b{name}\b", action.option_strings[-1], problem)
+    if field == exc.field and problem == exc.problem:
+        return exc.message
+    return InvalidInput(field, problem, limit=exc.limit).message
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -324,11 +324,12 @@ def test_correct_by_makes_a_memory_told_once_the_new_version(
     for args, says in (
         ([stale, "Mia is 7", "--by", fresh], "--by: give content or --by, not both"),
         ([stale, "--by", stale], "--by: is the memory corrected"),
-        ([stale, "--by", fresh, "-k", "age"], "keys: describes new content"),
-        ([stale], "content: is required"),
+        # the flag a problem points to is said as typed, also where the field is not a flag's
+        ([stale, "--by", fresh, "-k", "age"], "keys: describes new content: with --by the"),
+        ([stale], "content: is required: the new version's text (or --by: a memory that"),
     ):
         code, _, err = run(capsys, "correct", *args, "--home", str(home))
-        assert code == 2 and says in err, err
+        assert code == 2 and says in err and "by_memory_id" not in err, err
     assert b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl"))) == log
     out = out_of(capsys, "correct", stale, "--by", fresh, "--home", str(home))
     assert out.splitlines()[0] == f"corrected {stale} -> {fresh} (seq 4; old depth 0.00 x0.3)"
