@@ -47,6 +47,22 @@ def test_read_key_says_more_memories_exist(home: Path, capsys: pytest.CaptureFix
     assert "more:" not in out_of(capsys, "read-key", key.id, "--home", str(home))
 
 
+def test_read_key_says_a_key_label_a_forget_erased(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key whose label went with the memory it alone led to is still read by its id: the
+    line says why it has no label, rather than showing a blank where the label goes."""
+    store = open_store(home)
+    secret = store.remember("my PIN is 7391", ["PIN"]).memory_id
+    key = store.state.key_for_label("PIN")
+    assert key is not None
+    assert store.forget(secret).labels_erased == [key.id]
+    store.close()
+    for past in ([], ["--as-of", "2"]):
+        out = out_of(capsys, "read-key", key.id, *past, "--home", str(home))
+        assert out == f"{key.id}  (label erased by a forget) [concept]  0 memories\n"
+
+
 def test_conversation_indents_the_later_lines_of_a_turn(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
