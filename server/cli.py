@@ -784,13 +784,19 @@ def said_of_flag(
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     actions = verbs.choices[args.command]._actions
     flags = [a.option_strings[-1] for a in actions if a.dest == dest and a.option_strings]
-    field = flags[0] if len(flags) == 1 and getattr(args, dest, None) is not None else exc.field
+    given = len(flags) == 1 and getattr(args, dest, None) is not None
+    field = flags[0] if given else exc.field
     # The problem may point to another argument by its field name ("pass valid_at", "or
     # by_memory_id"): say it as this verb's flag, whatever the field refused (a positional's
-    # problem too). Only names with an underscore, which no English word has.
+    # problem too; a KEYTRAIL_* name only where the refused value came by a flag, as it may
+    # be the variable set). Only names with an underscore, which no English word has.
     problem = exc.problem
     for action in actions:
-        if "_" in action.dest and action.option_strings:
+        if (
+            "_" in action.dest
+            and action.option_strings
+            and (given or not action.dest.startswith("KEYTRAIL_"))
+        ):
             problem = re.sub(rf"\b{action.dest}\b", action.option_strings[-1], problem)
         for name, renamed in FIELD_DESTS.items():
             if renamed == action.dest and action.option_strings:
