@@ -865,6 +865,8 @@ class Queries:
         "no key 'Dana'" leaves them guessing."""
         state = self.state
         if kind == "memory" and (key := state.keys.get(ident)) is not None:
+            if not key.label:  # blank: a forget erased it
+                return "that is the id of a key whose label a forget erased, not of a memory"
             return f"that is the id of the key {key.label!r}, not of a memory"
         if kind == "key":
             if ident in state.memories:

@@ -188,6 +188,10 @@ def cmd_log(args: argparse.Namespace) -> int:
             "--type", f"no event type {unknown[0]!r}", limit=", ".join(sorted(BY_TAG))
         )
 
+    if args.memory == "":
+        # Taken as not given, it listed every event as if each named the id.
+        raise InvalidInput("--memory", "must not be empty")
+
     # An event that holds the id as a value holds its JSON string in its JSON, which msgspec
     # finds in C: the walk of `mentions` over every event (most name other memories) took
     # 5 s at 100,000 events; it now only confirms the few that hold the string somewhere.

@@ -343,7 +343,9 @@ def cmd_read_key(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(page)
         return 0
-    print(f"{page.key_id}  {shown_label(page.label)} [{page.type}]  {memories(page.total)}")
+    # A blank label was erased by a forget (the key led to forgotten memories alone).
+    label = shown_label(page.label) if page.label else "(label erased by a forget)"
+    print(f"{page.key_id}  {label} [{page.type}]  {memories(page.total)}")
     for ref in page.memories:
         others = ", ".join(map(shown_label, ref.keys.values()))
         print(
@@ -783,23 +785,28 @@ def said_of_flag(
         return exc.message
     dest = FIELD_DESTS.get(exc.field, exc.field)
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    flags = [
-        a.option_strings[-1]
-        for a in verbs.choices[args.command]._actions
-        if a.dest == dest and a.option_strings
-    ]
-    if len(flags) != 1 or getattr(args, dest, None) is None:
-        return exc.message
-    # The problem may point to another argument by its field name ("pass valid_at"): say it
-    # as this verb's flag too. Only names with an underscore, which no English word has.
+    actions = verbs.choices[args.command]._actions
+    flags = [a.option_strings[-1] for a in actions if a.dest == dest and a.option_strings]
+    given = len(flags) == 1 and getattr(args, dest, None) is not None
+    field = flags[0] if given else exc.field
+    # The problem may point to another argument by its field name ("pass valid_at", "or
+    # by_memory_id"): say it as this verb's flag, whatever the field refused (a positional's
+    # problem too; a KEYTRAIL_* name only where the refused value came by a flag, as it may
+    # be the variable set). Only names with an underscore, which no English word has.
     problem = exc.problem
-    for action in verbs.choices[args.command]._actions:
-        if "_" in action.dest and action.option_strings:
+    for action in actions:
+        if (
+            "_" in action.dest
+            and action.option_strings
+            and (given or not action.dest.startswith("KEYTRAIL_"))
+        ):
             problem = re.sub(rf"\b{action.dest}\b", action.option_strings[-1], problem)
-        for field, renamed in FIELD_DESTS.items():
+        for name, renamed in FIELD_DESTS.items():
             if renamed == action.dest and action.option_strings:
-                problem = re.sub(rf"\b{field}\b", action.option_strings[-1], problem)
-    return InvalidInput(flags[0], problem, limit=exc.limit).message
+                problem = re.sub(rf"\b{name}\b", action.option_strings[-1], problem)
+    if field == exc.field and problem == exc.problem:
+        return exc.message
+    return InvalidInput(field, problem, limit=exc.limit).message
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,6 +50,7 @@ def refused(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
         (["changes", "--since", "5", "--until", "2"], "--since"),
         (["changes", "--top", "0"], "--top"),
         (["recall-memories", "Dana", "--hops", "9"], "--hops"),
+        (["log", "--memory", ""], "--memory"),  # it printed every event, as if not given
     ],
 )
 def test_a_refused_flag_value_names_the_flag(

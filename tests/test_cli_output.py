@@ -47,6 +47,22 @@ def test_read_key_says_more_memories_exist(home: Path, capsys: pytest.CaptureFix
     assert "more:" not in out_of(capsys, "read-key", key.id, "--home", str(home))
 
 
+def test_read_key_says_a_key_label_a_forget_erased(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key whose label went with the memory it alone led to is still read by its id: the
+    line says why it has no label, rather than showing a blank where the label goes."""
+    store = open_store(home)
+    secret = store.remember("my PIN is 7391", ["PIN"]).memory_id
+    key = store.state.key_for_label("PIN")
+    assert key is not None
+    assert store.forget(secret).labels_erased == [key.id]
+    store.close()
+    for past in ([], ["--as-of", "2"]):
+        out = out_of(capsys, "read-key", key.id, *past, "--home", str(home))
+        assert out == f"{key.id}  (label erased by a forget) [concept]  0 memories\n"
+
+
 def test_conversation_indents_the_later_lines_of_a_turn(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -324,11 +340,12 @@ def test_correct_by_makes_a_memory_told_once_the_new_version(
     for args, says in (
         ([stale, "Mia is 7", "--by", fresh], "--by: give content or --by, not both"),
         ([stale, "--by", stale], "--by: is the memory corrected"),
-        ([stale, "--by", fresh, "-k", "age"], "keys: describes new content"),
-        ([stale], "content: is required"),
+        # the flag a problem points to is said as typed, also where the field is not a flag's
+        ([stale, "--by", fresh, "-k", "age"], "keys: describes new content: with --by the"),
+        ([stale], "content: is required: the new version's text (or --by: a memory that"),
     ):
         code, _, err = run(capsys, "correct", *args, "--home", str(home))
-        assert code == 2 and says in err, err
+        assert code == 2 and says in err and "by_memory_id" not in err, err
     assert b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl"))) == log
     out = out_of(capsys, "correct", stale, "--by", fresh, "--home", str(home))
     assert out.splitlines()[0] == f"corrected {stale} -> {fresh} (seq 4; old depth 0.00 x0.3)"

@@ -1006,6 +1006,26 @@ def test_a_label_named_in_another_case_loses_its_row_too(home: Path) -> None:
     store.close()
 
 
+def test_a_key_id_given_for_a_memory_says_its_label_was_erased(home: Path) -> None:
+    """A key id where a memory id goes names the key by its label; one whose label a forget
+    erased was named as the key '' (read_memory, history, related, as of before it too)."""
+    store = open_store(home)
+    secret = store.remember("my PIN is 7391", ["PIN"]).memory_id
+    (key,) = store.forget(secret).labels_erased
+    for ask in (
+        lambda: store.read_memory(key),
+        lambda: history(store, key),
+        lambda: store.related(key),
+        lambda: read_memory_at(store, key, as_of=2),
+    ):
+        with pytest.raises(NotFound) as refused:
+            ask()
+        assert refused.value.field == "memory_id"
+        assert "''" not in refused.value.message
+        assert "label a forget erased" in refused.value.message
+    store.close()
+
+
 def test_the_forget_description_says_what_is_kept(home: Path) -> None:
     """The description said "Only the id, a hash of the content, the time and reason are kept",
     but history of a forgotten memory still shows its key labels and link weights, and the log
