@@ -81,7 +81,11 @@ class VectorCache:
         # As strings: built once, not per write (pathlib joins cost more than the syscalls).
         self._hashes_path = "" if self.dir is None else os.path.join(self.dir, "hashes.txt")
         self._vectors_path = "" if self.dir is None else os.path.join(self.dir, "vectors.f32")
-        self._rows: dict[str, int] = {}
+        #: digest -> row, built on the first lookup (`_rows`): a command that never looks a
+        #: row up (`embed status`, a key-graph query) does not pay ~30 ms per 100,000 rows for it
+        self._index: dict[str, int] | None = None
+        #: the hash lines of rows [0, _persisted) while `_index` is not built yet
+        self._lines: list[str] = []
         #: rows [0, _mapped): the vectors file, mapped read-only
         self._disk: Matrix = np.zeros((0, dim), dtype=np.float32)
         self._mapped = 0
@@ -104,6 +108,20 @@ class VectorCache:
 
     def __contains__(self, digest: str) -> bool:
         return digest in self._rows
+
+    @property
+    def _rows(self) -> dict[str, int]:
+        """digest -> row of every row held (saved or not), indexed on first use."""
+        index = self._index
+        if index is None:
+            # As a refresh at a time would have left it: a later row of a text wins, and a
+            # text `forget_saved` dropped is not read from the rows it had (see `refresh`).
+            index = dict(zip(self._lines, range(len(self._lines)), strict=True))
+            for digest, dropped in self._dropped.items():
+                if index.get(digest, -1) <= dropped:
+                    index.pop(digest, None)
+            self._index, self._lines = index, []
+        return index
 
     def refresh(self) -> None:
         """Load rows other processes appended since the last look."""
@@ -158,15 +176,18 @@ class VectorCache:
                 self._map(vf, valid)
         except FileNotFoundError:
             return
-        rows = self._rows
+        self._count = self._persisted = valid
+        self._file, self._last_line = (vst.st_dev, vst.st_ino), hashes[valid - first - 1]
+        if self._index is None:  # nothing looked up yet, so nothing unsaved: index on a lookup
+            self._lines += hashes[: valid - first]
+            return
+        rows = self._index
         for digest in self._pending:
             rows.pop(digest, None)
         rows.update(zip(hashes[: valid - first], range(first, valid), strict=True))
         for digest, dropped in self._dropped.items():
             if rows.get(digest, -1) <= dropped:
                 rows.pop(digest, None)
-        self._count = self._persisted = valid
-        self._file, self._last_line = (vst.st_dev, vst.st_ino), hashes[valid - first - 1]
         self._pending = []
         for digest, vector in pending:
             if digest not in rows:
@@ -248,7 +269,8 @@ class VectorCache:
         now. Keep only our unsaved rows, to be written after whatever the files hold; the
         vectors we had saved are embedded again when next needed."""
         held = [(d, self._row(self._rows[d]).copy()) for d in self._pending]
-        self._rows, self._pending, self._file, self._last_line = {}, [], None, ""
+        self._index, self._lines, self._pending = {}, [], []
+        self._file, self._last_line = None, ""
         # Row numbers in new files say nothing: every row of a dropped text stays unread.
         self._dropped = dict.fromkeys(self._dropped, 2**62)
         self._disk = self._mem = np.zeros((0, self.dim), dtype=np.float32)
