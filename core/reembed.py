@@ -23,7 +23,7 @@ from typing import Literal
 
 from keytrail.events import KeytrailError, StoreError
 from keytrail.projections import text_hash
-from keytrail.projections.snapshot import peek_text
+from keytrail.projections.snapshot import peek_text, peek_texts
 from keytrail.projections.vectors import VECTORS_DIR, cached_fingerprints
 
 from .embedders import name_of
@@ -105,7 +105,8 @@ def needed_texts(store: Store) -> list[str]:
     `len(store.state.labels)`, so recall can answer as soon as they are in), then memory
     contents. Call holding the store's mutex."""
     state = store.state
-    contents = (node.content for node in state.memories.values())
+    # Peeked, not decoded: values() decoded a lazily loaded state whole.
+    contents = (node.content for node in peek_texts(state.memories))
     return list(dict.fromkeys([*state.labels, *contents]))
 
 

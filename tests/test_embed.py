@@ -25,7 +25,7 @@ from keytrail.core import reembed as projection
 from keytrail.core.embedders import Embedder, FastEmbedder
 from keytrail.core.profiles import PROFILES
 from keytrail.projections import VectorCache
-from keytrail.projections.snapshot import materialize
+from keytrail.projections.snapshot import LazyNodes, materialize
 from keytrail.projections.vectors import Matrix
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,6 +132,25 @@ def test_hash_store_switched_to_minilm_keeps_graph_and_recalls_with_it(
         matrices
     )
     again.close()
+
+
+def test_listing_the_texts_to_embed_leaves_a_lazily_loaded_state_undecoded(
+    make_store: Callable[..., Store],
+) -> None:
+    """A build lists every text the projection needs: through `values()`, which decoded a
+    lazily loaded state whole (~0.4-0.5 s at 100,000 memories, under the store's mutex). It
+    reads the contents undecoded, the same texts in the same order."""
+    writer = make_store()
+    fill(writer)
+    writer.close()
+    eager = make_store(home=writer.home)
+    materialize(eager.state)
+    expected = projection.needed_texts(eager)
+    store = make_store(home=writer.home)
+    memories = store.state.memories
+    assert isinstance(memories, LazyNodes)
+    assert projection.needed_texts(store) == expected
+    assert [m for m, v in dict.items(memories) if type(v) is not int] == []
 
 
 def test_an_interrupted_build_resumes_where_it_stopped(

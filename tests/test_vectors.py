@@ -104,3 +104,26 @@ def test_rows_a_reader_embedded_are_saved_when_it_closes(tmp_path: Path) -> None
         assert again.memory_vectors().matrix.shape == (5, 256)
         assert again.key_vectors().matrix.shape == (5, 256)
     assert Counting.texts == 0  # read from the cache the first reader saved
+
+
+def test_a_damaged_byte_in_the_hash_lines_does_not_stop_the_store(
+    make_store: Callable[..., Store],
+) -> None:
+    """A hash line with a byte that is not UTF-8 (disk damage, which `verify` reports as a
+    malformed line) stopped every command that read a vector with a UnicodeDecodeError. The
+    damaged row is no text's: its text is embedded again, the others are read as before."""
+    writer = make_store()
+    for i in range(3):
+        writer.remember(f"fact number {i} about the garden", [f"topic {i}"])
+    writer.close()
+    hashes = next((writer.home / "cache" / "vectors").glob("*/hashes.txt"))
+    damaged = bytearray(hashes.read_bytes())
+    damaged[5] = 0xFF  # in the first row's hash line
+    hashes.write_bytes(bytes(damaged))
+
+    reader = make_store(home=writer.home)
+    vectors = reader.memory_vectors()
+    assert len(vectors.ids) == 3
+    expected = reader.embedder.embed([f"fact number {i} about the garden" for i in range(3)])
+    assert np.allclose(vectors.matrix, expected)
+    assert [k.label for k in reader.recall("topic 1").keys][:1] == ["topic 1"]
