@@ -1184,7 +1184,9 @@ class Store(Queries, HybridQueries):
                 "valid_from": valid_from,
             }
             for field, value in given.items():
-                if value is not None:
+                # An empty list or map is "not given", as it is with content (clients may send
+                # every argument with its default).
+                if value is not None and not (isinstance(value, (list, tuple, dict)) and not value):
                     raise InvalidInput(
                         field,
                         "describes new content: with by_memory_id the new version is that "
@@ -1282,9 +1284,16 @@ class Store(Queries, HybridQueries):
             old = self._current_memory("memory_id", memory_id, app.at)
             new = self._visible_memory("by_memory_id", by_memory_id, app.at)
             if new.superseded_by is not None:
+                newer = self.state.memories.get(new.superseded_by)
+                # Said as for memory_id (`_current_memory`): a forgotten successor is a dead end.
+                gone = (
+                    f", which was {newer.status}"
+                    if newer is not None and newer.status in ("forgotten", "deleted")
+                    else ""
+                )
                 raise InvalidInput(
                     "by_memory_id",
-                    f"memory {by_memory_id!r} was already replaced by {new.superseded_by!r}",
+                    f"memory {by_memory_id!r} was already replaced by {new.superseded_by!r}" + gone,
                     value=by_memory_id,
                 )
             if new.supersedes is not None:

@@ -737,3 +737,30 @@ def test_correct_by_memory_id_refuses_what_would_not_make_one_line_of_versions(
 
 def log_bytes(home: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted((home / "log").glob("*.jsonl")))
+
+
+def test_correct_by_memory_id_takes_empty_lists_as_not_given(told: dict[str, Any]) -> None:
+    """Some MCP clients send every argument with its empty default (`keys: []`,
+    `key_types: {}`, `related_to: []`): as with content, empty means "not given", so the
+    replace goes through instead of being refused as describing new content."""
+    store: Store = told["store"]
+    done = store.correct(
+        told["stale"], by_memory_id=told["fresh"], keys=[], key_types={}, related_to=[]
+    )
+    assert done.memory_id == told["fresh"]
+    assert store.state.memories[told["stale"]].superseded_by == told["fresh"]
+
+
+def test_correct_by_a_memory_replaced_by_one_since_forgotten_says_so(
+    told: dict[str, Any],
+) -> None:
+    """The other side of a replace said only "already replaced by m_..." while naming the
+    memory id to correct says that version was forgotten and to remember the fact again."""
+    store: Store = told["store"]
+    store.correct(told["stale"], by_memory_id=told["fresh"])
+    store.forget(told["fresh"])
+    other = store.remember("Dana's son Leo is 4 years old.", ["Leo"]).memory_id
+    with pytest.raises(InvalidInput) as refused:
+        store.correct(other, by_memory_id=told["stale"])
+    assert refused.value.field == "by_memory_id"
+    assert f"replaced by {told['fresh']!r}, which was forgotten" in str(refused.value)
