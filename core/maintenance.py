@@ -448,46 +448,43 @@ class _Derived:
         """Which of `memory_ids` the snapshot at `path` still holds content for, read while no
         appender is mid-way (a forget blanks every snapshot holding the lock, before it is
         acknowledged), leaving out those whose purge is pending (the next open finishes it)."""
-        held: list[str] = []
 
-        def read() -> bool:
-            loaded = snapshots.load(path)
-            if loaded is None or loaded.seq != seq:
-                return True  # deleted or replaced since: nothing of it to judge
-            pending = {p.memory_id for p in forgetting.read_pending(self.home)}
-            held.extend(
-                sorted(
-                    m
-                    for m in memory_ids
-                    if m not in pending
-                    and (node := loaded.state.memories.get(m)) is not None
-                    and node.content
-                )
+        def judge(state: GraphState, pending: list[forgetting.PendingPurge]) -> list[str]:
+            purging = {p.memory_id for p in pending}
+            return sorted(
+                m
+                for m in memory_ids - purging
+                if (node := state.memories.get(m)) is not None and node.content
             )
-            return True
 
-        _between_writes(self.home, read)
-        return held
+        return self._read_now(path, seq, judge)
 
     def _labels_held_now(self, path: Path, seq: int, key_ids: set[str]) -> list[str]:
         """Which of `key_ids` the snapshot at `path` still holds a label for, read while no
         appender is mid-way, leaving out those whose purge is pending (as `_held_now`)."""
+
+        def judge(state: GraphState, pending: list[forgetting.PendingPurge]) -> list[str]:
+            purging = {k for p in pending for k in p.keys}
+            return sorted(
+                k for k in key_ids - purging if (key := state.keys.get(k)) is not None and key.label
+            )
+
+        return self._read_now(path, seq, judge)
+
+    def _read_now(
+        self,
+        path: Path,
+        seq: int,
+        judge: Callable[[GraphState, list[forgetting.PendingPurge]], list[str]],
+    ) -> list[str]:
+        """`judge` of the snapshot at `path` and the pending purges, read while no appender is
+        mid-way; nothing if the snapshot was deleted or replaced since (nothing of it to judge)."""
         held: list[str] = []
 
         def read() -> bool:
             loaded = snapshots.load(path)
-            if loaded is None or loaded.seq != seq:
-                return True
-            pending = {k for p in forgetting.read_pending(self.home) for k in p.keys}
-            held.extend(
-                sorted(
-                    k
-                    for k in key_ids
-                    if k not in pending
-                    and (key := loaded.state.keys.get(k)) is not None
-                    and key.label
-                )
-            )
+            if loaded is not None and loaded.seq == seq:
+                held.extend(judge(loaded.state, forgetting.read_pending(self.home)))
             return True
 
         _between_writes(self.home, read)

@@ -576,3 +576,22 @@ def test_a_lazy_state_with_nodes_decoded_dropped_and_added_writes_the_eager_byte
     again = snapshots.load(store.snapshot_path, lazy=True)
     assert again is not None
     assert snapshots.encode(again) == store.snapshot_path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("view", "node", "last"),
+    [
+        (snapshots.MemoryText, keygraph.MemoryNode, "status"),
+        (snapshots.MemoryStatus, keygraph.MemoryNode, "status"),
+        (snapshots.MemoryHash, keygraph.MemoryNode, "status"),
+        (snapshots.KeyLinks, keygraph.KeyNode, "links"),
+        (snapshots.KeyLabels, keygraph.KeyNode, "aliases"),
+    ],
+)
+def test_each_undecoded_view_has_its_nodes_leading_fields_in_their_places(
+    view: type[msgspec.Struct], node: type[msgspec.Struct], last: str
+) -> None:
+    """The views read a stored node (an array) by position: a field added to or moved in a
+    node without its views would make them read another field's bytes as this one."""
+    names = [f.name for f in msgspec.structs.fields(node)]
+    assert list(view.__struct_fields__) == names[: names.index(last) + 1]
