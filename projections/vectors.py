@@ -402,6 +402,13 @@ class VectorCache:
         process's) is erasing: its purge writes zeros there, which a mapped row would show. A
         memory still holding the same text has it embedded again when next needed. An unsaved
         row stays, for `discard_unsaved`."""
+        if self._index is None:
+            # Nothing looked up yet, so nothing unsaved: any row of it is a saved one, below
+            # `_persisted`, and the index drops it when built (a store that ever forgot must
+            # not build it at open for this).
+            if self._persisted:
+                self._dropped[digest] = max(self._persisted - 1, self._dropped.get(digest, -1))
+            return
         row = self._rows.get(digest)
         if row is not None and row < self._persisted:
             del self._rows[digest]

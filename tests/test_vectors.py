@@ -127,3 +127,27 @@ def test_a_damaged_byte_in_the_hash_lines_does_not_stop_the_store(
     expected = reader.embedder.embed([f"fact number {i} about the garden" for i in range(3)])
     assert np.allclose(vectors.matrix, expected)
     assert [k.label for k in reader.recall("topic 1").keys][:1] == ["topic 1"]
+
+
+def test_a_store_that_ever_forgot_opens_its_vector_cache_without_indexing_it(
+    make_store: Callable[..., Store],
+) -> None:
+    """The cache indexes its rows on the first lookup, which a command that looks none up
+    skips; a store with a past forget built the index at open anyway, to drop the forgotten
+    rows. It now drops them when the index is built, with the same rows read."""
+    writer = make_store()
+    kept = [writer.remember(f"fact number {i} about the garden", [f"topic {i}"]) for i in range(3)]
+    gone = writer.remember("the door code is 4711", ["door"])
+    twin = writer.remember("the door code is 4711", ["door"], namespace="work")  # same text
+    reader = make_store(home=writer.home)
+    writer.forget(gone.memory_id)  # another process's, folded by the reader before any lookup
+    reader.refresh()
+    cache = reader.vectors
+    assert cache._index is None  # opened, nothing looked up, no index built
+    vectors = reader.memory_vectors()
+    shown = {m: vectors.matrix[i] for i, m in enumerate(vectors.ids)}
+    expected = reader.embedder.embed([f"fact number {i} about the garden" for i in range(3)])
+    for i, told in enumerate(kept):
+        assert np.allclose(shown[told.memory_id], expected[i])
+    # The text a forget dropped is embedded again for the memory still holding it.
+    assert np.allclose(shown[twin.memory_id], reader.embedder.embed(["the door code is 4711"])[0])
