@@ -28,7 +28,7 @@ Runs with the hashing embedder. Prints one JSON object:
   after it (`recall_after_ms`, next to the same recall before the forget, warm):
 
       PYTHONPATH=. .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 \
-          --store /tmp/scale-store/built-100000 --work /tmp/labels2-store
+          --store BUILT_100000 --work WORK   # a store bench_core.py filled; WORK: copies
 
 - `follow_latency_ms`: from just before another process calls `remember` to the moment a
   `follow()` loop in this process has decoded the event (includes the writer's fsync), with the

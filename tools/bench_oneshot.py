@@ -1,8 +1,8 @@
 """What a one-shot command costs on a big store: wall-clock time of `keytrail` verbs, end to end
 (interpreter start, imports, open, the verb, close), two trees alternated round by round.
 
-    .venv/bin/python tools/bench_oneshot.py --store /tmp/scale-store/built-100000 \\
-        --before /tmp/main-archive --after . --rounds 6
+    .venv/bin/python tools/bench_oneshot.py --store BUILT_100000 \\
+        --before OLD_TREE --after . --rounds 6    # OLD_TREE: a `git archive` of the older commit
 
 `--store` is copied once to a work copy that is opened once (by `--before`, so both trees find
 a snapshot of this code's layout and a recorded projection) and never written after: the
@@ -19,6 +19,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,12 +71,15 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="tree for PYTHONPATH (e.g. a git archive)")
     parser.add_argument("--after", required=True)
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-oneshot"))
+    parser.add_argument(
+        "--work", type=Path, help="a folder for the copies (emptied first; default: a new one)"
+    )
     parser.add_argument("--only", help="comma-separated verb names")
     opts = parser.parse_args()
     trees = {"before": opts.before, "after": opts.after}
-    base, reads, writes = opts.work / "base", opts.work / "reads", opts.work / "writes"
-    shutil.rmtree(opts.work, ignore_errors=True)
+    work = opts.work or Path(tempfile.mkdtemp(prefix="bench-oneshot-"))
+    base, reads, writes = work / "base", work / "reads", work / "writes"
+    shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(opts.store, base, symlinks=True)
     run(opts.before, base, ["recall", "topic 42"])  # its snapshot and projection, recorded
     shutil.copytree(base, reads, symlinks=True)

@@ -8,7 +8,7 @@ Where the code has the same-text lookup, the calls alternate with and without it
 and `index_build_ms` / `index_mib` time and size a fresh build of the index. Run it with
 PYTHONPATH set to each version to compare them (`p50_ms` is over all calls):
 
-    PYTHONPATH=. .venv/bin/python tools/bench_same_text.py --store /tmp/scale-store/built-100000
+    PYTHONPATH=. .venv/bin/python tools/bench_same_text.py --store BUILT_100000
 
 Prints one JSON object.
 """
