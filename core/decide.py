@@ -20,7 +20,7 @@ from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
 from keytrail.projections import GraphState, KeyNode, MemoryNode
 from keytrail.projections.keygraph import caseless_form, name_form
-from keytrail.projections.snapshot import MemoryText, peek_text, peek_texts
+from keytrail.projections.snapshot import MemoryText, peek_all, peek_text
 from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
@@ -239,7 +239,7 @@ class SameTexts:
         else:
             # A lazy load's nodes stay undecoded: a server's warm-up decodes them all, sharing
             # the ids they repeat, and a one-shot remember needs none of them.
-            fresh = peek_texts(memories)
+            fresh = peek_all(memories, MemoryText)
         ids = self._ids
         for node in fresh:
             if node.current():  # a retired one came with its retirement, read above

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import re
 import shutil
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -54,6 +54,8 @@ from keytrail.projections import snapshot as snapshots
 from keytrail.projections.keygraph import GraphState, erase_labels
 from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VectorCache, text_hash
+
+from .results import KeptLabel
 
 PENDING_FILE = "forget.pending"
 
@@ -177,14 +179,6 @@ def purge(
     return [_relative(home, p) for p in touched]
 
 
-class KeptLabel(msgspec.Struct, frozen=True, kw_only=True):
-    """A label of a forgotten memory's key that stays in the store, and why."""
-
-    key_id: str
-    label: str
-    reason: str
-
-
 class ErasableLabels(msgspec.Struct, kw_only=True):
     """What a forget does with the labels of the keys of the memories it forgets."""
 
@@ -238,7 +232,7 @@ def erasable_labels(
         # Another key with the same text: the labels map would differ between the live state
         # and a replay of the redacted log (the first key folded claims a label).
         owners = {t: k for k, ts in candidates.items() for t in ts}
-        for other in snapshots.peek_labels(state.keys):
+        for other in snapshots.peek_all(state.keys, snapshots.KeyLabels):
             if other.id in candidates:
                 continue
             for text in (other.label, *other.aliases):
@@ -273,10 +267,10 @@ class MemoryScan(msgspec.Struct, kw_only=True):
 
 def scan_memories(state: GraphState, hashes: Collection[str]) -> MemoryScan:
     """The memories forgotten so far, and those not forgotten whose content hash is one of
-    `hashes`: one walk, no node decoded nor any text (`peek_hashes`)."""
+    `hashes`: one walk, no node decoded nor any text (`MemoryHash`)."""
     scan = MemoryScan(forgotten=set(), holding={h: [] for h in hashes})
     forgotten, holding = scan.forgotten, scan.holding
-    for m in snapshots.peek_hashes(state.memories):
+    for m in snapshots.peek_all(state.memories, snapshots.MemoryHash):
         if m.status == "forgotten":
             forgotten.add(m.id)
         elif (held := holding.get(m.content_hash)) is not None:
@@ -298,7 +292,7 @@ def label_digests(state: GraphState, gone: Collection[str], texts: Iterable[str]
         return []
     held = {
         m.content
-        for m in snapshots.peek_texts(state.memories)
+        for m in snapshots.peek_all(state.memories, snapshots.MemoryText)
         if m.id not in gone and m.content in forms
     }
     return sorted(text_hash(t) for t in forms - held)
@@ -335,17 +329,13 @@ def _named_elsewhere(
         lines: dict[int, AnyEvent | None] = {}
         event_at = functools.partial(_event_at, name, data, lines)
         for key_id, needle in needles.items():
-            if key_id in found:
-                continue
-            at = data.find(needle)
-            while at >= 0 and key_id not in found:
+            for at in _lines_with(data, needle):
+                if key_id in found:
+                    break
                 event = event_at(at)
                 if event is not None and not _names_only_gone(event, key_id, gone):
                     found[key_id] = f"named by {event_tag(event)} at seq {event.seq}"
-                end = data.find(b"\n", at)
-                at = -1 if end < 0 else data.find(needle, end + 1)
-        at = data.find(b'"key.unaliased"')
-        while at >= 0:
+        for at in _lines_with(data, b'"key.unaliased"'):
             event = event_at(at)
             if isinstance(event, KeyUnaliased):
                 for key_id, texts in candidates.items():
@@ -354,9 +344,16 @@ def _named_elsewhere(
                             key_id,
                             f"{event.key_id} had the same text as an alias (seq {event.seq})",
                         )
-            end = data.find(b"\n", at)
-            at = -1 if end < 0 else data.find(b'"key.unaliased"', end + 1)
     return found
+
+
+def _lines_with(data: bytes, needle: bytes) -> Iterator[int]:
+    """Where `needle` first stands in each line of `data` holding it."""
+    at = data.find(needle)
+    while at >= 0:
+        yield at
+        end = data.find(b"\n", at)
+        at = -1 if end < 0 else data.find(needle, end + 1)
 
 
 def _event_at(
@@ -500,8 +497,8 @@ def purge_snapshots(
             if node is not None and node.content:
                 node.content = ""
                 changed = True
-        # Before the forget (which counts the erasure) only the labels go, as the fold of the
-        # redacted lines never added them.
+        # Before the forget only the labels go, as the fold of the redacted lines never added
+        # them.
         changed = erase_labels(snap.state, erased_keys) or changed
         if changed:
             snapshots.save(path, snap)

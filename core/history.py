@@ -527,9 +527,7 @@ def _affected(event: AnyEvent) -> list[str]:
 
 def _touches(event: AnyEvent, chain: set[str], state: GraphState) -> list[Touch]:
     def label(key_id: str | None) -> str | None:
-        key = state.keys.get(key_id) if key_id else None
-        # A label a forget erased is blank: the key goes by its id.
-        return (key.label or key.id) if key is not None else None
+        return _label(state, key_id) if key_id and key_id in state.keys else None
 
     base: dict[str, Any] = {
         "seq": event.seq,
@@ -961,7 +959,8 @@ def _changes(
 
 def _label(state: GraphState, key_id: str) -> str:
     key = state.keys.get(key_id)
-    return key.label or key_id if key is not None else key_id  # erased by a forget: blank
+    # A label a forget erased is blank: the key goes by its id.
+    return key.label or key_id if key is not None else key_id
 
 
 def _seek_near(store: Store, log: EventLog, point: int | datetime | None) -> tuple[int, datetime]:

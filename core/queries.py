@@ -22,7 +22,7 @@ import numpy as np
 from keytrail.events import InvalidInput, NotFound
 from keytrail.projections import GraphState, KeyNode, MemoryNode, VectorSet
 from keytrail.projections.scripts import UNSPACED, pattern
-from keytrail.projections.snapshot import MemoryStatus, peek_links, peek_statuses
+from keytrail.projections.snapshot import KeyLinks, MemoryStatus, peek_all
 
 from . import keyrank
 from . import validation as check
@@ -589,11 +589,11 @@ class _Tally(_Counts):
         # counted by its links to the memories shown (those classed by their namespace, as
         # `_count` counts): decoding every node of a snapshot to count them took 2 s of a
         # one-shot `keytrail stats` at 100,000 memories.
-        for node in peek_statuses(state.memories):
+        for node in peek_all(state.memories, MemoryStatus):
             self._class(node, _stats_class(node, now), now)
         shown = {mid for mid, kind in self.classes.items() if type(kind) is str}
         hub_min, links = queries.settings.hub_min, 0
-        for key in peek_links(state.keys):
+        for key in peek_all(state.keys, KeyLinks):
             links += len(key.links)
             self._count_key(key.id, sum(map(shown.__contains__, key.links)), hub_min)
         #: every key's links (those of a memory made since only add to it: a link cut or an id

@@ -11,7 +11,6 @@ fingerprint's manifest. An earlier model's cache is kept, so switching back embe
 from __future__ import annotations
 
 import fcntl
-import itertools
 import os
 import threading
 import time
@@ -23,7 +22,7 @@ from typing import Literal
 
 from keytrail.events import KeytrailError, StoreError
 from keytrail.projections import text_hash
-from keytrail.projections.snapshot import peek_text, peek_texts
+from keytrail.projections.snapshot import MemoryText, made_since, peek_all
 from keytrail.projections.vectors import VECTORS_DIR, cached_fingerprints
 
 from .embedders import name_of
@@ -106,7 +105,7 @@ def needed_texts(store: Store) -> list[str]:
     contents. Call holding the store's mutex."""
     state = store.state
     # Peeked, not decoded: values() decoded a lazily loaded state whole.
-    contents = (node.content for node in peek_texts(state.memories))
+    contents = (node.content for node in peek_all(state.memories, MemoryText))
     return list(dict.fromkeys([*state.labels, *contents]))
 
 
@@ -127,9 +126,7 @@ def cover_since_recorded(store: Store) -> bool:
         covered = manifest.seq
         if covered >= state.seq:
             return True
-        memories = state.memories
-        tail = (peek_text(memories, memory_id) for memory_id in reversed(memories))
-        since = itertools.takewhile(lambda node: node.created_seq > covered, tail)
+        since = made_since(state.memories, covered)
         texts = dict.fromkeys([*state.labels, *(node.content for node in since)])
         cache.refresh()  # rows other processes saved since this one opened
         if any(text_hash(text) not in cache for text in texts):

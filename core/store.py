@@ -74,7 +74,6 @@ from .results import (
     Corrected,
     Expired,
     Forgotten,
-    KeptLabel,
     KeyOutcome,
     MemoryView,
     ProjectionState,
@@ -872,10 +871,8 @@ class Store(Queries, HybridQueries):
             texts = list(itertools.islice(reversed(labels), max(new_labels, 0)))
             # Peeked, not decoded: values() decoded a lazily loaded state whole (a first recall
             # after an open paid ~1 s for it at 100,000 memories).
-            newest = (snapshots.peek_text(memories, m) for m in reversed(memories))
-            tail = itertools.islice(newest, max(new_contents, 0))
-            since = itertools.takewhile(lambda node: node.created_seq > covered, tail)
-            texts += [node.content for node in since if node.content]
+            since = snapshots.made_since(memories, covered)
+            texts += [n.content for n in itertools.islice(since, max(new_contents, 0)) if n.content]
             digests = [text_hash(text) for text in dict.fromkeys(texts)]
             if len(cache.missing(digests)) > INLINE_EMBED_MAX:
                 cache.refresh()  # another process may have embedded them meanwhile
@@ -1498,9 +1495,7 @@ class Store(Queries, HybridQueries):
                     {m for h in hashes for m in scan.holding[h]} - {n.id for n in nodes}
                 ),
                 labels_erased=erased_keys,
-                labels_kept=[
-                    KeptLabel(key_id=k.key_id, label=k.label, reason=k.reason) for k in labels.kept
-                ],
+                labels_kept=labels.kept,
             )
 
         return self._write(decide)
@@ -1556,7 +1551,7 @@ class Store(Queries, HybridQueries):
                 memories[m] for h in gone for m in holding[h]
             )
         else:  # a purge another process left pending
-            others = snapshots.peek_texts(memories)
+            others = snapshots.peek_all(memories, snapshots.MemoryText)
         held = {
             digest
             for m in others

@@ -20,6 +20,7 @@ every snapshot written is format 4.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -28,10 +29,10 @@ import sys
 import threading
 import zlib
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -314,21 +315,26 @@ class MemoryText(msgspec.Struct, array_like=True, gc=False):
         return self.status == "active" and self.superseded_by is None
 
 
-_text_decoder = msgspec.msgpack.Decoder(MemoryText)
-
-
 def peek_text(memories: dict[str, MemoryNode], memory_id: str) -> MemoryNode | MemoryText:
     """The memory `memory_id`, or its `MemoryText` if a lazy load left it undecoded (it stays
     so): for a look at every memory's text that must not decode a whole snapshot's nodes."""
     if isinstance(memories, LazyNodes):
-        found: MemoryNode | MemoryText = memories.peek(memory_id, _text_decoder.decode)
+        found: MemoryNode | MemoryText = memories.peek(memory_id, _view_decoder(MemoryText).decode)
         return found
     return memories[memory_id]
 
 
+def made_since(memories: dict[str, MemoryNode], seq: int) -> Iterator[MemoryNode | MemoryText]:
+    """The memories made after `seq`, newest first, each as `peek_text` reads it: memories
+    stand in the order they were made (unless an id was told again, `ids_retold`), so the
+    walk back stops at the first one made before."""
+    newest = (peek_text(memories, memory_id) for memory_id in reversed(memories))
+    return itertools.takewhile(lambda node: node.created_seq > seq, newest)
+
+
 class MemoryStatus(msgspec.Struct, array_like=True, gc=False):
     """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
-    those a count of what is shown does not read left as bytes (`peek_statuses`)."""
+    those a count of what is shown does not read left as bytes (`peek_all`)."""
 
     id: str
     namespace: str
@@ -353,7 +359,7 @@ class MemoryStatus(msgspec.Struct, array_like=True, gc=False):
 
 class MemoryHash(msgspec.Struct, array_like=True, gc=False):
     """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
-    all but its id, content hash and status left as bytes (`peek_hashes`)."""
+    all but its id, content hash and status left as bytes (`peek_all`)."""
 
     id: str
     namespace: msgspec.Raw
@@ -395,50 +401,22 @@ class KeyLabels(msgspec.Struct, array_like=True, gc=False):
     aliases: list[str]
 
 
-_status_decoder = msgspec.msgpack.Decoder(MemoryStatus)
-_links_decoder = msgspec.msgpack.Decoder(KeyLinks)
-_labels_decoder = msgspec.msgpack.Decoder(KeyLabels)
-_hash_decoder = msgspec.msgpack.Decoder(MemoryHash)
+_Node = TypeVar("_Node")
+_View = TypeVar("_View", bound=msgspec.Struct)
 
 
-def peek_statuses(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryStatus]:
-    """Every memory, in order, those a lazy load left undecoded as their `MemoryStatus` (they
-    stay so): a count of every memory by status must not decode a whole snapshot's nodes."""
-    if isinstance(memories, LazyNodes):
-        return memories.peek_values(_status_decoder.decode)
-    return iter(dict.values(memories))
+@functools.cache
+def _view_decoder(view: type[msgspec.Struct]) -> msgspec.msgpack.Decoder[Any]:
+    return msgspec.msgpack.Decoder(view)
 
 
-def peek_hashes(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryHash]:
-    """Every memory, in order, those a lazy load left undecoded as their `MemoryHash` (they
-    stay so): their texts are not decoded."""
-    if isinstance(memories, LazyNodes):
-        return memories.peek_values(_hash_decoder.decode)
-    return iter(dict.values(memories))
-
-
-def peek_links(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLinks]:
-    """Every key, in order, those a lazy load left undecoded as their `KeyLinks` (they stay
-    so)."""
-    if isinstance(keys, LazyNodes):
-        return keys.peek_values(_links_decoder.decode)
-    return iter(dict.values(keys))
-
-
-def peek_labels(keys: dict[str, KeyNode]) -> Iterator[KeyNode | KeyLabels]:
-    """Every key, in order, those a lazy load left undecoded as their `KeyLabels` (they stay
-    so)."""
-    if isinstance(keys, LazyNodes):
-        return keys.peek_values(_labels_decoder.decode)
-    return iter(dict.values(keys))
-
-
-def peek_texts(memories: dict[str, MemoryNode]) -> Iterator[MemoryNode | MemoryText]:
-    """Every memory, in order, those a lazy load left undecoded as their `MemoryText` (they
-    stay so)."""
-    if isinstance(memories, LazyNodes):
-        return memories.peek_values(_text_decoder.decode)
-    return iter(dict.values(memories))
+def peek_all(nodes: Mapping[str, _Node], view: type[_View]) -> Iterator[_Node | _View]:
+    """Every node, in order, those a lazy load left undecoded read as `view` (they stay so):
+    one of the views above, whose fields are the node's leading ones with what a walk of every
+    node does not read left as bytes, so that the walk does not decode a whole snapshot."""
+    if isinstance(nodes, LazyNodes):
+        return nodes.peek_values(_view_decoder(view).decode)
+    return iter(nodes.values())
 
 
 def _columns(nodes: dict[str, Any]) -> _Columns:

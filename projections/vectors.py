@@ -117,11 +117,15 @@ class VectorCache:
             # As a refresh at a time would have left it: a later row of a text wins, and a
             # text `forget_saved` dropped is not read from the rows it had (see `refresh`).
             index = dict(zip(self._lines, range(len(self._lines)), strict=True))
-            for digest, dropped in self._dropped.items():
-                if index.get(digest, -1) <= dropped:
-                    index.pop(digest, None)
+            self._unread_dropped(index)
             self._index, self._lines = index, []
         return index
+
+    def _unread_dropped(self, rows: dict[str, int]) -> None:
+        """Take out of `rows` each text `forget_saved` dropped where its row is one it had."""
+        for digest, dropped in self._dropped.items():
+            if rows.get(digest, -1) <= dropped:
+                rows.pop(digest, None)
 
     def refresh(self) -> None:
         """Load rows other processes appended since the last look."""
@@ -185,9 +189,7 @@ class VectorCache:
         for digest in self._pending:
             rows.pop(digest, None)
         rows.update(zip(hashes[: valid - first], range(first, valid), strict=True))
-        for digest, dropped in self._dropped.items():
-            if rows.get(digest, -1) <= dropped:
-                rows.pop(digest, None)
+        self._unread_dropped(rows)
         self._pending = []
         for digest, vector in pending:
             if digest not in rows:

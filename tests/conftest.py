@@ -12,6 +12,9 @@ import pytest
 
 from keytrail.core import HashEmbedder, Settings, Store
 from keytrail.core.embedders import DEFAULT_MODEL, FastEmbedder
+from keytrail.core.store import content_hash
+from keytrail.events import KeyLink, MemoryRemembered, NewMemory
+from keytrail.projections import KeyNode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,3 +84,18 @@ def rest_of_output(
     reader.join(timeout)
     proc.wait(timeout)
     return out, err[0]
+
+
+def tell_again(
+    store: Store, memory_id: str, content: str, keys: list[KeyNode], namespace: str = "default"
+) -> None:
+    """Append a `memory.remembered` that tells `memory_id` again with another text, keys or
+    namespace, as a hand-made log can (`GraphState.ids_retold`): no command writes one."""
+    again = NewMemory(
+        memory_id=memory_id,
+        namespace=namespace,
+        content=content,
+        content_hash=content_hash(content),
+        keys=[KeyLink(key_id=key.id, label=key.label) for key in keys],
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))

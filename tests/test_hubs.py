@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import tell_again
 
 from keytrail.core import Store, hybrid, keyrank, queries
 from keytrail.core.decide import (
@@ -23,9 +24,8 @@ from keytrail.core.decide import (
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.queries import visible
 from keytrail.core.results import Remembered
-from keytrail.core.store import RememberItem, content_hash
+from keytrail.core.store import RememberItem
 from keytrail.core.timetravel import TimeView
-from keytrail.events import KeyLink, MemoryRemembered, NewMemory
 from keytrail.projections.keygraph import Changes
 from keytrail.projections.vectors import Matrix
 
@@ -233,14 +233,7 @@ def test_kept_counts_follow_a_memory_told_again_under_its_id(store: Store) -> No
         return [store._count(k, ns, now) for k in (user, lamp) for ns in (None, "default")]
 
     assert counts() == [2, 2, 1, 1]
-    again = NewMemory(
-        memory_id=told.memory_id,
-        namespace="elsewhere",
-        content="the user keeps a lamp",
-        content_hash=content_hash("the user keeps a lamp"),
-        keys=[KeyLink(key_id=user.id, label="user")],
-    )
-    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    tell_again(store, told.memory_id, "the user keeps a lamp", [user], namespace="elsewhere")
     assert counts() == [2, 1, 1, 0]  # the lamp key's link stays, to a memory elsewhere now
     store.forget(told.memory_id)
     assert counts() == [1, 1, 0, 0]
@@ -342,14 +335,7 @@ def test_a_memory_told_again_under_its_id_is_walked_at_the_keys_it_lists(store: 
     blue = store.remember("the boat is blue", keys=["boat"])
     boat = store.state.key_for_label("boat")
     assert boat is not None
-    again = NewMemory(
-        memory_id=moved.memory_id,
-        namespace="default",
-        content="the boat is blue",
-        content_hash=content_hash("the boat is blue"),
-        keys=[KeyLink(key_id=boat.id, label="boat")],
-    )
-    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    tell_again(store, moved.memory_id, "the boat is blue", [boat])
     harbour = store.state.key_for_label("harbour")
     assert harbour is not None and moved.memory_id in harbour.links
     assert store.state.memories[moved.memory_id].keys == [boat.id]
@@ -417,14 +403,7 @@ def test_links_by_namespace_follow_a_memory_told_again_in_another_namespace(
     assert user is not None
     split = LinksByNamespace()
     assert split.of(store.state, user, "default") == list(user.links)
-    again = NewMemory(
-        memory_id=told.memory_id,
-        namespace="elsewhere",
-        content="the user keeps a lamp",
-        content_hash=content_hash("the user keeps a lamp"),
-        keys=[KeyLink(key_id=user.id, label="user")],
-    )
-    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    tell_again(store, told.memory_id, "the user keeps a lamp", [user], namespace="elsewhere")
     assert len(user.links) == 2  # the link kept its place: nothing was added or cut
     assert split.of(store.state, user, "elsewhere") == [told.memory_id]
     assert told.memory_id not in split.of(store.state, user, "default")
@@ -463,14 +442,7 @@ def test_same_texts_follow_new_retired_and_retold_memories(
     monkeypatch.setattr(store, "clock", lambda: later)
     store.cleanup_expired()
     check()
-    again = NewMemory(
-        memory_id=blue,
-        namespace="elsewhere",
-        content="the boat is blue",
-        content_hash=content_hash("the boat is blue"),
-        keys=[],
-    )
-    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    tell_again(store, blue, "the boat is blue", [], namespace="elsewhere")
     check()
     monkeypatch.setattr(Changes, "KEPT", 2)
     for i in range(4):

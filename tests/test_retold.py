@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from conftest import tell_again
+
 from keytrail.core import RememberItem, Settings, Store
 from keytrail.core.embedders import HashEmbedder
 from keytrail.core.results import Remembered
-from keytrail.core.store import content_hash
-from keytrail.events import KeyLink, MemoryRemembered, NewMemory
 
 
 class Clock:
@@ -93,14 +93,7 @@ def test_a_memory_told_again_under_its_id_is_compared_by_its_new_text(store: Sto
     store.remember("the tide is high at noon", keys=["sea"])  # compared with it
     sea = store.state.key_for_label("sea")
     assert sea is not None
-    again = NewMemory(
-        memory_id=moved.memory_id,
-        namespace="default",
-        content="the boat is red",
-        content_hash=content_hash("the boat is red"),
-        keys=[KeyLink(key_id=sea.id, label="sea")],
-    )
-    store._write(lambda app: store._append(app, MemoryRemembered(memories=[again])))
+    tell_again(store, moved.memory_id, "the boat is red", [sea])
     told = store.remember("the boat is red", keys=["sea"])
     assert told.deduplicated is not None
     assert (told.deduplicated.memory_id, told.deduplicated.similarity) == (moved.memory_id, 1.0)
