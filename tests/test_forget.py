@@ -1038,6 +1038,36 @@ def test_a_label_named_in_another_case_loses_its_row_too(home: Path) -> None:
     store.close()
 
 
+def test_read_key_marks_a_label_a_forget_erased(home: Path) -> None:
+    """read_key of a key whose label went with its memories answered `label: ""` and nothing
+    said why (the CLI says "label erased by a forget"): `label_erased` says it, over MCP too,
+    now and as of before the forget."""
+    import anyio
+
+    from keytrail.server.mcp_server import build_server
+
+    with open_store(home) as store:
+        secret = store.remember("my bank PIN is 7391", ["PIN", "bank"]).memory_id
+        store.remember("the bank opens at nine", ["bank"])
+        bank = store.state.key_for_label("bank").id  # type: ignore[union-attr]
+        (pin,) = store.forget(secret).labels_erased
+        for page in (store.read_key(pin), view(store, 2).read_key(pin)):
+            assert (page.label, page.label_erased, page.total) == ("", True, 0)
+        assert store.read_key(bank).label_erased is False
+
+        async def answers() -> list[Any]:
+            server = build_server(store)
+            got = []
+            for key_id in (pin, bank):
+                result = await server.call_tool("read_key", {"key_id": key_id})
+                got.append(result.structured_content)
+            return got
+
+        erased, kept = anyio.run(answers)
+    assert (erased["label"], erased["label_erased"]) == ("", True)
+    assert (kept["label"], kept["label_erased"]) == ("bank", False)
+
+
 def test_a_key_id_given_for_a_memory_says_its_label_was_erased(home: Path) -> None:
     """A key id where a memory id goes names the key by its label; one whose label a forget
     erased was named as the key '' (read_memory, history, related, as of before it too)."""
