@@ -81,6 +81,42 @@ def test_a_healthy_store_checks_every_cache_and_writes_nothing(home: Path) -> No
     assert files(home) == before
 
 
+def test_a_process_that_saved_every_row_records_the_coverage_at_close(tmp_path: Path) -> None:
+    """A server's remembers save their rows but recorded no coverage: after a session verify
+    (and `reembed --list`) said the cache covered the seq of its start, though it held every
+    row. At close the coverage is recorded where every text has a row, and only there."""
+    home = tmp_path / "s"
+    store = open_store(home)
+    try:
+        store.remember("Alice likes green tea", ["tea"])
+        store.save_vectors((store.state.store_id, store.state.seq))  # as a build at start does
+        store.remember("Bob sails on Sundays", ["sailing", "Bob"])
+        store.remember("Dana cooks", ["cooking"])
+    finally:
+        store.close()
+    assert recorded(home) == 4
+    report = verify(home)
+    assert report.ok and any("covers seq 4" in c for c in report.caches_checked)
+    # Another model's process told a memory this model has no row for: nothing is recorded.
+    store = open_store(home)
+    other = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim=64))
+    try:
+        store.remember("Eve rides a bike", ["cycling"])
+        other.remember("Finn plays chess", ["chess"])
+    finally:
+        other.close()
+        store.close()
+    assert recorded(home) == 4
+    assert verify(home).ok
+
+
+def recorded(home: Path) -> int:
+    """The seq the 256-dimension hash cache's manifest records."""
+    manifest = home / "cache" / "vectors" / "hash_v1_256" / "manifest.json"
+    seq: int = json.loads(manifest.read_text())["seq"]
+    return seq
+
+
 def test_a_memory_forgotten_after_the_vector_coverage_is_no_gap(tmp_path: Path) -> None:
     """The coverage was recorded while the memory lived; forget then erased its row and
     redacted the log. Neither is a coverage gap."""
