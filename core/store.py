@@ -495,14 +495,19 @@ class Store(Queries, HybridQueries):
         one is due (`_snapshot_due_at_close`), and the vector rows it embedded but has not
         saved: a server that only read (other processes' memories, embedded for its searches)
         saved them at no write, and every start embedded them again (seconds per thousand with
-        a real model).
+        a real model). And the vector cache's coverage, where rows were saved since it was last
+        recorded and every text has one now (not waited for: the next close records it).
 
         Only shortcuts, so a store that cannot be written (a read-only backup: even the lock
         file cannot be opened) or a full disk costs the next open a replay, not this
         process's command: it is in the log already, and reported as failed it would be
         run again."""
+        # Only the coverage to record is not worth waiting for another writer (a long import).
+        wait = self._snapshot_due_at_close() or (
+            self._vector_cache is not None and self._vector_cache.unsaved > 0
+        )
         try:
-            with self._locked():
+            with self._locked(wait=wait):
                 self._persist_vectors()
                 if self._rows_unrecorded and self._every_row_since_recorded():
                     # So `verify` and `reembed --list` say the cache covers the log's end, and
@@ -510,6 +515,8 @@ class Store(Queries, HybridQueries):
                     self.vectors.record(self.state.store_id, self.state.seq)
                 if self._snapshot_due_at_close():
                     self._save_snapshot(self.state)
+        except LockBusy:
+            pass  # the next build, or close, records it
         except OSError as exc:
             self._snapshot_unsaved(exc)
 
