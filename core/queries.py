@@ -1101,6 +1101,7 @@ class Queries:
                 return KeyPage(
                     key_id=key.id,
                     label=key.label,
+                    label_erased=not key.label,
                     type=key.type,
                     aliases=list(key.aliases),
                     total=total,
@@ -1129,6 +1130,7 @@ class Queries:
             return KeyPage(
                 key_id=key.id,
                 label=key.label,
+                label_erased=not key.label,  # blank only so: remember refuses a blank label
                 type=key.type,
                 aliases=list(key.aliases),
                 total=len(nodes),

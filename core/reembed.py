@@ -22,7 +22,7 @@ from typing import Literal
 
 from keytrail.events import KeytrailError, StoreError
 from keytrail.projections import text_hash
-from keytrail.projections.snapshot import MemoryText, made_since, peek_all
+from keytrail.projections.snapshot import MemoryText, peek_all
 from keytrail.projections.vectors import VECTORS_DIR, cached_fingerprints
 
 from .embedders import name_of
@@ -119,17 +119,12 @@ def cover_since_recorded(store: Store) -> bool:
     memory replaced in place keeps its place: the walk back would stop before it): `build`."""
     with store._mutex:
         state = store.refresh()
-        cache = store.vectors
-        manifest = cache.manifest()
+        manifest = store.vectors.manifest()
         if manifest is None or manifest.store_id != state.store_id or state.ids_retold:
             return False
-        covered = manifest.seq
-        if covered >= state.seq:
+        if manifest.seq >= state.seq:
             return True
-        since = made_since(state.memories, covered)
-        texts = dict.fromkeys([*state.labels, *(node.content for node in since)])
-        cache.refresh()  # rows other processes saved since this one opened
-        if any(text_hash(text) not in cache for text in texts):
+        if not store._every_row_since_recorded():
             return False
         store.save_vectors(covered=(state.store_id, state.seq), listed_at=store.reloads)
         return True

@@ -114,7 +114,10 @@ class KeyPage:
     offset=next_offset (it is null on the last page)."""
 
     key_id: str
+    #: "" when `label_erased`
     label: str
+    #: a forget erased the label (and aliases) with the memories the key alone led to
+    label_erased: bool
     type: str
     aliases: list[str]
     total: int

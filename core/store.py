@@ -226,6 +226,9 @@ class Store(Queries, HybridQueries):
         self._labels_checked = self._contents_checked = 0
         self._mutex = threading.RLock()
         self._snapshot_seq = 0
+        #: rows were saved since this process last recorded the vector cache's coverage: close
+        #: records it where every text has a row (a server's remembers recorded none)
+        self._rows_unrecorded = False
         #: Vector keys of contents another process forgot, to erase at our next write: rows we
         #: embedded (from the log, before its redaction) but had not saved would otherwise be
         #: written after that forget's purge.
@@ -473,6 +476,7 @@ class Store(Queries, HybridQueries):
             try:
                 if self._unfoldable is None and (
                     self._snapshot_due_at_close()
+                    or self._rows_unrecorded
                     or (self._vector_cache is not None and self._vector_cache.unsaved)
                 ):
                     self._save_at_close()
@@ -491,17 +495,28 @@ class Store(Queries, HybridQueries):
         one is due (`_snapshot_due_at_close`), and the vector rows it embedded but has not
         saved: a server that only read (other processes' memories, embedded for its searches)
         saved them at no write, and every start embedded them again (seconds per thousand with
-        a real model).
+        a real model). And the vector cache's coverage, where rows were saved since it was last
+        recorded and every text has one now (not waited for: the next close records it).
 
         Only shortcuts, so a store that cannot be written (a read-only backup: even the lock
         file cannot be opened) or a full disk costs the next open a replay, not this
         process's command: it is in the log already, and reported as failed it would be
         run again."""
+        # Only the coverage to record is not worth waiting for another writer (a long import).
+        wait = self._snapshot_due_at_close() or (
+            self._vector_cache is not None and self._vector_cache.unsaved > 0
+        )
         try:
-            with self._locked():
+            with self._locked(wait=wait):
                 self._persist_vectors()
+                if self._rows_unrecorded and self._every_row_since_recorded():
+                    # So `verify` and `reembed --list` say the cache covers the log's end, and
+                    # the next open checks nothing before it.
+                    self.vectors.record(self.state.store_id, self.state.seq)
                 if self._snapshot_due_at_close():
                     self._save_snapshot(self.state)
+        except LockBusy:
+            pass  # the next build, or close, records it
         except OSError as exc:
             self._snapshot_unsaved(exc)
 
@@ -786,6 +801,7 @@ class Store(Queries, HybridQueries):
                 and (digest := text_hash(node.content)) in self._forgotten_digests
             } | self._labels_among(self._forgotten_digests, lengths)
             self.vectors.discard_unsaved(self._forgotten_digests - held)
+        self._rows_unrecorded |= self.vectors.unsaved > 0
         self.vectors.flush()
         if self._forgotten_digests:
             self.vectors.purge(self._forgotten_digests - held)
@@ -1005,6 +1021,22 @@ class Store(Queries, HybridQueries):
             self._persist_vectors()
             if covered is not None and listed_at in (None, self.reloads):
                 self.vectors.record(*covered)
+                self._rows_unrecorded = False
+
+    def _every_row_since_recorded(self) -> bool:
+        """Whether every key label, and the content of every memory made since the seq the
+        vector cache records, has a row: then it covers the whole log folded (hold the mutex,
+        caught up). False where nothing was recorded or an id was told again (a memory
+        replaced in place keeps its place: the walk back would stop before it)."""
+        state, cache = self.state, self.vectors
+        manifest = cache.manifest()
+        if manifest is None or manifest.store_id != state.store_id or state.ids_retold:
+            return False
+        since = snapshots.made_since(state.memories, manifest.seq)
+        # Empty content is the redaction mark: a forgotten memory's row was erased.
+        texts = dict.fromkeys([*state.labels, *(node.content for node in since if node.content)])
+        cache.refresh()  # rows other processes saved since this one opened
+        return all(text_hash(text) in cache for text in texts)
 
     # -- commands --------------------------------------------------------------------------
 

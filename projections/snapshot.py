@@ -324,12 +324,28 @@ def peek_text(memories: dict[str, MemoryNode], memory_id: str) -> MemoryNode | M
     return memories[memory_id]
 
 
+def peek_namespace(memories: dict[str, MemoryNode], memory_id: str) -> str:
+    """The namespace of the memory `memory_id`, read without decoding it if a lazy load left it
+    undecoded (it stays so): a walk of a hub's links must not decode its memories."""
+    if isinstance(memories, LazyNodes):
+        found: MemoryNamespace = memories.peek(memory_id, _view_decoder(MemoryNamespace).decode)
+        return found.namespace
+    return memories[memory_id].namespace
+
+
 def made_since(memories: dict[str, MemoryNode], seq: int) -> Iterator[MemoryNode | MemoryText]:
     """The memories made after `seq`, newest first, each as `peek_text` reads it: memories
     stand in the order they were made (unless an id was told again, `ids_retold`), so the
     walk back stops at the first one made before."""
     newest = (peek_text(memories, memory_id) for memory_id in reversed(memories))
     return itertools.takewhile(lambda node: node.created_seq > seq, newest)
+
+
+class MemoryNamespace(msgspec.Struct, array_like=True, gc=False):
+    """A stored `MemoryNode`'s id and namespace, the rest not read (`peek_namespace`)."""
+
+    id: str
+    namespace: str
 
 
 class MemoryStatus(msgspec.Struct, array_like=True, gc=False):

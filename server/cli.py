@@ -343,8 +343,7 @@ def cmd_read_key(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(page)
         return 0
-    # A blank label was erased by a forget (the key led to forgotten memories alone).
-    label = shown_label(page.label) if page.label else "(label erased by a forget)"
+    label = "(label erased by a forget)" if page.label_erased else shown_label(page.label)
     print(f"{page.key_id}  {label} [{page.type}]  {memories(page.total)}")
     for ref in page.memories:
         others = ", ".join(map(shown_label, ref.keys.values()))

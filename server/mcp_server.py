@@ -578,7 +578,8 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         No content: choose which to read with read_memory. The `keys` of each memory
         ({key_id: label}) are the next hops of the walk (Key -> Memory -> Key). `total` counts
         them all; when `next_offset` is not null, call again with offset=next_offset for the
-        next page. Example:
+        next page. A key whose label a forget erased (it led to forgotten memories alone)
+        answers `label` "" with `label_erased` true, and leads to no memory. Example:
         read_key(key_id="k_9a1b2c3d4e", query="school") -> {"label": "Mia", "total": 2,
         "memories": [{"memory_id": "m_..", "score": 0.9, "keys": {"k_2f859b7cba": "school"}}],
         "next_offset": null}

@@ -448,10 +448,11 @@ def test_an_embed_dim_a_local_model_does_not_make_is_refused_before_anything_is_
 def test_a_command_after_another_process_remembered_builds_nothing(
     make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A one-shot `remember` embeds and saves its rows but records no seq: the next command's
-    open finds them all (the new contents and every label) and records the projection current,
-    without a build listing and hashing every text of the store. A text without a row still
-    takes the build, which embeds just it."""
+    """A `remember` by a process still running (a server: it records the seq at its close)
+    embeds and saves its rows but records no seq: the next command's open finds them all (the
+    new contents and every label) and records the projection current, without a build listing
+    and hashing every text of the store. A text without a row still takes the build, which
+    embeds just it."""
     from keytrail.server.embed_cli import ensure_projection
 
     writer = make_store()
@@ -460,7 +461,6 @@ def test_a_command_after_another_process_remembered_builds_nothing(
     writer.close()
     other = make_store(home=writer.home)
     other.remember("The user bought a red bicycle", ["bicycle"])
-    other.close()
     store = make_store(home=writer.home)
     assert not projection.status(store).current
     built: list[Store] = []
@@ -469,6 +469,7 @@ def test_a_command_after_another_process_remembered_builds_nothing(
     assert ensure_projection(store) is None and not built
     assert projection.status(store).current
     store.close()
+    other.close()
     # Told by a process with another model: its rows went to that model's cache.
     elsewhere = make_store(home=writer.home, embedder=HashEmbedder(dim=128))
     elsewhere.remember("The user sold the old scooter", ["scooter"])

@@ -903,8 +903,7 @@ def test_a_label_another_event_names_is_kept_and_said(home: Path) -> None:
 def test_a_kept_label_names_the_newest_memory_its_key_still_leads_to_and_counts_the_rest(
     home: Path,
 ) -> None:
-    """The reason counts the key's other current memories without walking a hub's links: from
-    the forgotten memories when they are fewer than the links, else from the links."""
+    """The reason counts the key's other memories not forgotten (superseded ones too)."""
     store = open_store(home)
     b1, b2, b3, pin = (
         store.remember(text, ["bank"]).memory_id
@@ -922,6 +921,39 @@ def test_a_kept_label_names_the_newest_memory_its_key_still_leads_to_and_counts_
         (bank, f"also a key of {b3} and 1 more")
     ]
     assert b2 in store.state.keys[bank].links
+    store.close()
+
+
+def test_a_kept_label_names_and_counts_memories_of_the_forgotten_ones_namespace_only(
+    home: Path,
+) -> None:
+    """Keys are shared across namespaces: a forget in one names no memory of another, nor
+    says how many there are, only that some exist (from a lazily loaded state too)."""
+    store = open_store(home)
+    store.remember("the bank opens at nine", ["bank"], namespace="home")
+    elm = store.remember("the bank is on Elm St", ["bank"], namespace="home").memory_id
+    loan, other_loan = (
+        store.remember(text, ["bank", "loan"], namespace="work").memory_id
+        for text in ("a bank loan", "another bank loan")
+    )
+    pin = store.remember("PIN 7391", ["bank", "PIN"], namespace="home").memory_id
+    bank = store.state.key_for_label("bank").id  # type: ignore[union-attr]
+    gone = store.forget(pin)
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [
+        (bank, f"also a key of {elm} and 1 more and of memories in other namespaces")
+    ]
+    gone = store.forget(other_loan)
+    assert [k.reason for k in gone.labels_kept] == [
+        f"also a key of {loan} and of memories in other namespaces",
+        f"also a key of {loan}",
+    ]
+    store.close()
+    store = open_store(home)
+    assert isinstance(store.state.memories, snapshots.LazyNodes)
+    gone = store.forget(loan)
+    assert [(k.key_id, k.reason) for k in gone.labels_kept] == [
+        (bank, "also a key of memories in other namespaces")
+    ]
     store.close()
 
 
@@ -1004,6 +1036,36 @@ def test_a_label_named_in_another_case_loses_its_row_too(home: Path) -> None:
     assert verify(home).ok
     assert encoded(replay(home)) == encoded(store.state)
     store.close()
+
+
+def test_read_key_marks_a_label_a_forget_erased(home: Path) -> None:
+    """read_key of a key whose label went with its memories answered `label: ""` and nothing
+    said why (the CLI says "label erased by a forget"): `label_erased` says it, over MCP too,
+    now and as of before the forget."""
+    import anyio
+
+    from keytrail.server.mcp_server import build_server
+
+    with open_store(home) as store:
+        secret = store.remember("my bank PIN is 7391", ["PIN", "bank"]).memory_id
+        store.remember("the bank opens at nine", ["bank"])
+        bank = store.state.key_for_label("bank").id  # type: ignore[union-attr]
+        (pin,) = store.forget(secret).labels_erased
+        for page in (store.read_key(pin), view(store, 2).read_key(pin)):
+            assert (page.label, page.label_erased, page.total) == ("", True, 0)
+        assert store.read_key(bank).label_erased is False
+
+        async def answers() -> list[Any]:
+            server = build_server(store)
+            got = []
+            for key_id in (pin, bank):
+                result = await server.call_tool("read_key", {"key_id": key_id})
+                got.append(result.structured_content)
+            return got
+
+        erased, kept = anyio.run(answers)
+    assert (erased["label"], erased["label_erased"]) == ("", True)
+    assert (kept["label"], kept["label_erased"]) == ("bank", False)
 
 
 def test_a_key_id_given_for_a_memory_says_its_label_was_erased(home: Path) -> None:

@@ -584,6 +584,7 @@ def test_a_lazy_state_with_nodes_decoded_dropped_and_added_writes_the_eager_byte
         (snapshots.MemoryText, keygraph.MemoryNode, "status"),
         (snapshots.MemoryStatus, keygraph.MemoryNode, "status"),
         (snapshots.MemoryHash, keygraph.MemoryNode, "status"),
+        (snapshots.MemoryNamespace, keygraph.MemoryNode, "namespace"),
         (snapshots.KeyLinks, keygraph.KeyNode, "links"),
         (snapshots.KeyLabels, keygraph.KeyNode, "aliases"),
     ],

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from keytrail.core import HashEmbedder, Settings, Store, forgetting, maintenance
 from keytrail.core.forgetting import PendingPurge
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
 from keytrail.core.maintenance import drop_cache, verify
-from keytrail.events import CorruptLog
+from keytrail.events import CorruptLog, EventLog
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import text_hash
 
@@ -79,6 +80,69 @@ def test_a_healthy_store_checks_every_cache_and_writes_nothing(home: Path) -> No
     assert "index/text (seq 6, 3 memories)" in checked  # the forgotten one is not indexed
     assert "covers seq 6" in checked
     assert files(home) == before
+
+
+def test_a_process_that_saved_every_row_records_the_coverage_at_close(tmp_path: Path) -> None:
+    """A server's remembers save their rows but recorded no coverage: after a session verify
+    (and `reembed --list`) said the cache covered the seq of its start, though it held every
+    row. At close the coverage is recorded where every text has a row, and only there."""
+    home = tmp_path / "s"
+    store = open_store(home)
+    try:
+        store.remember("Alice likes green tea", ["tea"])
+        store.save_vectors((store.state.store_id, store.state.seq))  # as a build at start does
+        store.remember("Bob sails on Sundays", ["sailing", "Bob"])
+        store.remember("Dana cooks", ["cooking"])
+    finally:
+        store.close()
+    assert recorded(home) == 4
+    report = verify(home)
+    assert report.ok and any("covers seq 4" in c for c in report.caches_checked)
+    # Another model's process told a memory this model has no row for: nothing is recorded.
+    store = open_store(home)
+    other = Store(Settings(home=home, embedder="hash"), embedder=HashEmbedder(dim=64))
+    try:
+        store.remember("Eve rides a bike", ["cycling"])
+        other.remember("Finn plays chess", ["chess"])
+    finally:
+        other.close()
+        store.close()
+    assert recorded(home) == 4
+    assert verify(home).ok
+
+
+def test_a_close_with_only_the_coverage_to_record_does_not_wait_for_another_writer(
+    tmp_path: Path,
+) -> None:
+    """Recording the coverage is a shortcut: a one-shot command must not hang at its close
+    while another process holds the log lock (a long import)."""
+    home = tmp_path / "s"
+    # A snapshot at every write: none is due at close (one would be waited for).
+    store = Store(Settings(home=home, embedder="hash", snapshot_every=1), embedder=HashEmbedder())
+    store.remember("Alice likes green tea", ["tea"])
+    store.save_vectors((store.state.store_id, store.state.seq))
+    store.remember("Bob sails on Sundays", ["sailing"])
+    importer = EventLog(home)
+    with importer.lock():
+        closing = threading.Thread(target=store.close)
+        closing.start()
+        closing.join(30)  # it waited for the lock, for as long as the other writer held it
+        waited = closing.is_alive()
+    importer.close()
+    closing.join()
+    assert not waited
+    assert recorded(home) == 2
+    store = open_store(home)
+    store.remember("Dana cooks", ["cooking"])
+    store.close()
+    assert recorded(home) == 4
+
+
+def recorded(home: Path) -> int:
+    """The seq the 256-dimension hash cache's manifest records."""
+    manifest = home / "cache" / "vectors" / "hash_v1_256" / "manifest.json"
+    seq: int = json.loads(manifest.read_text())["seq"]
+    return seq
 
 
 def test_a_memory_forgotten_after_the_vector_coverage_is_no_gap(tmp_path: Path) -> None:
