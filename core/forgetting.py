@@ -193,7 +193,7 @@ def erasable_labels(
     log: EventLog,
     state: GraphState,
     memory_ids: Collection[str],
-    forgotten: Collection[str] | None = None,
+    scan: MemoryScan | None = None,
 ) -> ErasableLabels:
     """Which labels of the keys of `memory_ids` (about to be forgotten) go with them.
 
@@ -203,10 +203,11 @@ def erasable_labels(
     an import, ...; reads name it by id only, with the query the user typed, which is kept),
     and no other key has, or had, the same label or alias. Everything else is kept, with why.
     Call holding the appenders' lock, caught up (the log is scanned from the key's creation).
-    `forgotten`: `forgotten_ids(state)`, where the caller has it already.
+    `scan`: `scan_memories(state, ...)`, where the caller has it already.
     """
     memories = state.memories
-    gone = set(memory_ids) | set(forgotten_ids(state) if forgotten is None else forgotten)
+    scan = scan_memories(state, ()) if scan is None else scan
+    gone = set(memory_ids) | scan.forgotten
     result = ErasableLabels()
     candidates: dict[str, set[str]] = {}  # key id -> its texts, case-folded
     seen: set[str] = set()
@@ -217,7 +218,11 @@ def erasable_labels(
                 continue
             seen.add(key_id)
             if _live_link(key.links, gone) is not None:
-                reason = _kept_for(memories, key.links, gone, memories[memory_id].namespace)
+                namespace = memories[memory_id].namespace
+                if scan.namespaces <= {namespace}:  # one namespace: no link's is read
+                    reason = _kept_for_one_namespace(key.links, gone)
+                else:
+                    reason = _kept_for(memories, key.links, gone, namespace)
                 result.kept.append(KeptLabel(key_id=key_id, label=key.label, reason=reason))
             else:
                 candidates[key_id] = {t.casefold() for t in (key.label, *key.aliases)}
@@ -243,30 +248,27 @@ def erasable_labels(
     return result
 
 
-def forgotten_ids(state: GraphState) -> set[str]:
-    """The ids of the memories forgotten so far, read without decoding a lazily loaded state:
-    a forget walks them under the lock, and decoding every node (1-1.5 s at 100,000
-    memories) made every other writer wait."""
-    return scan_memories(state, set()).forgotten
-
-
 class MemoryScan(msgspec.Struct, kw_only=True):
     """What a forget reads of every memory, in one walk (`scan_memories`)."""
 
     forgotten: set[str]
     #: content hash -> the memories not forgotten with that hash, oldest first
     holding: dict[str, list[str]]
+    #: the namespaces of the memories not forgotten
+    namespaces: set[str]
 
 
 def scan_memories(state: GraphState, hashes: Collection[str]) -> MemoryScan:
     """The memories forgotten so far, and those not forgotten whose content hash is one of
     `hashes`: one walk, no node decoded nor any text (`MemoryHash`)."""
-    scan = MemoryScan(forgotten=set(), holding={h: [] for h in hashes})
-    forgotten, holding = scan.forgotten, scan.holding
+    scan = MemoryScan(forgotten=set(), holding={h: [] for h in hashes}, namespaces=set())
+    forgotten, holding, namespaces = scan.forgotten, scan.holding, scan.namespaces
     for m in snapshots.peek_all(state.memories, snapshots.MemoryHash):
         if m.status == "forgotten":
             forgotten.add(m.id)
-        elif (held := holding.get(m.content_hash)) is not None:
+            continue
+        namespaces.add(m.namespace)
+        if (held := holding.get(m.content_hash)) is not None:
             held.append(m.id)
     return scan
 
@@ -275,6 +277,18 @@ def _live_link(links: dict[str, float], gone: Collection[str]) -> str | None:
     """The newest of `links` not in `gone` (None if all are): a key under a forgotten memory
     is most often a hub whose newest link is live, so this stops at once."""
     return next((m for m in reversed(links) if m not in gone), None)
+
+
+def _kept_for_one_namespace(links: dict[str, float], gone: Collection[str]) -> str:
+    """`_kept_for` where every memory not forgotten is in the caller's namespace: counted from
+    the smaller side, so a hub's links are not walked (`gone` is small)."""
+    newest = _live_link(links, gone)
+    if len(gone) < len(links):
+        live = len(links) - sum(1 for m in gone if m in links)
+    else:
+        live = sum(1 for m in links if m not in gone)
+    more = f" and {live - 1} more" if live > 1 else ""
+    return f"also a key of {newest}{more}"
 
 
 def _kept_for(

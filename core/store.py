@@ -1449,7 +1449,7 @@ class Store(Queries, HybridQueries):
             hashes = {n.content_hash for n in nodes}
             scan = forgetting.scan_memories(self.state, hashes)
             forgotten = scan.forgotten
-            labels = forgetting.erasable_labels(self.log, self.state, list(entries), forgotten)
+            labels = forgetting.erasable_labels(self.log, self.state, list(entries), scan)
             for key_id, linked in labels.erased.items():
                 for m in linked:
                     entry = entries.get(m) or forgetting.PendingPurge(

@@ -375,10 +375,10 @@ class MemoryStatus(msgspec.Struct, array_like=True, gc=False):
 
 class MemoryHash(msgspec.Struct, array_like=True, gc=False):
     """A stored `MemoryNode`'s fields up to its status (the same names, in the same places),
-    all but its id, content hash and status left as bytes (`peek_all`)."""
+    all but its id, namespace, content hash and status left as bytes (`peek_all`)."""
 
     id: str
-    namespace: msgspec.Raw
+    namespace: str
     content: msgspec.Raw
     content_hash: str
     created_at: msgspec.Raw
