@@ -527,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     settings = p.add_argument_group("settings (each overrides the KEYTRAIL_* variable named)")
     for var in tunable_variables():
-        default = "the model's profile" if var.default is None else var.default
+        default = var.unset if var.default is None else var.default
         settings.add_argument(
             var.flag,
             dest=var.env,
