@@ -585,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="keys",
         action="append",
         type=concept_key,
+        metavar="KEY",
         help="a concept key, matched by meaning (repeatable)",
     )
     p.add_argument(
@@ -593,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="keys",
         action="append",
         type=name_key,
+        metavar="NAME",
         help="a name key, matched literally (repeatable)",
     )
     p.add_argument(
@@ -658,10 +660,17 @@ def build_parser() -> argparse.ArgumentParser:
         dest="keys",
         action="append",
         type=concept_key,
-        help="new concept keys (default: keep the old version's keys)",
+        metavar="KEY",
+        help="a concept key of the new version (repeatable; default: the old version's keys)",
     )
     p.add_argument(
-        "-n", "--name", dest="keys", action="append", type=name_key, help="new name keys"
+        "-n",
+        "--name",
+        dest="keys",
+        action="append",
+        type=name_key,
+        metavar="NAME",
+        help="a name key of the new version (repeatable)",
     )
     p.add_argument(
         "--related-to",
