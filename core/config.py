@@ -238,6 +238,8 @@ class Variable:
     help: str
     #: the values allowed, for a setting that names one of a few (None: any of its kind)
     choices: tuple[Any, ...] | None = None
+    #: what a default of None means, as `serve --help` says it
+    unset: str = "the model's profile"
 
     @property
     def flag(self) -> str:
@@ -275,11 +277,18 @@ _SCALARS: dict[str, tuple[type[Any], str]] = {
     "snapshot_keep": (int, "most archived key-graph snapshots kept for time travel"),
     "segment_bytes": (int, "start a new log segment past this size"),
     "embed_threads": (int, "threads the local embedding model runs on (0: one per core)"),
-    "embed_dim": (int, "dimension of an unknown OpenAI-compatible model, or of hash vectors"),
+    "embed_dim": (
+        int,
+        "dimension of an unknown OpenAI-compatible model, of shorter text-embedding-3 vectors, "
+        "or of hash vectors",
+    ),
     "alias_after_reads": (int, "reads through a key with the same query that make it an alias"),
     "learned_aliases_per_key": (int, "learned aliases a key may hold at once"),
     "alias_unused_reads": (int, "reads through a key without its learned alias that drop it"),
 }
+
+#: Scalars unset by default that no model profile fills: variable -> what unset means.
+_UNSET = {"KEYTRAIL_EMBED_DIM": "the model's own; 256 for hash"}
 
 #: Settings whose value is one of a few names: variable -> the names.
 _CHOICES: dict[str, tuple[str, ...]] = {"KEYTRAIL_HYBRID_FUSION": FUSIONS}
@@ -310,8 +319,9 @@ def tunable_variables() -> list[Variable]:
     tables, so a setting cannot have a variable without a flag.
     """
     found = [
-        Variable(f"KEYTRAIL_{name.upper()}", kind, getattr(_DEFAULTS, name), help_)
+        Variable(env, kind, getattr(_DEFAULTS, name), help_, unset=_UNSET.get(env, Variable.unset))
         for name, (kind, help_) in _SCALARS.items()
+        for env in [f"KEYTRAIL_{name.upper()}"]
     ]
     for attr, prefix, template in _GROUPS:
         group = getattr(_DEFAULTS, attr)

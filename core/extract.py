@@ -221,6 +221,7 @@ def extract_keys(
             len(word) >= MIN_CONCEPT_CHARS
             and _is_word(word)
             and folded not in COMMON
+            and folded not in _CALENDAR  # "Sept" is no more a concept than "September"
             and folded not in in_name
             and folded not in _TITLES
         ):

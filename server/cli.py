@@ -29,7 +29,7 @@ from keytrail.core import (
 )
 from keytrail.core.config import tunable_variables
 from keytrail.core.embedders import EMBEDDERS
-from keytrail.core.results import MemoryView
+from keytrail.core.results import KeyOutcome, MemoryView
 from keytrail.core.store import READ_ONLY_ERRNOS, check_item
 from keytrail.core.timetravel import read_memory_at, view
 
@@ -259,8 +259,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
     if not result.keys:
         print("  no keys (none given, none found in the content): no key leads to it")
     for k in result.keys:
-        extra = f" -> alias of {k.merged_into} ({k.similarity})" if k.merged_into else ""
-        print(f"  key {k.key_id}  {shown_label(k.label)} [{k.type}] {k.resolution}{extra}")
+        print(key_line(k))
     if result.deduplicated:
         d = result.deduplicated
         print(f"  replaces near-duplicate {d.memory_id} (similarity {d.similarity})")
@@ -306,8 +305,14 @@ def cmd_correct(args: argparse.Namespace) -> int:
         f"{result.old_depth:.2f} x{result.weaken_factor})"
     )
     for k in result.keys:
-        print(f"  key {k.key_id}  {shown_label(k.label)} [{k.type}] {k.resolution}")
+        print(key_line(k))
     return 0
+
+
+def key_line(k: KeyOutcome) -> str:
+    """`  key k_..  apples [concept] alias of apple (0.77)`, as remember and correct print it."""
+    how = f"alias of {k.merged_into} ({k.similarity})" if k.merged_into else k.resolution
+    return f"  key {k.key_id}  {shown_label(k.label)} [{k.type}] {how}"
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
@@ -526,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     settings = p.add_argument_group("settings (each overrides the KEYTRAIL_* variable named)")
     for var in tunable_variables():
-        default = "the model's profile" if var.default is None else var.default
+        default = var.unset if var.default is None else var.default
         settings.add_argument(
             var.flag,
             dest=var.env,
@@ -584,6 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="keys",
         action="append",
         type=concept_key,
+        metavar="KEY",
         help="a concept key, matched by meaning (repeatable)",
     )
     p.add_argument(
@@ -592,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="keys",
         action="append",
         type=name_key,
+        metavar="NAME",
         help="a name key, matched literally (repeatable)",
     )
     p.add_argument(
@@ -657,10 +664,17 @@ def build_parser() -> argparse.ArgumentParser:
         dest="keys",
         action="append",
         type=concept_key,
-        help="new concept keys (default: keep the old version's keys)",
+        metavar="KEY",
+        help="a concept key of the new version (repeatable; default: the old version's keys)",
     )
     p.add_argument(
-        "-n", "--name", dest="keys", action="append", type=name_key, help="new name keys"
+        "-n",
+        "--name",
+        dest="keys",
+        action="append",
+        type=name_key,
+        metavar="NAME",
+        help="a name key of the new version (repeatable)",
     )
     p.add_argument(
         "--related-to",

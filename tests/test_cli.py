@@ -87,6 +87,15 @@ def test_help_for_every_verb(home: Path) -> None:
         assert f"usage: keytrail {verb}" in out and "--home" in out
 
 
+def test_key_flags_show_one_key_each(home: Path) -> None:
+    """`-k` and `-n` take one key each, repeated: their help showed `-k KEYS`, as if one flag
+    took a list (`-k "a, b"` makes the single key "a, b")."""
+    for verb in ("remember", "correct"):
+        out = " ".join(kt(home, verb, "--help").stdout.split())
+        assert "-k KEY, --key KEY" in out and "-n NAME, --name NAME" in out, verb
+        assert "KEYS" not in out, verb
+
+
 def test_stats_offers_no_valid_at_it_would_ignore(home: Path) -> None:
     """memory_stats counts by record time only (the MCP tool takes as_of, no valid_at), so
     `stats --valid-at` is refused as a usage error instead of printing today's counts as if

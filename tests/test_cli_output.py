@@ -47,6 +47,23 @@ def test_read_key_says_more_memories_exist(home: Path, capsys: pytest.CaptureFix
     assert "more:" not in out_of(capsys, "read-key", key.id, "--home", str(home))
 
 
+def test_remember_says_a_key_became_an_alias_once(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key merged into another reads `apples [concept] alias of apple (cosine)`: the line
+    said `alias -> alias of apple`."""
+    monkeypatch.setenv("KEYTRAIL_THRESHOLD_MERGE", "0.1")  # the hash embedder's cosines are low
+    out_of(capsys, "remember", "an apple a day", "-k", "apple", "--home", str(home))
+    line = out_of(capsys, "remember", "apples in autumn", "-k", "apples", "--home", str(home))
+    said = line.splitlines()[1]
+    assert " apples [concept] alias of apple (" in said, said
+    assert "->" not in said
+    # correct said only `alias`, not of what
+    pear = out_of(capsys, "remember", "a pear", "-k", "pear", "--home", str(home)).split()[1]
+    line = out_of(capsys, "correct", pear, "two pears", "-k", "pears", "--home", str(home))
+    assert " pears [concept] alias of pear (" in line.splitlines()[1], line
+
+
 def test_read_key_says_a_key_label_a_forget_erased(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

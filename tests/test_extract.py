@@ -293,6 +293,14 @@ def test_abbreviated_weekdays_and_months_are_no_names() -> None:
     assert labels("Jan met Jun")["Jan"] == "name"
 
 
+def test_abbreviated_weekdays_and_months_are_no_concepts_either() -> None:
+    """Months and weekdays spelt out are common words, never concepts; "Sept" and "Thurs"
+    became the concepts "sept" and "thurs" (four letters, in no word list)."""
+    got = labels("We met on Thurs in Sept about the pottery workshop")
+    assert not {"sept", "thurs"} & set(got), got
+    assert got["pottery"] == "concept"
+
+
 def test_contractions_are_no_names() -> None:
     """In LoCoMo's chats "I've", "You're", "I'll", "Can't" and "They're" were among the most
     frequent name keys: the common words are listed without apostrophes, and "I've" is

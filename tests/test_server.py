@@ -898,6 +898,18 @@ def test_every_setting_is_a_serve_flag() -> None:
         assert var.flag in proc.stdout and var.env in proc.stdout, var.env
 
 
+def test_serve_help_says_what_an_unset_embed_dim_means(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--embed-dim` is no threshold: unset, a model gives its own dimension and hash 256; the
+    help said "default the model's profile", which holds no dimension."""
+    from keytrail.server.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "(KEYTRAIL_EMBED_DIM, default the model's own; 256 for hash)" in shown
+    assert "(KEYTRAIL_THRESHOLD_MERGE, default the model's profile)" in shown
+
+
 def test_serve_flags_set_the_limits_schemas_advertise_and_core_enforces(
     home: Path, errlog: Path
 ) -> None:
