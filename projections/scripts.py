@@ -93,12 +93,18 @@ def pattern(template: str) -> re.Pattern[str]:
 
 
 #: The ASCII characters that a character other than ASCII stands for in a caseless form
-#: (`keygraph.caseless_form`) where it is not one ASCII letter with its marks: ß is ss, ﬁ is fi,
-#: the Kelvin sign K is k, ŉ is ʼn, the Greek question mark is ";". Any other ASCII character of
-#: a caseless form that an ASCII one follows was typed as itself, in some case (see
-#: `core.decide.text_anchor`). By Unicode version: another's are unknown (test_text.py checks
-#: these against a scan, which takes seconds).
-ASCII_STOOD_FOR: dict[str, str] = {"14.0.0": ";`fiklnst"}
+#: (`keygraph.caseless_form`, decomposed) where that is not one ASCII character and then marks
+#: or letters that are not ASCII (é is e and a mark, ẚ is a and ʾ): ß is ss, ﬁ is fi, the
+#: Kelvin sign K is k, ŉ is ʼn, the Greek question mark is ";". Any other ASCII character of a
+#: text's caseless form that an ASCII one follows was typed as itself, in some case (see
+#: `core.decide.text_anchors`). By Unicode version (15.0 and 15.1 scanned under Python 3.12
+#: and 3.13); another's are unknown (test_text.py checks this Python's against a scan, which
+#: takes seconds).
+ASCII_STOOD_FOR: dict[str, str] = {
+    "14.0.0": ";`fiklnst",
+    "15.0.0": ";`fiklnst",
+    "15.1.0": ";`fiklnst",
+}
 
 
 def ascii_stood_for() -> str | None:
