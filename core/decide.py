@@ -18,9 +18,9 @@ import numpy as np
 
 from keytrail.events import KeyLink, NewMemory, Similar
 from keytrail.events.types import Resolution
-from keytrail.projections import GraphState, KeyNode, MemoryNode
+from keytrail.projections import GraphState, KeyNode, MemoryNode, scripts
 from keytrail.projections.keygraph import caseless_form, name_form
-from keytrail.projections.snapshot import MemoryText, peek_all, peek_text
+from keytrail.projections.snapshot import MemoryText, peek_all, peek_holding, peek_text
 from keytrail.projections.vectors import Matrix, text_hash
 
 from . import validation as check
@@ -168,6 +168,38 @@ def same_text_form(content: str) -> str:
     return " ".join(caseless_form(content).split())
 
 
+#: A run of ASCII characters of a `same_text_form` (none is whitespace but " "), and the next
+#: character where that is not ASCII
+_ASCII_RUN = re.compile(r"([\x00-\x1f\x21-\x7f]+)([^\x00-\x7f])?")
+#: The shortest first of `text_anchors` looked for in a lazy load's columns: a shorter one (two
+#: hex digits, a common pair of letters) is in most memories, whose bytes would all be read
+ANCHOR_MIN = 3
+#: Lookups a `SameTexts` answers by looking for the text's anchors in a lazy load's columns
+#: (0.05-0.2 s at 100,000 memories) before it builds its index (0.3-0.8 s): what a one-shot
+#: `keytrail remember` makes, and no more than a batch can repeat
+SCANS_BEFORE_INDEX = 2
+
+
+def text_anchors(form: str) -> list[bytes]:
+    """Pieces of a `same_text_form` that every text of that form holds in its UTF-8 bytes, in
+    some ASCII case, longest first (none where that is not known): the runs of ASCII
+    characters, each with the next character ASCII too (an ASCII letter before another one
+    may be the start of a character that is not ASCII: İ is i and a mark, ẚ is a and ʾ), cut
+    at the characters a non-ASCII one may stand for (`scripts.ascii_stood_for`: ß for ss).
+    Each character of such a piece was typed as itself, one to one, the piece unbroken."""
+    stood_for = scripts.ascii_stood_for()
+    if stood_for is None:
+        return []
+    cut = f"[{re.escape(stood_for)}]+"
+    pieces = {
+        piece.encode()
+        for run, after in _ASCII_RUN.findall(form)
+        for piece in re.split(cut, run[:-1] if after else run)
+        if piece
+    }
+    return sorted(pieces, key=lambda piece: (-len(piece), piece))
+
+
 def _text_slot(namespace: str, form: str) -> int:
     """Where `SameTexts` and a `Batch` hold a namespace's memories of one text (in-process:
     str hashes differ between processes). Two texts may share a slot: their holders' texts are
@@ -185,6 +217,11 @@ class SameTexts:
     never is again. A memory id told again (`GraphState.ids_retold`: replaced in place), or a
     journal that dropped what was noted since, rebuilds it. A forgotten memory's text is gone by
     the time its retirement is read: its id stays until a lookup of its slot drops it.
+
+    Building it reads every memory (0.3-0.5 s at 100,000), which a one-shot `keytrail remember`
+    paid for its one lookup. So the first lookups (`SCANS_BEFORE_INDEX`) of a state loaded
+    lazily look for pieces of the text in the snapshot's bytes instead (`_scan`), and read only
+    the memories that hold them: the same ids, in the same order.
     """
 
     def __init__(self) -> None:
@@ -194,10 +231,15 @@ class SameTexts:
         self._seen = 0  # memories read, from the start of `GraphState.memories`
         self._journal = 0  # the end of the state's retirements when last caught up
         self._ids_retold = 0
+        self._scans = 0  # lookups answered by `_scan`
 
     def holders(self, state: GraphState, namespace: str, form: str) -> list[str]:
         """Ids of the current memories of `namespace` whose text has `form`, oldest first
         (expiry by time is the caller's to judge, at the command's time)."""
+        if self._state is not state and self._scans < SCANS_BEFORE_INDEX:
+            found = self._scan(state, namespace, form)
+            if found is not None:
+                return found
         self._catch_up(state)
         slot = _text_slot(namespace, form)
         held = self._ids.get(slot)
@@ -213,6 +255,25 @@ class SameTexts:
             for mid in current
             if memories[mid].namespace == namespace
             and same_text_form(memories[mid].content) == form
+        ]
+
+    def _scan(self, state: GraphState, namespace: str, form: str) -> list[str] | None:
+        """`holders` read from the memories that hold the text's anchors (`text_anchors`,
+        `peek_holding`), without the index; None where there is no anchor long enough to look
+        for, no lazy load's columns to look in, or too many memories hold the first."""
+        anchors = text_anchors(form)
+        if not anchors or len(anchors[0]) < ANCHOR_MIN:
+            return None
+        nodes = peek_holding(state.memories, anchors, MemoryText)
+        if nodes is None:
+            return None
+        self._scans += 1
+        return [
+            node.id
+            for node in nodes
+            if node.current()
+            and node.namespace == namespace
+            and same_text_form(node.content) == form
         ]
 
     def _catch_up(self, state: GraphState) -> None:

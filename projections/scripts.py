@@ -90,3 +90,40 @@ def scanned_marks() -> str:
 def pattern(template: str) -> re.Pattern[str]:
     """`template` compiled, with the class of combining marks where it says `{marks}`."""
     return re.compile(template.replace("{marks}", marks()))
+
+
+#: The ASCII characters that a character other than ASCII stands for in a caseless form
+#: (`keygraph.caseless_form`, decomposed) where that is not one ASCII character and then marks
+#: or letters that are not ASCII (é is e and a mark, ẚ is a and ʾ): ß is ss, ﬁ is fi, the
+#: Kelvin sign K is k, ŉ is ʼn, the Greek question mark is ";". Any other ASCII character of a
+#: text's caseless form that an ASCII one follows was typed as itself, in some case (see
+#: `core.decide.text_anchors`). By Unicode version (15.0 and 15.1 scanned under Python 3.12
+#: and 3.13); another's are unknown (test_text.py checks this Python's against a scan, which
+#: takes seconds).
+ASCII_STOOD_FOR: dict[str, str] = {
+    "14.0.0": ";`fiklnst",
+    "15.0.0": ";`fiklnst",
+    "15.1.0": ";`fiklnst",
+}
+
+
+def ascii_stood_for() -> str | None:
+    """`ASCII_STOOD_FOR` of this Python's Unicode version, or None if it is not kept."""
+    return ASCII_STOOD_FOR.get(unicodedata.unidata_version)
+
+
+def scanned_ascii_stood_for() -> str:
+    """`ascii_stood_for` read from the Unicode database: the ASCII characters in the decomposed
+    caseless form of a character other than ASCII, but for a form that is one ASCII character
+    and then none (not whitespace either: `str.split` would drop it), as an accented letter's."""
+    found: set[str] = set()
+    for c in map(chr, range(0x80, 0x110000)):
+        form = unicodedata.normalize("NFD", unicodedata.normalize("NFD", c).casefold())
+        if (
+            form[0].isascii()
+            and len(form) > 1
+            and not any(t.isascii() or t.isspace() for t in form[1:])
+        ):
+            continue
+        found.update(t for t in form if t.isascii())
+    return "".join(sorted(found))

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
-from keytrail.core import HashEmbedder, RememberItem, Settings, Store
+from keytrail.core import HashEmbedder, RememberItem, Settings, Store, decide
 from keytrail.core import store as store_module
 from keytrail.core.maintenance import verify
 from keytrail.events import EventLog
@@ -124,6 +125,80 @@ def test_a_remember_finds_the_same_text_in_a_lazy_state_without_decoding_it(
     undecoded = [mid for mid, v in dict.items(memories) if type(v) is int]
     assert len(undecoded) == 1  # the correction's: no command touched it
     assert memories[undecoded[0]].content == "an apple fell near Newton"
+
+
+#: Texts told in more than one way (case, spacing, ligatures, ß, the Kelvin sign, a decomposed
+#: accent, the Turkish İ), in two namespaces
+SAME_TEXTS = [
+    ("The fish swam over the harbour", "default"),
+    ("the \ufb01sh swam over the  harbour", "default"),  # the ligature: not the same to hashing
+    ("THE FISH SWAM OVER THE HARBOUR", "side"),
+    ("Die Stra\u00dfe am Hafenbecken", "default"),
+    ("die STRASSE am\u00a0hafenbecken", "side"),
+    ("probe reading 300 K overnight", "default"),
+    ("probe reading 300 \u212a overnight", "side"),
+    ("Zo\u00eb drove the Volvo home", "default"),
+    ("zoe\u0308 drove the volvo home\n", "side"),
+    ("\u0130zmir harbour report", "default"),
+    ("i\u0307zmir harbour report", "side"),
+    ("the harbour", "default"),
+    ("a harbour master", "default"),
+]
+
+
+def test_the_same_text_scan_of_a_lazy_state_finds_what_the_index_finds(
+    make_store: Callable[..., Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remember's first lookups of its text look for the text's anchor in the snapshot's
+    columns rather than build the index of every text (the cost of a one-shot remember): both
+    find the same current memories in the same order, with memories superseded, forgotten
+    and told since the snapshot, and none is decoded for it."""
+    monkeypatch.setattr(snapshots, "SCAN_BYTES", 500)  # runs of a few nodes: finds at their edges
+    home = tmp_path / "store"
+    store = make_store(home=home)
+    # No retelling is a duplicate: each stays current, and a form is held twice in a namespace.
+    monkeypatch.setattr(store, "thresholds", replace(store.thresholds, dedup=1.01))
+    told = [store.remember(t, keys=[f"k{i}"], namespace=ns) for i, (t, ns) in enumerate(SAME_TEXTS)]
+    store.forget(store.remember("a harbour master", keys=["gone"], namespace="side").memory_id)
+    store.close()
+    reopened = make_store(home=home)
+    memories = reopened.state.memories
+    assert isinstance(memories, LazyNodes)
+    reopened.correct(told[-1].memory_id, "the harbour master", keys=["k"])
+    since = reopened.remember("THE  HARBOUR", keys=["new"], namespace="side")  # no column's
+    forms = {(ns, decide.same_text_form(t)) for t, ns in SAME_TEXTS}
+    forms |= {(ns, form) for _, form in forms for ns in ("default", "side")}
+    undecoded = sum(type(v) is int for v in dict.values(memories))
+    scanned = 0
+    spied = decide.peek_holding
+
+    def spy(*args: Any) -> Any:
+        nonlocal scanned
+        scanned += 1
+        return spied(*args)
+
+    monkeypatch.setattr(decide, "peek_holding", spy)
+    state = reopened.state
+    found = {key: decide.SameTexts().holders(state, *key) for key in forms}
+    assert scanned == len(forms)  # every one by a scan: each form has an anchor
+    assert sum(type(v) is int for v in dict.values(memories)) == undecoded
+    monkeypatch.setattr(decide, "SCANS_BEFORE_INDEX", 0)
+    index = decide.SameTexts()
+    assert found == {key: index.holders(state, *key) for key in forms}
+    assert scanned == len(forms)
+    ids = [m.memory_id for m in told]
+    assert found[("default", "the fish swam over the harbour")] == ids[:2]
+    assert found[("side", "the fish swam over the harbour")] == [ids[2]]
+    for i in (3, 5, 7, 9):  # ß, the Kelvin sign, ë and İ, each its own way in the other namespace
+        form = decide.same_text_form(SAME_TEXTS[i][0])
+        assert (found[("default", form)], found[("side", form)]) == ([ids[i]], [ids[i + 1]])
+    assert found[("side", "the harbour")] == [since.memory_id]
+    assert found[("default", "a harbour master")] == found[("side", "a harbour master")] == []
+    # A word more than `most` memories hold (7 of the columns'): the scan gives up, the index
+    # reads each memory once.
+    decode = snapshots._view_decoder(snapshots.MemoryText).decode
+    assert memories.peek_holding([b"harbour"], 6, decode) is None
+    assert memories.peek_holding([b"harbour"], 7, decode) is not None
 
 
 def test_a_recall_checks_what_lacks_a_vector_without_decoding_a_lazy_state(

@@ -399,3 +399,15 @@ def test_the_kept_mark_runs_are_this_pythons_unicode_marks() -> None:
 
     assert unicodedata.unidata_version in scripts.MARK_RUNS
     assert scripts.marks() == scripts.scanned_marks()
+
+
+def test_the_kept_ascii_stood_for_is_this_pythons_unicode() -> None:
+    """The same-text scan looks for runs of a text without the ASCII characters that another
+    one stands for in a caseless form (ß for ss): the table must be what a scan finds (a
+    Python with another Unicode has none, and builds the index of every text instead)."""
+    import unicodedata
+
+    from keytrail.projections import scripts
+
+    assert scripts.ascii_stood_for() == scripts.ASCII_STOOD_FOR[unicodedata.unidata_version]
+    assert scripts.ascii_stood_for() == scripts.scanned_ascii_stood_for()
