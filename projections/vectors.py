@@ -693,6 +693,12 @@ class VectorSet:
         self._matrix[len(self.ids) : need] = vectors
         self.ids.extend(ids)
 
+    def zero(self, row_id: str) -> None:
+        """Zero the rows of `row_id`, keeping them in place."""
+        rows = [i for i, each in enumerate(self.ids) if each == row_id]
+        if rows:
+            self._matrix[rows] = 0.0
+
     def drop(self, ids: Collection[str]) -> int:
         """Remove the rows of `ids`, the others keeping their order. How many went."""
         keep = [i for i, row_id in enumerate(self.ids) if row_id not in ids]
