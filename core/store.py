@@ -661,6 +661,9 @@ class Store(Queries, HybridQueries):
                     # count embedded drops by as many (one row per entry of `labels`).
                     self._labels_embedded -= self._key_vectors.drop(set(event.erased_keys))
                 self._content_digests.pop(event.memory_id, None)
+                if self._memory_vectors is not None:
+                    # Its content's row goes as the content does (see `memory_vectors`).
+                    self._memory_vectors.zero(event.memory_id)
                 self._forgotten_unindexed.append(event.memory_id)
             yield event
 
@@ -999,9 +1002,14 @@ class Store(Queries, HybridQueries):
                 reversed(memories.values()), len(memories) - self._memories_embedded
             )
             fresh = list(tail)[::-1]
-            self._memory_vectors.add(
-                [node.id for node in fresh], self.embed([node.content for node in fresh])
-            )
+            # A forgotten memory's content is blank: a zero row, as its row becomes where the
+            # forget is folded after (`_noting_forgets`), so that every process has the same
+            # rows (the dense signal is scaled by their mean) and "" is never embedded.
+            told = [i for i, node in enumerate(fresh) if node.content]
+            vectors = np.zeros((len(fresh), self.embedder.dim), dtype=np.float32)
+            if told:
+                vectors[told] = self.embed([fresh[i].content for i in told])
+            self._memory_vectors.add([node.id for node in fresh], vectors)
             self._memories_embedded = len(memories)
         return self._memory_vectors
 

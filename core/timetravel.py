@@ -294,6 +294,11 @@ class PastStates:
                     table.popitem(last=False)
         return kept
 
+    def blank(self, state: GraphState) -> None:
+        """`_blank` a state handed out before: the store may have folded forgets since."""
+        with self._lock:
+            self._blank(state)
+
     def _blank(self, state: GraphState) -> None:
         """Empty the content of memories forgotten since `state` was built or last blanked.
 
@@ -477,6 +482,11 @@ class TimeView(Queries):
             # The state asked for was the store's own, latest then, which folds in place: a
             # write since (this process's or another's) must not leak into the past answer.
             self.state = self._store.past.state(self._seq)
+        elif self.state is not self._store.state:
+            # The store's catch-ups since this state was handed out (ours at construction, a
+            # wait for vectors) may have folded another process's forget: its erased labels
+            # left the store's label rows, which `key_vectors` lines up with ours.
+            self._store.past.blank(self.state)
         return self.state
 
     def embed(self, texts: Sequence[str], digests: list[str] | None = None) -> Matrix:

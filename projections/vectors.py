@@ -46,6 +46,9 @@ REMAP_ROWS = 1024
 VECTORS_DIR = Path("cache") / "vectors"
 #: `record` writes the manifest here first, then renames it over manifest.json
 MANIFEST_TEMP = "manifest.tmp"
+#: `_dropped`'s row for a text dropped before the files were made anew (`_start_over`), until
+#: the new files are first read or written (`_bound_dropped`)
+_UNTIL_READ = 2**62
 
 
 def text_hash(text: str) -> str:
@@ -121,6 +124,19 @@ class VectorCache:
             self._index, self._lines = index, []
         return index
 
+    def _bound_dropped(self, known: int) -> None:
+        """Bound the drops `_start_over` left unbounded by the `known` rows the new files hold
+        when first read or written: a row of the text among them may be one a purge has yet
+        to erase, but one added after is of the text told again, by a process that folded the
+        forget. Left unbounded, the text was embedded again, and another row of it saved, at
+        every write of this process after it read another's rows."""
+        if _UNTIL_READ in self._dropped.values():
+            self._dropped = {
+                digest: known - 1 if row == _UNTIL_READ else row
+                for digest, row in self._dropped.items()
+                if row != _UNTIL_READ or known
+            }
+
     def _unread_dropped(self, rows: dict[str, int]) -> None:
         """Take out of `rows` each text `forget_saved` dropped where its row is one it had."""
         for digest, dropped in self._dropped.items():
@@ -181,6 +197,7 @@ class VectorCache:
         except FileNotFoundError:
             return
         self._count = self._persisted = valid
+        self._bound_dropped(valid)
         self._file, self._last_line = (vst.st_dev, vst.st_ino), hashes[valid - first - 1]
         if self._index is None:  # nothing looked up yet, so nothing unsaved: index on a lookup
             self._lines += hashes[: valid - first]
@@ -273,8 +290,9 @@ class VectorCache:
         held = [(d, self._row(self._rows[d]).copy()) for d in self._pending]
         self._index, self._lines, self._pending = {}, [], []
         self._file, self._last_line = None, ""
-        # Row numbers in new files say nothing: every row of a dropped text stays unread.
-        self._dropped = dict.fromkeys(self._dropped, 2**62)
+        # Row numbers in new files say nothing: every row of a dropped text they hold when
+        # first read stays unread (see `_bound_dropped`).
+        self._dropped = dict.fromkeys(self._dropped, _UNTIL_READ)
         self._disk = self._mem = np.zeros((0, self.dim), dtype=np.float32)
         self._mapped = self._count = self._persisted = 0
         for digest, vector in held:
@@ -371,6 +389,7 @@ class VectorCache:
             self.refresh()
         if not self._pending:
             return
+        self._bound_dropped(self._persisted)
         rows = self._mem[self._persisted - self._mapped : self._count - self._mapped]
         # Anything past our rows is a torn row or line left by a crash: written over. No reader
         # maps it (touching a page past the file's end would be a SIGBUS): under the lock,
@@ -673,6 +692,12 @@ class VectorSet:
             self._matrix = grown
         self._matrix[len(self.ids) : need] = vectors
         self.ids.extend(ids)
+
+    def zero(self, row_id: str) -> None:
+        """Zero the rows of `row_id`, keeping them in place."""
+        rows = [i for i, each in enumerate(self.ids) if each == row_id]
+        if rows:
+            self._matrix[rows] = 0.0
 
     def drop(self, ids: Collection[str]) -> int:
         """Remove the rows of `ids`, the others keeping their order. How many went."""

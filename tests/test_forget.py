@@ -1002,6 +1002,31 @@ def test_an_erasing_forget_drops_the_label_rows_of_its_keys_and_embeds_no_label_
     store.close()
 
 
+def test_a_past_view_across_another_process_erasing_a_label_answers_as_a_fresh_one(
+    home: Path,
+) -> None:
+    """A view of a past point taken just before another process's forget erased a label its
+    state held: the query's catch-up folds the forget, which drops the label's rows from the
+    store's, while the view's state still held the label. Lined up one off, the rows named a
+    key made after the point (KeyError in the past state) or the erased label's words matched."""
+    store = open_store(home)
+    fill(store, 3)
+    secret = store.remember("my bank PIN is 7391", ["Zorblax code", "bank"]).memory_id
+    past = store.state.seq
+    for i in range(3):  # keys made after the point, whose rows follow the erased one
+        store.remember(f"the cat {i} sleeps all day", [f"Mittens {i}", "cat"])
+    store.recall("bank")  # the label rows, built
+    then = view(store, past)
+    other = open_store(home)
+    assert other.forget(secret).labels_erased
+    other.close()
+    answers = [then.recall(q) for q in ("Zorblax code", "bank", "cat sleeps")]
+    fresh = view(store, past)
+    assert answers == [fresh.recall(q) for q in ("Zorblax code", "bank", "cat sleeps")]
+    assert all(k.label != "Zorblax code" for a in answers for k in [*a.keys, *a.nearest])
+    store.close()
+
+
 def test_forgetting_one_version_keeps_the_labels_the_other_still_uses(home: Path) -> None:
     store = open_store(home)
     old = store.remember("Dana lives in Lyon", ["Dana", "Lyon"], {"Dana": "name"}).memory_id

@@ -141,6 +141,29 @@ def test_superseded_and_forgotten_memories_are_not_returned(store: Store) -> Non
     assert new.memory_id in ids and old.memory_id not in ids and gone.memory_id not in ids
 
 
+def test_after_a_forget_the_dense_scores_are_those_of_a_fresh_process(
+    make_store: Callable[..., Store],
+) -> None:
+    """The dense signal is scaled by the mean cosine over every memory's row. A process that
+    had embedded a memory before folding its forget kept the forgotten content's row in that
+    mean, where a process opened after it has the row of the blanked content: the same store
+    ranked differently in a long-running server than in a fresh one."""
+    store = make_store()
+    for i, text in enumerate(
+        ["quartz crystals resonate", "quartz watches keep time", "the river runs cold"]
+    ):
+        store.remember(text, [f"topic{i}"])
+    gone = store.remember("quartz and granite and quartz again", ["stone"]).memory_id
+    store.recall_memories("quartz", learn=False)  # the content rows, built
+    store.forget(gone)
+    fresh = make_store(home=store.home)
+    for now in (store, fresh):
+        now.clock = lambda: fresh.state.at
+    live = store.recall_memories("quartz crystals", learn=False, explain=True).memories
+    replayed = fresh.recall_memories("quartz crystals", learn=False, explain=True).memories
+    assert [(m.memory_id, m.explain) for m in live] == [(m.memory_id, m.explain) for m in replayed]
+
+
 def test_hebbian_update_is_one_event_and_replays(make_store: Callable[..., Store]) -> None:
     store = make_store()
     a, b, c, _ = chain(store)

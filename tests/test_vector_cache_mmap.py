@@ -111,6 +111,38 @@ def test_a_forget_folded_before_its_purge_stays_dropped_across_a_refresh(tmp_pat
     assert got is None or np.array_equal(got, vector_of(shared))
 
 
+def test_a_text_dropped_before_the_cache_was_made_anew_is_read_once_told_again(
+    tmp_path: Path,
+) -> None:
+    """A process folded the forget of a text, then found the cache deleted and made anew (a
+    rebuild while it runs). Its drop then kept every row of the text unread for good: told
+    again by a live memory, the text was embedded anew and another row of it saved at each
+    of its writes after another process's rows were read."""
+    text = "a text forgotten, then told again"
+    reader, forgetter = VectorCache(tmp_path, "fp", DIM), VectorCache(tmp_path, "fp", DIM)
+    (digest,) = put(forgetter, text)
+    forgetter.flush()
+    reader.refresh()
+    assert reader.get(digest) is not None
+    forgetter.purge({digest})
+    reader.forget_saved(digest)  # folded the forget
+    shutil.rmtree(tmp_path / "fp")
+    other = VectorCache(tmp_path, "fp", DIM)
+    put(other, "a text of the rebuild")
+    other.flush()
+    reader.refresh()  # the files are new: it starts over
+    for i in range(3):
+        if digest not in reader:  # told again, and needed: embedded here, saved at a write
+            put(reader, text)
+            reader.flush()
+        put(other, f"another process's text {i}")
+        other.flush()
+        reader.refresh()
+        reads_right(reader)
+    assert digest in reader
+    assert (tmp_path / "fp" / "hashes.txt").read_text().split().count(digest) == 1
+
+
 def test_a_late_purge_by_another_process_does_not_zero_a_row_this_process_embedded_again(
     make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
