@@ -14,8 +14,7 @@ load decodes a node only when a query or a fold first reads it, so without the c
 damaged node (the framing intact) would surface half-way through a fold, long after the open
 trusted the file. With it, a damaged snapshot is a cache miss like any unreadable one: a
 replay, not an answer. zlib's crc32 runs at a few GB/s, a small part of the lazy open it
-guards. Format 3 (the same without the checksum) is still read, so an upgrade costs no replay;
-every snapshot written is format 4.
+guards. A snapshot of another format (3 had no checksum) is a cache miss: a replay.
 """
 
 from __future__ import annotations
@@ -693,7 +692,7 @@ def load(path: Path, *, lazy: bool = False) -> Snapshot | None:
     if split is None:
         return None
     header, body = split
-    checksum = _checksum(body) if header.format >= 4 else (lambda: 0)
+    checksum = _checksum(body)
     failure: Exception | None = None
     try:
         with paused_gc():
