@@ -414,6 +414,8 @@ def _number(path: str, value: object, low: float, high: float) -> float:
 
 def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey], list[_KmMemory]]:
     limits = settings.limits
+    if not text.strip():  # "not JSON: Expecting value" would not say why
+        raise InvalidInput(label, "the file is empty: a keymem graph.json is one JSON object")
     try:
         doc = json.loads(text)
     except ValueError as exc:

@@ -22,15 +22,20 @@ from .shell import (
     shown_label,
     shown_text,
 )
-from .time_cli import add_time_options
+from .time_cli import add_time_options, shown
 
 Verb = Callable[..., argparse.ArgumentParser]
 
 
-def say_more(next_offset: int | None, detail: str = "") -> None:
+def say_more(next_offset: int | None) -> None:
     """The last line of a page that is not the last: where the next starts (as `history`)."""
     if next_offset is not None:
-        print(f"more: --offset {next_offset}{detail}")
+        print(f"more: --offset {next_offset}")
+
+
+def say_page(total: str, order: str, offset: int, count: int) -> None:
+    """The first line of a page: the total, the order, which of them it shows."""
+    print(f"{total}, {order} (showing {shown(offset, count)})")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -44,8 +49,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(page)
         return 0
-    shown = f"{page.offset + 1}-{page.offset + len(page.memories)}" if page.memories else "none"
-    print(f"{memories(page.total)}, newest first (showing {shown})")
+    say_page(memories(page.total), "newest first", page.offset, len(page.memories))
     for m in page.memories:
         expires = f"  expires {short_time(m.expires_at)}" if m.expires_at else ""
         print(
@@ -86,8 +90,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         emit_json(page)
         return 0
     what = counted(page.total, "hub key" if args.hubs else "key")
-    shown = f"{page.offset + 1}-{page.offset + len(page.keys)}" if page.keys else "none"
-    print(f"{what}, most memories first (showing {shown})")
+    say_page(what, "most memories first", page.offset, len(page.keys))
     for k in page.keys:
         hub = " hub" if k.hub else ""
         aliases = f"  aliases: {', '.join(map(shown_label, k.aliases))}" if k.aliases else ""
@@ -125,14 +128,15 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return 0
     if not result.total:
         print("no recorded conversations")
-    elif not result.sessions:  # --offset past the end: say so, as `list` and `keys` do
-        print(f"{counted(result.total, 'session')} (showing none)")
+    else:  # the total on every page, as `list` and `keys` say it
+        total = counted(result.total, "session")
+        say_page(total, "most recently active first", result.offset, len(result.sessions))
     for s in result.sessions:
         print(
             f"{s.session_id}  {counted(s.turns, 'turn')}  {short_time(s.first_at)} .. "
             f"{short_time(s.last_at)}"
         )
-    say_more(result.next_offset, f" ({counted(result.total, 'session')})")
+    say_more(result.next_offset)
     return 0
 
 

@@ -609,8 +609,8 @@ def read_export(
         except (KeyError, IndexError, TypeError) as exc:
             raise CorruptLog(label, number, f"refers to something missing: {exc}") from None
         events.append(event)
-    if not events:
-        raise InvalidInput("input", "the export holds no events")
+    if not events:  # every other line is an event or refused: the file is blank
+        raise InvalidInput(label, "the file is empty: a keytrail export starts with store.created")
     if emptied:
         # Remember refuses empty content: only a forget empties it, and it is in the export.
         memory_id, number = next(iter(emptied.items()))  # the first such line
@@ -684,7 +684,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         write = check_import(text, label, settings_from(args), fmt, fresh)  # before opening
         with open_store(args) as store:
             report = write(store)
-        if report.seq is None:
+        if report.seq is None and not text.strip():
+            # An empty graph's memory.jsonl, not a graph "already in" a home it may have made.
+            print(
+                f"nothing to import: {label} is empty (a memory.jsonl of no entity)",
+                file=sys.stderr,
+            )
+        elif report.seq is None:
             held = (
                 f"its {counted(report.entities, 'entity', 'entities')}, their observations and "
                 "relations are"

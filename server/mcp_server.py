@@ -516,6 +516,9 @@ def build_server(store: Store, toolsets: tuple[str, ...] | None = None) -> MCPSe
         description="Event-sourced associative memory: recall keys, walk to memories.",
         instructions=prompt,
         version=keytrail.__version__,
+        # No subscriptions/listen: served, the SDK tells 2026-07-28 clients that tools, prompts
+        # and resources change (listChanged, subscribe), and nothing here ever does.
+        subscriptions=False,
     )
 
     read_only = dict(read_only=True, idempotent=True)

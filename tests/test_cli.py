@@ -194,7 +194,10 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
         ("chat-2", 1),
         ("chat-1", 2),
     ]
-    assert kt(home, "sessions").stdout.startswith("chat-2  1 turn  ")
+    # A header with the total, as `list` and `keys` have: a later page showed none.
+    assert kt(home, "sessions").stdout.startswith(
+        "2 sessions, most recently active first (showing 1-2)\nchat-2  1 turn  "
+    )
     chat = kt_json(home, "conversation", "chat-1")
     assert chat["total"] == 2
     assert [(t["turn"], t["role"], t["content"]) for t in chat["turns"]] == [
@@ -212,10 +215,18 @@ def test_sessions_and_conversation_show_the_recorded_turns(home: Path) -> None:
     assert (
         "Hi, I moved" in kt(home, "conversation", "chat-1", "--limit", "1", "--offset", "1").stdout
     )
-    assert kt(home, "sessions", "--limit", "1").stdout.splitlines()[1:] == [
-        "more: --offset 1 (2 sessions)"
-    ]
-    assert kt(home, "sessions", "--offset", "5").stdout == "2 sessions (showing none)\n"
+    first = kt(home, "sessions", "--limit", "1").stdout.splitlines()
+    assert (first[0], first[2:]) == (
+        "2 sessions, most recently active first (showing 1-1)",
+        ["more: --offset 1"],
+    )
+    last = kt(home, "sessions", "--limit", "1", "--offset", "1").stdout.splitlines()
+    assert last[0] == "2 sessions, most recently active first (showing 2-2)"
+    assert last[1].startswith("chat-1  2 turns  ") and len(last) == 2
+    assert (
+        kt(home, "sessions", "--offset", "5").stdout
+        == "2 sessions, most recently active first (showing none)\n"
+    )
     proc = kt(home, "conversation", "chat-9", ok=False)
     assert proc.returncode == 2
     assert proc.stderr == "keytrail: error: session_id: no session 'chat-9'\n"

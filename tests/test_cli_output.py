@@ -105,7 +105,9 @@ def test_one_turn_and_one_session_read_in_the_singular(
     assert out_of(capsys, "conversation", "s1", "--home", str(home)).startswith("s1: 1 turn\n")
     assert "  1 turn  " in out_of(capsys, "sessions", "--home", str(home))
     past_the_end = out_of(capsys, "sessions", "--offset", "5", "--home", str(home))
-    assert past_the_end.startswith("1 session (showing none)"), past_the_end
+    assert past_the_end.startswith("1 session, most recently active first (showing none)"), (
+        past_the_end
+    )
 
 
 def test_log_lines_keep_their_columns_for_every_event_type(

@@ -469,7 +469,9 @@ def test_cli_keys_sessions_conversation_and_recall_memories_as_of(
     assert labels("--as-of", before) == {"Dana", "Lyon"}
     assert labels("--valid-at", IN_2024) == {"Dana", "Lyon"}
     assert out("keys", "--as-of", before).startswith("2 keys")
-    assert out("sessions", "--as-of", before).startswith("chat-1  1 turn ")
+    assert out("sessions", "--as-of", before).startswith(
+        "1 session, most recently active first (showing 1-1)\nchat-1  1 turn "
+    )
     assert "chat-2" in out("sessions")
     assert out("conversation", "chat-1", "--as-of", before).startswith("chat-1: 1 turn\n")
     assert out("conversation", "chat-1").startswith("chat-1: 2 turns\n")

@@ -637,6 +637,32 @@ def test_the_memory_jsonl_of_an_empty_graph_imports(
     assert whole_graph(make_store(home=tmp_path / "b")) == {"entities": [], "relations": []}
 
 
+@pytest.mark.parametrize("content", ["", "\n \n"])
+def test_an_empty_file_says_it_is_empty(
+    tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    """An empty file said "nothing new ...: its 0 entities, their observations and relations
+    are in HOME already" (even of a home it had just made), as if it held a graph; as a
+    keytrail export it said "input: the export holds no events", naming no file, and as a
+    keymem graph.json "$: not JSON: Expecting value". Each now names the file and says it is
+    empty; only as a memory.jsonl (an empty graph's) is that no error."""
+    home = tmp_path / "store"
+    assert main(["import", "--home", str(home), str(FIXTURES / "memory.jsonl")]) == 0
+    before = log_bytes(home)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(content)
+    capsys.readouterr()
+    assert main(["import", "--home", str(home), str(empty)]) == 0
+    said = capsys.readouterr().err
+    assert f"{empty} is empty" in said and "0 entities" not in said
+    for fmt in ("keytrail", "keymem"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["import", "--home", str(home), "--format", fmt, str(empty)])
+        assert exit_.value.code == 2
+        assert f"error: {empty}: the file is empty" in capsys.readouterr().err
+    assert log_bytes(home) == before
+
+
 def test_an_observation_held_twice_exports_once_so_the_round_trip_gives_the_same_bytes(
     make_store: Callable[..., Store], tmp_path: Path, cli_env: None
 ) -> None:

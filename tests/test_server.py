@@ -761,6 +761,43 @@ def test_requests_piped_before_stdin_closes_are_all_answered(home: Path) -> None
     assert log_bytes(home).count(b'"memory.remembered"') == 1
 
 
+def test_capabilities_promise_no_change_notifications(home: Path) -> None:
+    """A 2026-07-28 client's server/discover was told listChanged for tools, prompts and
+    resources and resources.subscribe, all true (the SDK serves subscriptions/listen by
+    default), though the server never sends a change: its tools are fixed at start and it has
+    no resources. Both eras now hear false; `resources` is the SDK's empty list."""
+
+    def answers(*requests: dict[str, Any]) -> dict[int, Any]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "keytrail.server.cli", "serve"],
+            input="".join(json.dumps(r) + "\n" for r in requests),
+            env=server_env(home),
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return {a["id"]: a.get("result", a) for a in map(json.loads, proc.stdout.splitlines())}
+
+    handshake = answers(
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "resources/list"},
+    )
+    assert handshake[2] == {"resources": []}
+    era = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": era}}
+    for said in (handshake[1], answers(discover)[1]):
+        assert said["capabilities"] == {
+            "prompts": {"listChanged": False},
+            "resources": {"listChanged": False, "subscribe": False},
+            "tools": {"listChanged": False},
+        }
+
+
 def test_a_client_gone_mid_call_ends_the_server_quietly(home: Path) -> None:
     """A client killed mid-call closes both pipes: the answer the server then writes meets a
     broken pipe. That is no error of the server's: it ends with 0, without a traceback, and
