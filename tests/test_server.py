@@ -719,6 +719,19 @@ def test_a_tool_that_meets_an_os_error_says_which_file_and_why(home: Path, errlo
     run(test)
 
 
+def piped_serve(home: Path, *requests: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """`printf '<requests>' | keytrail serve` on `home`: the server reads them, then stdin ends."""
+    return subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve"],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        env=server_env(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_requests_piped_before_stdin_closes_are_all_answered(home: Path) -> None:
     """`printf '<requests>' | keytrail serve`: stdin ends right after the requests. The SDK
     cancels what is still running at end of input, so a remember landed in the log but its
@@ -744,15 +757,7 @@ def test_requests_piped_before_stdin_closes_are_all_answered(home: Path) -> None
             "params": {"name": "remember_batch", "arguments": {"items": batch}},
         },
     ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "keytrail.server.cli", "serve"],
-        input="".join(json.dumps(r) + "\n" for r in requests),
-        env=server_env(home),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = piped_serve(home, *requests)
     assert proc.returncode == 0, proc.stderr
     answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
     assert sorted(answers) == [1, 2, 3], proc.stderr
@@ -768,15 +773,7 @@ def test_capabilities_promise_no_change_notifications(home: Path) -> None:
     no resources. Both eras now hear false; `resources` is the SDK's empty list."""
 
     def answers(*requests: dict[str, Any]) -> dict[int, Any]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "keytrail.server.cli", "serve"],
-            input="".join(json.dumps(r) + "\n" for r in requests),
-            env=server_env(home),
-            cwd=str(REPO),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = piped_serve(home, *requests)
         return {a["id"]: a.get("result", a) for a in map(json.loads, proc.stdout.splitlines())}
 
     handshake = answers(
