@@ -45,8 +45,9 @@ _NEVER_A_NAME = frozenset(_NEVER_A_NAME_WORDS.split())
 #: (a `scripts.pattern`: combining marks belong to their word, "हिन्दी" is one)
 _TOKEN = rf"[^\W\d_][\w'’{{marks}}-]*[\w{{marks}}]|[^\W\d_]|[{_ENDS}]|[{re.escape(_BREAKS)}]"
 #: Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han): a run of
-#: them is a clause, not a word, so it is never a concept.
-_UNSPACED = re.compile(
+#: them is a clause, not a word, so it is never a concept. (A `scripts.pattern`, compiled on
+#: first use: its large class cost every command's start.)
+_UNSPACED = (
     "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
     "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
 )
@@ -136,7 +137,7 @@ def _is_word(word: str) -> bool:
         c.isalpha() or unicodedata.category(c).startswith("M") for c in letters
     ):
         return False  # digits, apostrophes ("don't"), symbols
-    return word.isascii() or _UNSPACED.search(word) is None
+    return word.isascii() or pattern(_UNSPACED).search(word) is None
 
 
 def _abbreviated(tokens: list[str], i: int) -> bool:

@@ -68,7 +68,8 @@ _HYPHEN = re.compile("([-\u2010\u2011])")
 _POSSESSIVE = re.compile(r"['’]s$")
 _MAX_NGRAM = 6
 #: Runs of scripts written without spaces between words (Thai, kana, CJK ideographs, Hangul)
-_UNSPACED = re.compile(f"[{UNSPACED}]+")
+#: (a `scripts.pattern`, compiled on first use: its large class cost every command's start)
+_UNSPACED = f"[{UNSPACED}]+"
 #: The longest name looked for inside such a run, in characters
 _UNSPACED_GRAM = 8
 #: Most punctuation characters cut from each end of a whitespace n-gram ("?!", "'s?").
@@ -255,7 +256,7 @@ def literal_candidates(text: str) -> list[str]:
     # between words, so "東京に住んでいる" is one \w+ word and the name 東京 never matched in
     # a sentence. There a name is found anywhere in a run of such characters (up to
     # _UNSPACED_GRAM long), at the cost word breaks would spare: 京都 also matches in 東京都.
-    for run in _UNSPACED.findall(folded):
+    for run in pattern(_UNSPACED).findall(folded):
         for start in range(len(run)):
             for end in range(start + 1, min(start + _UNSPACED_GRAM, len(run)) + 1):
                 gram = run[start:end]

@@ -29,6 +29,7 @@ context (the lead word in any case: "In May, ..."):
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta, tzinfo
 
@@ -72,15 +73,23 @@ _MONTH_LEAD = rf"(?P<lead>(?i:{_TIME_PREPOSITION}|by|of|early|late|mid|last|next
 _YEAR_LEAD = rf"(?P<year_lead>(?i:{_TIME_PREPOSITION}|between|early|late|mid|{_SEASON_OF}))"
 #: more years joined to a year read ("from 2019 to 2021", "in 2019, 2020 and 2021")
 _MORE_YEARS = r"(?P<more>(?:\s*(?:,|-|–|&|(?i:to|and|or|through|until|till))\s*(?:19|20)\d\d\b)*)"
-_PATTERNS = [
-    re.compile(r"\b(?P<iso>(?:19|20)\d\d-[01]\d-[0-3]\d)\b"),
-    re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?\b"),
-    re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+{_YEAR})?\b"),
-    re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b"),
-    re.compile(rf"\b{_MONTH_LEAD}[\s-]+{_MONTH}\b"),
-    re.compile(rf"\b(?P<bare>{'|'.join(_UNAMBIGUOUS)})\b"),
-    re.compile(rf"\b{_YEAR_LEAD}[\s-]+(?:{_SEASON}\s+)?(?P<lone>{_YEAR})\b{_MORE_YEARS}"),
-]
+
+
+@functools.cache
+def _patterns() -> list[re.Pattern[str]]:
+    """The patterns of a period's mention, tried in this order; compiled on first use: at
+    import they cost every command's start (even `keytrail --help`)."""
+    return [
+        re.compile(r"\b(?P<iso>(?:19|20)\d\d-[01]\d-[0-3]\d)\b"),
+        re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?\b"),
+        re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+{_YEAR})?\b"),
+        re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b"),
+        re.compile(rf"\b{_MONTH_LEAD}[\s-]+{_MONTH}\b"),
+        re.compile(rf"\b(?P<bare>{'|'.join(_UNAMBIGUOUS)})\b"),
+        re.compile(rf"\b{_YEAR_LEAD}[\s-]+(?:{_SEASON}\s+)?(?P<lone>{_YEAR})\b{_MORE_YEARS}"),
+    ]
+
+
 _POSSESSIVE_AFTER = re.compile(r"['’]s\b")
 _NEXT_WORD = re.compile(r"\s*([^\W\d_][\w'’-]*)?")
 #: lowercase words that may follow a year ("in 2020 we moved"); any other lowercase word makes
@@ -124,7 +133,7 @@ def named_periods(query: str, now: datetime, zone: tzinfo = UTC) -> list[tuple[d
     now = now.astimezone(zone)
     periods: list[tuple[datetime, datetime]] = []
     taken: list[tuple[int, int]] = []
-    for pattern in _PATTERNS:
+    for pattern in _patterns():
         for match in pattern.finditer(query):
             span = match.span()
             if any(span[0] < end and start < span[1] for start, end in taken):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +45,8 @@ from keytrail.events import (
     TurnRecorded,
 )
 from keytrail.events.types import EPOCH
+
+from .scripts import pattern
 
 #: "deleted": removed from the knowledge graph (delete_observations, delete_entities). Hidden
 #: from the present like a forgotten memory, but its content stays, as it stays in the log line
@@ -427,13 +428,15 @@ _PLAIN_LETTERS = str.maketrans(
 
 
 #: The accents on a Latin or Greek letter, after NFD (every one such a letter decomposes into
-#: is a combining diacritical mark), which a loose form drops
-_ACCENTS = re.compile("(?<=[\x00-\u024f\u0370-\u03ff])[\u0300-\u036f]+")
+#: is a combining diacritical mark), which a loose form drops (a `scripts.pattern`, compiled on
+#: first use: its lookbehind's class cost every command's start)
+_ACCENTS = "(?<=[\x00-\u024f\u0370-\u03ff])[\u0300-\u036f]+"
 
 
 #: What a label's `loose_form` may change beyond ASCII: Latin and Greek letters and their
 #: accents (precomposed or not), hyphens, ’. A label of other scripts is its own loose form.
-_FOLDS = re.compile("[\u00c0-\u03ff\u1e00-\u1fff\u2010\u2011\u2019-]")
+#: (A `scripts.pattern`, as _ACCENTS is.)
+_FOLDS = "[\u00c0-\u03ff\u1e00-\u1fff\u2010\u2011\u2019-]"
 
 
 def loose_form(text: str) -> str:
@@ -447,7 +450,7 @@ def loose_form(text: str) -> str:
     # casefold may compose what it rewrites, so NFD again; the Turkish İ's dot goes with the
     # other marks, as in dotless_form
     form = unicodedata.normalize("NFD", unicodedata.normalize("NFD", text).casefold())
-    form = unicodedata.normalize("NFC", _ACCENTS.sub("", form))
+    form = unicodedata.normalize("NFC", pattern(_ACCENTS).sub("", form))
     return " ".join(form.replace("\u2019", "'").translate(_PLAIN_LETTERS).split())
 
 
@@ -467,7 +470,7 @@ class LooseLabels:
     def update(self, labels: dict[str, str], dropped: int) -> dict[str, list[str]]:
         """The index, with the labels added since the last use."""
         for text, key_id in _labels_since(self, labels, dropped):
-            if "-" not in text if text.isascii() else _FOLDS.search(text) is None:
+            if "-" not in text if text.isascii() else pattern(_FOLDS).search(text) is None:
                 continue
             loose = loose_form(text)
             if loose != text:

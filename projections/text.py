@@ -30,7 +30,6 @@ import errno
 import fcntl
 import functools
 import os
-import re
 import shutil
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -82,7 +81,9 @@ def release_freed_memory() -> None:
 
 #: A word: letters and digits with the marks that belong to them (a `scripts.pattern`)
 _WORD = r"[\w{marks}]+"
-_UNSPACED_RUN = re.compile(f"([{UNSPACED}]+)")
+#: A run of scripts written without spaces (a `scripts.pattern`, compiled on first use: its
+#: large class cost every command's start)
+_UNSPACED_RUN = f"([{UNSPACED}]+)"
 #: Query words the BM25 path ignores (they match nearly every memory and carry no meaning).
 _STOPWORDS_WORDS = """
     a about after again all also am an and any are as at be because been before being both
@@ -146,7 +147,7 @@ def query_terms(text: str) -> list[str]:
     for word in pattern(_WORD).findall(_nfc(text).lower()):
         if word in STOPWORDS:
             continue
-        for i, part in enumerate(_UNSPACED_RUN.split(word)):
+        for i, part in enumerate(pattern(_UNSPACED_RUN).split(word)):
             if i % 2 == 0:
                 words += [part] if part else []
             else:
@@ -175,7 +176,7 @@ def _document(
     doc = tantivy.Document(
         kind="memory", memory_id=memory_id, namespace=namespace, content=content, keys=keys, seq=seq
     )
-    if _UNSPACED_RUN.search(content) is not None:
+    if pattern(_UNSPACED_RUN).search(content) is not None:
         doc.add_text("unspaced", content)
     return doc
 

@@ -1,6 +1,9 @@
 """The verbs that look after a store: log (and --follow), verify, rebuild, export, import.
 
 They read the log directly, so `log`, `verify` and `export` need no embedder and never write.
+
+The core modules behind export, import, verify and rebuild are imported by the verb that
+uses them: at the top they cost every command, even `keytrail --help`, a share of its start.
 """
 
 import argparse
@@ -26,9 +29,6 @@ from keytrail.core import (
     tempfiles,
 )
 from keytrail.core import validation as check
-from keytrail.core.exporters import memory_jsonl_lines, memory_namespaces, namespace_events
-from keytrail.core.importers import check_import, detect_format
-from keytrail.core.maintenance import OtherModels, check_replay, drop_cache, verify
 from keytrail.core.store import content_hash
 from keytrail.events import (
     BY_TAG,
@@ -334,6 +334,8 @@ def follow(
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from keytrail.core.maintenance import verify  # only here: see the module's docstring
+
     home = existing_home(args)
     bar = ProgressBar("verify")
     report = verify(home, bar)
@@ -376,6 +378,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
+    from keytrail.core.maintenance import OtherModels, check_replay, drop_cache  # see docstring
+
     settings = settings_from(args)
     existing_home(args)
     torn_dir = settings.home / "log" / "torn"
@@ -484,6 +488,8 @@ def _output(path: str | None, home: Path) -> Iterator[TextIO]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from keytrail.core.exporters import namespace_events  # see the module's docstring
+
     if getattr(args, "format", None) == "memory-jsonl":
         return export_memory_jsonl(args)
     home = existing_home(args)
@@ -525,6 +531,8 @@ def _require_namespace(log: EventLog, namespace: str) -> None:
     start, for the export's own pass."""
     # Stops at the namespace's first memory: the common case (it exists) reads a few lines,
     # not a second pass over the whole log. Only a refusal, which lists them all, reads it all.
+    from keytrail.core.exporters import memory_namespaces  # see the module's docstring
+
     found = memory_namespaces(log.iter_new(), until=namespace)
     log.rewind()
     _require_namespace_in(found, namespace)
@@ -625,6 +633,8 @@ def read_export(
 
 def export_memory_jsonl(args: argparse.Namespace) -> int:
     """The knowledge graph as the reference server's memory.jsonl (stdout or -o FILE)."""
+    from keytrail.core.exporters import memory_jsonl_lines  # see the module's docstring
+
     home = existing_home(args)
     settings = Settings.from_env(home=args.home)
     namespace = check.namespace(args.namespace or settings.kg_namespace, settings.default_namespace)
@@ -643,6 +653,8 @@ def export_memory_jsonl(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from keytrail.core.importers import check_import, detect_format  # see the module's docstring
+
     settings = Settings.from_env(home=args.home)
     home = settings.home
     refuse_nested_store(home)  # before reading and checking a file that may be large

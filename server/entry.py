@@ -1,8 +1,9 @@
 """The `keytrail` command: Ctrl-C while it is still loading ends it like Ctrl-C later does.
 
-Loading the command line takes about a quarter of a second (numpy, tantivy, the MCP SDK), and
-a Ctrl-C in that time raised KeyboardInterrupt out of the import, before `cli.main` could catch
-it: a traceback instead of one line and status 130. Nothing has been opened or written then.
+Loading the command line takes a quarter to half a second (numpy, msgspec, the dataclasses
+keytrail makes at import; the MCP SDK only for `serve`), and a Ctrl-C in that time raised
+KeyboardInterrupt out of the import, before `cli.main` could catch it: a traceback instead of
+one line and status 130. Nothing has been opened or written then.
 
 It is also the one place that runs before numpy loads, so it chooses numpy's BLAS threads,
 and before `fcntl` is imported, so it can say in one line that a system without it (Windows)

@@ -1,11 +1,13 @@
 """Time travel on the command line: --as-of/--valid-at on the read verbs, --valid-from on the
-writing ones, and the `history` and `changes` verbs."""
+writing ones, and the `history` and `changes` verbs.
+
+core.history is imported by those two verbs, not at the top: every other command, even
+`keytrail --help`, paid a share of its start for it.
+"""
 
 import argparse
 from collections.abc import Callable
 from typing import Any
-
-from keytrail.core.history import changes, history
 
 from .progress import ProgressBar
 from .shell import (
@@ -64,6 +66,8 @@ def shown(offset: int, count: int) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from keytrail.core.history import history  # see the module's docstring
+
     with open_store(args) as store:
         result = history(store, args.memory_id, args.limit, args.offset)
     if args.json:
@@ -113,6 +117,8 @@ def scan_bar() -> Callable[[int, int], None]:
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
+    from keytrail.core.history import changes  # see the module's docstring
+
     with open_store(args) as store:
         result = changes(
             store,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +128,36 @@ def test_every_layer_has_code() -> None:
 )
 def test_the_checker_catches_wrong_arrows(layer: str, module: str, code: str, bad: bool) -> None:
     assert bool(violations(layer, code, module, module.count(".") == 1)) is bad
+
+
+#: Modules only some verbs use, which every command paid to import before it could even print
+#: its help: the MCP SDK and the embedding libraries (serve, a real model) and the core modules
+#: behind import/export, verify/rebuild and history/changes.
+NOT_FOR_HELP = (
+    "mcp",
+    "fastembed",
+    "openai",
+    "keytrail.core.importers",
+    "keytrail.core.exporters",
+    "keytrail.core.maintenance",
+    "keytrail.core.history",
+)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["stats", "--help"], ["remember", "--help"]])
+def test_help_does_not_import_what_only_some_verbs_use(argv: list[str]) -> None:
+    run_help = (
+        "import sys\n"
+        "from keytrail.server.entry import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(m for m in {NOT_FOR_HELP!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", run_help], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert "usage: keytrail" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
