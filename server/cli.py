@@ -220,6 +220,16 @@ def name_key(label: str) -> tuple[str, str]:
     return (label, "name")
 
 
+def add_key_flags(p: argparse.ArgumentParser, *, concept: str, name: str) -> None:
+    """-k KEY and -n NAME, one key each, into `keys` in the order given (`split_keys`)."""
+    p.add_argument(
+        "-k", "--key", dest="keys", action="append", type=concept_key, metavar="KEY", help=concept
+    )
+    p.add_argument(
+        "-n", "--name", dest="keys", action="append", type=name_key, metavar="NAME", help=name
+    )
+
+
 def split_keys(given: list[tuple[str, str]] | None) -> tuple[list[str], dict[str, str]]:
     """-k/-n flags, in the order given, as labels and the types of the non-concept ones."""
     pairs = given or []
@@ -583,23 +593,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("remember", "remember a fact", cmd_remember)
     p.add_argument("content")
-    p.add_argument(
-        "-k",
-        "--key",
-        dest="keys",
-        action="append",
-        type=concept_key,
-        metavar="KEY",
-        help="a concept key, matched by meaning (repeatable)",
-    )
-    p.add_argument(
-        "-n",
-        "--name",
-        dest="keys",
-        action="append",
-        type=name_key,
-        metavar="NAME",
-        help="a name key, matched literally (repeatable)",
+    add_key_flags(
+        p,
+        concept="a concept key, matched by meaning (repeatable)",
+        name="a name key, matched literally (repeatable)",
     )
     p.add_argument(
         "--ttl",
@@ -658,23 +655,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of content: a memory told once (one that remember flagged this one "
         "against) that becomes the new version",
     )
-    p.add_argument(
-        "-k",
-        "--key",
-        dest="keys",
-        action="append",
-        type=concept_key,
-        metavar="KEY",
-        help="a concept key of the new version (repeatable; default: the old version's keys)",
-    )
-    p.add_argument(
-        "-n",
-        "--name",
-        dest="keys",
-        action="append",
-        type=name_key,
-        metavar="NAME",
-        help="a name key of the new version (repeatable)",
+    add_key_flags(
+        p,
+        concept="a concept key of the new version (repeatable; default: the old version's keys)",
+        name="a name key of the new version (repeatable)",
     )
     p.add_argument(
         "--related-to",
