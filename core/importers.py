@@ -27,9 +27,9 @@ graph.json (keymem)::
      "links": [{"key_id": "<id>", "memory_id": "<id>", "weight": 1.2}]}
 
 `keys` and `memories` may also be lists of objects with an `id`. `ttl` is seconds from
-`created_at`; `supersedes` chains versions (the older one becomes superseded); `links` inside a
-memory are related memories. Ids are kept when they are valid keytrail ids not yet in the store,
-else new ones are minted. A key whose label (or alias) is already in the store is merged into it.
+`created_at`; `supersedes` chains versions (the older one becomes superseded; one the store has
+superseded since is refused); `links` inside a memory are related memories. Ids are kept when
+they are valid keytrail ids not yet in the store, else new ones are minted. A key whose label (or alias) is already in the store is merged into it.
 """
 
 from __future__ import annotations
@@ -631,6 +631,16 @@ def _write_keymem(
             taken.add(memory_id)
             memory_ids[m.id] = memory_id
             fresh.append(m)
+        for m in fresh:
+            # A version of a memory the store holds that has another version since (corrected
+            # after the file was last imported) would fork the chain: refused, as in a file.
+            held_old = state.memories.get(memory_ids[m.supersedes]) if m.supersedes else None
+            if held_old is not None and held_old.superseded_by is not None:
+                raise InvalidInput(
+                    f"{m.path}.supersedes",
+                    f"{m.supersedes!r} is already superseded by {held_old.superseded_by!r} in "
+                    "the store (a new version goes after its current one)",
+                )
         if not fresh and not imported:
             return ImportReport(
                 format="keymem",

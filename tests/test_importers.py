@@ -19,6 +19,7 @@ import pytest
 
 from keytrail.core import InvalidInput, Settings, Store
 from keytrail.core.exporters import memory_jsonl_lines
+from keytrail.core.history import history
 from keytrail.core.importers import check_import, detect_format, import_text
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
 from keytrail.core.maintenance import verify
@@ -311,6 +312,39 @@ def test_a_keymem_graph_grown_since_imports_only_what_is_new(store: Store) -> No
     assert len(store.state.memories) == 5
     assert store.state.memories["m_cafe"].related_to == ["m_lyon"]
     assert "m_cafe" in store.state.memories["m_lyon"].related_from
+
+
+def test_a_keymem_version_of_a_memory_the_store_has_corrected_since_is_refused(
+    store: Store,
+) -> None:
+    """A grown graph.json whose new version supersedes a memory the store has corrected since
+    forked the version chain: the file's version took the memory's `superseded_by`, both
+    versions were current, the correction was missing from its own history, and `correct`
+    named the file's version as the one that replaced it. Within a file, a second version of
+    one memory is refused the same way."""
+    import_text(store, text("keymem-graph.json"), "graph.json")
+    corrected = store.correct("m_lyon", "Dana lives in Paris now")
+    doc = json.loads(text("keymem-graph.json"))
+    doc["memories"]["m_grenoble"] = {
+        "content": "Dana lives in Grenoble",
+        "created_at": "2025-04-01T08:00:00Z",
+        "namespace": "family",
+        "supersedes": "m_lyon",
+    }
+    doc["links"].append({"key_id": "k_dana", "memory_id": "m_grenoble", "weight": 1.0})
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, json.dumps(doc), "graph.json")
+    assert err.value.message == (
+        "graph.json $.memories.m_grenoble.supersedes: 'm_lyon' is already superseded by "
+        f"{corrected.memory_id!r} in the store (a new version goes after its current one)"
+    )
+    assert log_bytes(store.home) == before
+    assert store.state.memories["m_lyon"].superseded_by == corrected.memory_id
+    assert [v.memory_id for v in history(store, corrected.memory_id).versions] == [
+        "m_lyon",
+        corrected.memory_id,
+    ]
 
 
 def test_keymem_link_to_another_namespace_is_refused_like_remember_refuses_it(
