@@ -29,7 +29,8 @@ graph.json (keymem)::
 `keys` and `memories` may also be lists of objects with an `id`. `ttl` is seconds from
 `created_at`; `supersedes` chains versions (the older one becomes superseded; one the store has
 superseded since is refused); `links` inside a memory are related memories. Ids are kept when
-they are valid keytrail ids not yet in the store, else new ones are minted. A key whose label (or alias) is already in the store is merged into it.
+they are valid keytrail ids not yet in the store, else new ones are minted. A key whose label
+(or alias) is already in the store is merged into it.
 """
 
 from __future__ import annotations
