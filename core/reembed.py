@@ -104,8 +104,9 @@ def needed_texts(store: Store) -> list[str]:
     `len(store.state.labels)`, so recall can answer as soon as they are in), then memory
     contents. Call holding the store's mutex."""
     state = store.state
-    # Peeked, not decoded: values() decoded a lazily loaded state whole.
-    contents = (node.content for node in peek_all(state.memories, MemoryText))
+    # Peeked, not decoded: values() decoded a lazily loaded state whole. A forgotten memory's
+    # content is blank and needs no row (`Store.memory_vectors` gives it zeros).
+    contents = (node.content for node in peek_all(state.memories, MemoryText) if node.content)
     return list(dict.fromkeys([*state.labels, *contents]))
 
 
