@@ -633,9 +633,17 @@ def _write_keymem(
             memory_ids[m.id] = memory_id
             fresh.append(m)
         for m in fresh:
+            # A memory the store holds that a read by id no longer shows (forgotten, deleted,
+            # expired): refused as a version's old one, as correct refuses it, and as a link's
+            # target, as remember's related_to refuses it, in the commands' words.
+            for j, target in enumerate(m.related):
+                if memory_ids[target] in state.memories:
+                    store._visible_memory(f"{m.path}.links[{j}]", memory_ids[target], app.at)
+            held_old = state.memories.get(memory_ids[m.supersedes]) if m.supersedes else None
+            if held_old is not None:
+                store._visible_memory(f"{m.path}.supersedes", held_old.id, app.at)
             # A version of a memory the store holds that has another version since (corrected
             # after the file was last imported) would fork the chain: refused, as in a file.
-            held_old = state.memories.get(memory_ids[m.supersedes]) if m.supersedes else None
             if held_old is not None and held_old.superseded_by is not None:
                 raise InvalidInput(
                     f"{m.path}.supersedes",

@@ -22,6 +22,7 @@ from keytrail.projections.text import TextIndex
 from keytrail.projections.vectors import VECTORS_DIR, CacheCheck, check_cache
 
 from . import forgetting, tempfiles
+from .reembed import BUILDING_DIR
 from .validation import counted
 
 Progress = Callable[[int, int], None]
@@ -871,15 +872,17 @@ def drop_cache(home: Path | str, others: OtherModels | None = None) -> None:
     (vector rows, snapshots, a forget's purges) only under it, so none writes into a folder
     being removed (which made the removal fail, "Directory not empty"), nor into a cache being
     judged. Each notices the files gone at its next look.
+
+    The build locks stay (empty files, nothing derived): a builder under way holds its flock on
+    its file, and with the file gone the next builder of that model made a new one, took it at
+    once and embedded the same texts beside it.
     """
 
     def drop() -> bool:
         cache = Path(home) / "cache"
         keep = others.decide() if others is not None else set()
-        if keep:
-            _remove_all_but(cache, keep)
-        elif cache.exists():
-            shutil.rmtree(cache)
+        if cache.exists():
+            _remove_all_but(cache, keep | {Path(home) / BUILDING_DIR})
         index = TextIndex(Path(home) / TEXT_INDEX_DIR)
         try:
             index.remove()  # under its writers' lock: nobody is mid-commit into it

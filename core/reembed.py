@@ -131,12 +131,16 @@ def cover_since_recorded(store: Store) -> bool:
         return True
 
 
+#: The folder of the build locks, one a model (`build_lock_path`); `keytrail rebuild` keeps it.
+BUILDING_DIR = Path("cache") / "building"
+
+
 def build_lock_path(store: Store) -> Path:
     """The file a builder of the store's projection for its model holds a flock on: beside
     cache/vectors/, whose entries are each a model's cache folder (tools and tests list them)."""
     folder = store.vectors.dir
     assert folder is not None  # a store's cache always lives under its home
-    return store.home / "cache" / "building" / f"{folder.name}.lock"
+    return store.home / BUILDING_DIR / f"{folder.name}.lock"
 
 
 @contextmanager

@@ -347,6 +347,55 @@ def test_a_keymem_version_of_a_memory_the_store_has_corrected_since_is_refused(
     ]
 
 
+@pytest.mark.parametrize(
+    ("gone", "field", "target", "why"),
+    [
+        ("forgotten", "supersedes", "m_lyon", "it was forgotten"),
+        ("forgotten", "links[0]", "m_lyon", "it was forgotten"),
+        ("expired", "supersedes", "m_trip", "it has expired"),
+        ("expired", "links[0]", "m_trip", "it has expired"),
+    ],
+)
+def test_a_keymem_version_of_or_link_to_a_memory_gone_from_the_store_is_refused(
+    store: Store, gone: str, field: str, target: str, why: str
+) -> None:
+    """A grown graph.json's new memory superseding (or linking to) a memory the store holds
+    forgotten or expired was imported, where correct and remember's related_to refuse it: a
+    forgotten memory got a current version, an expired one an edge no read shows."""
+    import_text(store, text("keymem-graph.json"), "graph.json")
+    if gone == "forgotten":
+        store.forget(target)
+    assert store.state.memories[target].status == ("forgotten" if gone == "forgotten" else "active")
+    doc = json.loads(text("keymem-graph.json"))
+    new: dict[str, Any] = {
+        "content": "Dana moved again",
+        "created_at": "2025-04-01T08:00:00Z",
+        "namespace": store.state.memories[target].namespace,
+    }
+    if field == "supersedes":
+        new["supersedes"] = target
+    else:
+        new["links"] = [target]
+    doc["memories"]["m_moved"] = new
+    doc["links"].append({"key_id": "k_dana", "memory_id": "m_moved", "weight": 1.0})
+    before = log_bytes(store.home)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, json.dumps(doc), "graph.json")
+    assert err.value.message == (
+        f"graph.json $.memories.m_moved.{field}: no memory {target!r}: {why}"
+    )
+    assert log_bytes(store.home) == before
+    # The same words as the commands' (correct with content; remember's related_to).
+    with pytest.raises(InvalidInput) as by_command:
+        if field == "supersedes":
+            store.correct(target, "Dana moved again")
+        else:
+            store.remember(
+                "Dana moved again", ["Dana"], namespace=new["namespace"], related_to=[target]
+            )
+    assert by_command.value.message.endswith(f": no memory {target!r}: {why}")
+
+
 def test_keymem_link_to_another_namespace_is_refused_like_remember_refuses_it(
     store: Store,
 ) -> None:

@@ -23,6 +23,7 @@ from keytrail.core import HashEmbedder, RememberItem, Settings, Store
 from keytrail.core import reembed as projection
 from keytrail.core.decide import Batch
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+from keytrail.core.maintenance import drop_cache
 from keytrail.events.log import Appender
 from keytrail.server import cli, mcp_server
 from keytrail.server.mcp_server import build_server
@@ -121,6 +122,50 @@ def test_a_second_process_building_the_same_projection_waits_for_the_first_inste
     assert second.texts == 0 and result[0].embedded == 0
     assert heard[-1][0] == heard[-1][1] == 80  # the bar it showed while waiting reached the end
     assert projection.status(waiting).current
+
+
+def test_a_rebuild_leaves_a_running_builders_lock_so_a_second_builder_still_waits(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    # `keytrail rebuild` deleted cache/ whole, the build lock files with it: a `reembed`
+    # under way kept its flock on a file no longer there, and the next builder of the same
+    # model made a new one, took it at once and embedded the same texts beside it (a stress
+    # run saw 518 texts embedded twice).
+    home = tmp_path / "store"
+    writer = make_store(home)
+    writer.remember_batch(
+        [RememberItem(f"fact {i} about topic {i}", [f"topic {i}"]) for i in range(40)]
+    )
+    writer.close()
+    first, second = CountingEmbedder(), CountingEmbedder()
+    building = make_store(home, embedder=first)
+    # The first builder is under way: it holds the build lock. Then a rebuild drops the cache.
+    lock_path = projection.build_lock_path(building)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    drop_cache(home)
+    waiting = make_store(home, embedder=second)
+    first.texts = second.texts = 0
+    heard = threading.Semaphore(0)
+    result: list[projection.Reembedded] = []
+    thread = threading.Thread(
+        target=lambda: result.append(projection.build(waiting, lambda d, t: heard.release()))
+    )
+    thread.start()
+    try:
+        # Its first report is the bar's start; the next, one made while waiting (or, had it
+        # taken the lock, the one after its first chunk embedded).
+        assert heard.acquire(timeout=30) and heard.acquire(timeout=30)
+        assert second.texts == 0, "the second builder embedded while the first held the lock"
+        with patch.object(projection, "build_lock_path", lambda store: tmp_path / "elsewhere"):
+            projection.build(building)
+    finally:
+        os.close(lock)
+        thread.join(60)
+    assert not thread.is_alive()
+    assert first.texts == 80  # 40 contents and 40 labels
+    assert second.texts == 0 and result[0].embedded == 0
 
 
 def test_a_builder_that_records_late_does_not_move_the_recorded_coverage_back(
