@@ -78,27 +78,38 @@ class CountingEmbedder(HashEmbedder):
         return super().embed(texts)
 
 
+def forty_facts(make_store: Callable[..., Store], home: Path) -> Path:
+    """A store at `home` of 40 memories, each under its own key (80 texts to embed)."""
+    writer = make_store(home)
+    writer.remember_batch(
+        [RememberItem(f"fact {i} about topic {i}", [f"topic {i}"]) for i in range(40)]
+    )
+    writer.close()
+    return home
+
+
+def hold_build_lock(store: Store) -> int:
+    """Take the build lock of `store`'s projection, as a builder under way holds it: the fd."""
+    lock_path = projection.build_lock_path(store)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
 def test_a_second_process_building_the_same_projection_waits_for_the_first_instead_of_repeating_it(
     make_store: Callable[..., Store], tmp_path: Path
 ) -> None:
     # Two servers (Claude Desktop and Claude Code) opened on a store whose projection is
     # missing each embedded every text of it: at 100,000 memories 120,019 texts twice, which
     # with a real model on a laptop is half an hour each, both on the same CPU.
-    home = tmp_path / "store"
-    writer = make_store(home)
-    writer.remember_batch(
-        [RememberItem(f"fact {i} about topic {i}", [f"topic {i}"]) for i in range(40)]
-    )
-    writer.close()
+    home = forty_facts(make_store, tmp_path / "store")
     shutil.rmtree(home / "cache" / "vectors")
     first, second = CountingEmbedder(), CountingEmbedder()
     building, waiting = make_store(home, embedder=first), make_store(home, embedder=second)
     first.texts = second.texts = 0
     # The first builder is under way: it holds the build lock.
-    lock_path = projection.build_lock_path(building)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = hold_build_lock(building)
     heard: list[tuple[int, int]] = []
     is_waiting = threading.Event()
 
@@ -131,19 +142,11 @@ def test_a_rebuild_leaves_a_running_builders_lock_so_a_second_builder_still_wait
     # under way kept its flock on a file no longer there, and the next builder of the same
     # model made a new one, took it at once and embedded the same texts beside it (a stress
     # run saw 518 texts embedded twice).
-    home = tmp_path / "store"
-    writer = make_store(home)
-    writer.remember_batch(
-        [RememberItem(f"fact {i} about topic {i}", [f"topic {i}"]) for i in range(40)]
-    )
-    writer.close()
+    home = forty_facts(make_store, tmp_path / "store")
     first, second = CountingEmbedder(), CountingEmbedder()
     building = make_store(home, embedder=first)
     # The first builder is under way: it holds the build lock. Then a rebuild drops the cache.
-    lock_path = projection.build_lock_path(building)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = hold_build_lock(building)
     drop_cache(home)
     waiting = make_store(home, embedder=second)
     first.texts = second.texts = 0
