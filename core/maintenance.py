@@ -15,7 +15,7 @@ import msgspec
 from keytrail.events import CorruptLog, EventLog, KeytrailError, MemoryForgotten
 from keytrail.events.codec import has_checksum
 from keytrail.events.redact import blank_label_keys, redacted_ids
-from keytrail.projections import GraphState, apply, text_hash
+from keytrail.projections import GraphState, MemoryNode, apply, text_hash
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.keygraph import erase_labels
 from keytrail.projections.text import TextIndex
@@ -156,6 +156,8 @@ def verify(home: Path | str, progress: Progress | None = None) -> VerifyReport:
         progress(total, total)
     if not problems:
         derived.finish(state)
+        # After the caches: a fork is the state's, not the log's, so they are still checked.
+        problems += _forks(state)
     return VerifyReport(
         ok=not problems and not derived.problems,
         events=count,
@@ -249,6 +251,41 @@ def _unerased(
         if m not in pending
         and forgetting.content_in_log(log, m, state.memories[m].created_seq) is not None
     ]
+
+
+def _forks(state: GraphState) -> list[str]:
+    """Memories more than one version names as the one it replaces (only a hand-made log, or
+    a keymem import before it refused them, wrote such a version). The fold makes the last
+    one the successor; each earlier one is current beside it, yet missing from the chain that
+    history and forget --all-versions walk. One walk of every memory, nothing decoded."""
+    memories = state.memories
+    strays: dict[tuple[str, str], list[MemoryNode]] = {}  # (old, its successor) -> strays
+    for node in memories.values():
+        old_id = node.supersedes
+        if old_id is None or node.status in ("forgotten", "deleted"):
+            continue  # one forgotten (or deleted) is read by nothing: the fork is mended
+        successor = memories[old_id].superseded_by
+        if successor is not None and successor != node.id:
+            strays.setdefault((old_id, successor), []).append(node)
+    problems = []
+    for (old_id, successor), nodes in strays.items():
+        nodes.sort(key=lambda n: n.created_seq)
+        told = [f"{n.id} (seq {n.created_seq})" for n in (*nodes, memories[successor])]
+        if len(nodes) == 1:
+            mend = f"`keytrail forget {nodes[0].id}` leaves one chain (to keep its text"
+        else:
+            forgets = _and([f"`keytrail forget {n.id}`" for n in nodes])
+            mend = f"{forgets} leave one chain (to keep the text of one"
+        problems.append(
+            f"memory {old_id}: {counted(len(told), 'version')} replace it, {_and(told)}; its "
+            f"next version is {successor}, so history and forget --all-versions miss "
+            f"{_and([n.id for n in nodes])}: {mend}, correct {successor} with it first)"
+        )
+    return problems
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 class _Stop(Exception):

@@ -19,9 +19,11 @@ from test_cli import REPO, env_for
 
 from keytrail.core import HashEmbedder, Settings, Store, forgetting, maintenance
 from keytrail.core.forgetting import PendingPurge
+from keytrail.core.history import history
 from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph
 from keytrail.core.maintenance import drop_cache, verify
-from keytrail.events import CorruptLog, EventLog
+from keytrail.core.store import content_hash
+from keytrail.events import CorruptLog, EventLog, KeyLink, MemoryRemembered, NewMemory
 from keytrail.projections import snapshot as snapshots
 from keytrail.projections.vectors import text_hash
 
@@ -680,3 +682,50 @@ def test_a_store_of_one_event_in_one_segment_is_said_in_the_singular(tmp_path: P
     open_store(home).close()
     shown = keytrail(home, "verify")
     assert shown.stdout.startswith(f"{home}: ok: 1 event in 1 segment\n"), shown.stdout
+
+
+def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_mends(
+    tmp_path: Path,
+) -> None:
+    """A keymem import before it refused them (or a hand-edited log) could give a memory a
+    second new version: the fold keeps the last as its successor, so the first is current
+    beside it yet missing from its own history. verify names the fork and how to mend it."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    old = store.remember("Alice lives in Paris", ["Alice"]).memory_id
+    first = store.correct(old, "Alice lives in Lyon", ["Alice"]).memory_id
+    key = store.state.keys[store.state.labels["alice"]]
+    stray = NewMemory(
+        memory_id="m_0000000000ff",
+        namespace="default",
+        content="Alice lives in Nice",
+        content_hash=content_hash("Alice lives in Nice"),
+        keys=[KeyLink(key_id=key.id, label=key.label)],
+        supersedes=old,
+        supersede_reason="correction",
+    )
+    store._write(lambda app: store._append(app, MemoryRemembered(memories=[stray])))
+    assert [v.memory_id for v in history(store, first).versions] == [old, stray.memory_id]
+    store.close()
+
+    report = verify(home)
+    assert not report.ok
+    assert report.caches_checked  # a fork leaves the caches checkable
+    assert report.problems == [
+        f"memory {old}: 2 versions replace it, {first} (seq 3) and {stray.memory_id} (seq 4); "
+        f"its next version is {stray.memory_id}, so history and forget --all-versions miss "
+        f"{first}: `keytrail forget {first}` leaves one chain (to keep its text, correct "
+        f"{stray.memory_id} with it first)"
+    ]
+    bad = keytrail(home, "verify")
+    assert bad.returncode == 1 and f"  problem: memory {old}: 2 versions" in bad.stdout
+    assert keytrail(home, "forget", first).returncode == 0
+    assert keytrail(home, "verify").returncode == 0
+    store = open_store(home)
+    try:
+        assert [v.memory_id for v in history(store, stray.memory_id).versions] == [
+            old,
+            stray.memory_id,
+        ]
+    finally:
+        store.close()
