@@ -257,7 +257,7 @@ def _forks(state: GraphState) -> list[str]:
     """Memories more than one version names as the one it replaces (only a hand-made log, or
     a keymem import before it refused them, wrote such a version). The fold makes the last
     one the successor; each earlier one is current beside it, yet missing from the chain that
-    history and forget --all-versions walk. One walk of every memory, nothing decoded."""
+    history and forget --all-versions walk. One walk of the folded memories."""
     memories = state.memories
     strays: dict[tuple[str, str], list[MemoryNode]] = {}  # (old, its successor) -> strays
     for node in memories.values():
