@@ -167,7 +167,7 @@ def purge(
         touched += _scrub_torn(log.dir / "torn", [*plan.contents.values(), *plan.removed_labels])
         if apply_redaction(plan):
             log.segment_replaced(name)
-            touched.append(f"log/{name}")
+            touched.append(str(log.dir / name))  # under `home`, as every path here
     first = min(e.created_seq for e in entries)
     erased_keys = {k for e in entries for k in e.keys}
     touched += purge_snapshots(home / "cache" / "snapshot", ids, first, erased_keys)
@@ -458,8 +458,9 @@ def content_in_log(log: EventLog, memory_id: str, created_seq: int) -> str | Non
 
 
 def _relative(home: Path, path: str) -> str:
+    """`path` (under `home`, as `home` was given: absolute or not) relative to `home`."""
     p = Path(path)
-    return str(p.relative_to(home)) if p.is_absolute() else path
+    return str(p.relative_to(home)) if p.is_relative_to(home) else path
 
 
 def _segment_of(log: EventLog, seq: int) -> str | None:

@@ -1150,3 +1150,21 @@ def test_the_forget_description_says_what_is_kept(home: Path) -> None:
     assert "Only the id, a hash of the content" not in text
     for said in ("key labels", "labels_kept", "link weights", "session", "source", "queries"):
         assert said in text, said
+
+
+def test_the_files_a_forget_names_are_relative_to_a_home_given_relative(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`keytrail --home s5 forget ...` named the log segment relative to the store
+    (`log/...`) but every other file with the home in front (`s5/cache/...`)."""
+    monkeypatch.chdir(tmp_path)
+    store = open_store(Path("s5"))
+    secret = store.remember(SECRET, ["bank"]).memory_id
+    store.remember("the bank opens at nine", ["bank"])
+    store.close()
+    store = open_store(Path("s5"))
+    gone = store.forget(secret)
+    store.close()
+    assert any(p.startswith("log/") for p in gone.purged)
+    assert "cache/snapshot/keygraph.msgpack" in gone.purged
+    assert all((tmp_path / "s5" / p).exists() for p in gone.purged), gone.purged
