@@ -423,17 +423,30 @@ class VectorCache:
         process's) is erasing: its purge writes zeros there, which a mapped row would show. A
         memory still holding the same text has it embedded again when next needed. An unsaved
         row stays, for `discard_unsaved`."""
-        if self._index is None:
-            # Nothing looked up yet, so nothing unsaved: any row of it is a saved one, below
-            # `_persisted`, and the index drops it when built (a store that ever forgot must
-            # not build it at open for this).
-            if self._persisted:
-                self._dropped[digest] = max(self._persisted - 1, self._dropped.get(digest, -1))
-            return
-        row = self._rows.get(digest)
-        if row is not None and row < self._persisted:
-            del self._rows[digest]
-            self._dropped[digest] = max(row, self._dropped.get(digest, -1))
+        if self._index is not None:
+            # (Not looked up yet: nothing unsaved, and the index drops it when built; a store
+            # that ever forgot must not build it at open for this.)
+            row = self._rows.get(digest)
+            if row is not None and row < self._persisted:
+                del self._rows[digest]
+        # Every row the files hold now, not only those we read: another process may have
+        # saved one since our last look, which a refresh before the purge dashes its line
+        # would read. The forget's purge erases them all (its process holds the lock from its
+        # log line to the purge's end: nothing is appended between); a row added after is of
+        # the text told again, and read.
+        held = max(self._persisted, self._rows_on_disk())
+        if held:
+            self._dropped[digest] = max(held - 1, self._dropped.get(digest, -1))
+
+    def _rows_on_disk(self) -> int:
+        """How many whole rows (a vector and its hash line) the files hold now."""
+        if self.dir is None:
+            return 0
+        try:
+            lines = os.stat(self._hashes_path).st_size // _HASH_LINE
+            return min(lines, os.stat(self._vectors_path).st_size // (4 * self.dim))
+        except FileNotFoundError:
+            return 0
 
     def discard_unsaved(self, digests: set[str]) -> None:
         """Drop the unsaved rows of `digests` (texts forgotten meanwhile): never written, they

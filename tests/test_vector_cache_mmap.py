@@ -111,6 +111,38 @@ def test_a_forget_folded_before_its_purge_stays_dropped_across_a_refresh(tmp_pat
     assert got is None or np.array_equal(got, vector_of(shared))
 
 
+@pytest.mark.parametrize("looked_up", [True, False])
+def test_a_forget_of_a_row_not_read_yet_keeps_it_unread_until_told_again(
+    tmp_path: Path, looked_up: bool
+) -> None:
+    """Another process saved the text's row after the reader's last look, then forgot the
+    text: the reader folds the forget (the log line comes first) while the purge is still
+    under way. Its drop named no row, so a refresh then (before the hash line is dashed)
+    read the row, and the purge's zeros were what it answered for the text (told again by a
+    live memory, it was never embedded again). A row saved after the purge, of the text told
+    again, is read."""
+    reader = VectorCache(tmp_path, "fp", DIM)
+    put(reader, "a text the reader saved")
+    reader.flush()
+    if looked_up:
+        reader.get(text_hash("anything"))  # the row index is built
+    forgetter = VectorCache(tmp_path, "fp", DIM)
+    # Not its last row: a dashed last line looks like files made anew (see `refresh`).
+    secret, _ = put(forgetter, "the door code is 4711", "a text saved after it")
+    forgetter.flush()
+    reader.forget_saved(secret)  # folded the forget
+    reader.refresh()  # before the purge dashes the line
+    forgetter.purge({secret})
+    assert reader.get(secret) is None
+    reads_right(reader)
+    teller = VectorCache(tmp_path, "fp", DIM)  # folded the forget before it embedded
+    put(teller, "the door code is 4711")
+    teller.flush()
+    reader.refresh()
+    assert np.array_equal(reader.get(secret), vector_of(secret))  # type: ignore[arg-type]
+    reads_right(reader)
+
+
 def test_a_text_dropped_before_the_cache_was_made_anew_is_read_once_told_again(
     tmp_path: Path,
 ) -> None:
