@@ -217,10 +217,11 @@ def erasable_labels(
             if key_id in seen or not key.label:
                 continue
             seen.add(key_id)
-            if _live_link(key.links, gone) is not None:
+            newest = _live_link(key.links, gone)
+            if newest is not None:
                 namespace = memories[memory_id].namespace
                 if scan.namespaces <= {namespace}:  # one namespace: no link's is read
-                    reason = _kept_for_one_namespace(key.links, gone)
+                    reason = _kept_for_one_namespace(newest, key.links, gone)
                 else:
                     reason = _kept_for(memories, key.links, gone, namespace)
                 result.kept.append(KeptLabel(key_id=key_id, label=key.label, reason=reason))
@@ -279,10 +280,10 @@ def _live_link(links: dict[str, float], gone: Collection[str]) -> str | None:
     return next((m for m in reversed(links) if m not in gone), None)
 
 
-def _kept_for_one_namespace(links: dict[str, float], gone: Collection[str]) -> str:
-    """`_kept_for` where every memory not forgotten is in the caller's namespace: counted from
-    the smaller side, so a hub's links are not walked (`gone` is small)."""
-    newest = _live_link(links, gone)
+def _kept_for_one_namespace(newest: str, links: dict[str, float], gone: Collection[str]) -> str:
+    """`_kept_for` where every memory not forgotten is in the caller's namespace (`newest`:
+    `_live_link`): counted from the smaller side, so a hub's links are not walked (`gone` is
+    small)."""
     if len(gone) < len(links):
         live = len(links) - sum(1 for m in gone if m in links)
     else:
