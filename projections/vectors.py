@@ -423,9 +423,9 @@ class VectorCache:
         process's) is erasing: its purge writes zeros there, which a mapped row would show. A
         memory still holding the same text has it embedded again when next needed. An unsaved
         row stays, for `discard_unsaved`."""
+        # Not looked up yet (no index): nothing unsaved, and the index drops it when built (a
+        # store that ever forgot must not build it at open for this).
         if self._index is not None:
-            # (Not looked up yet: nothing unsaved, and the index drops it when built; a store
-            # that ever forgot must not build it at open for this.)
             row = self._rows.get(digest)
             if row is not None and row < self._persisted:
                 del self._rows[digest]
