@@ -676,10 +676,25 @@ class TextIndex:
         searcher = index.searcher()
         # Tantivy reserves room for `limit` hits before it searches: a limit past the documents
         # held (KEYTRAIL_HYBRID_CANDIDATES has no ceiling) aborted the process out of memory.
-        limit = min(limit, max(1, searcher.num_docs))
-        hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
+        held = max(1, searcher.num_docs)
+        limit = min(limit, held)
+        # Equal scores come in the order of the documents' segments, which is the history of
+        # the process that wrote them (and partly chance): ties are put in the log's order,
+        # oldest first, and one more hit than asked, or more, shows a tie across the cut.
+        combined = tantivy.Query.boolean_query(clauses)
+        want = min(limit + 1, held)
+        hits = searcher.search(combined, want).hits
+        while len(hits) == want < held and hits[-1][0] == hits[limit - 1][0]:
+            want = min(want * 4, held)
+            hits = searcher.search(combined, want).hits
+        if len(hits) > limit:
+            hits = [hit for hit in hits if hit[0] >= hits[limit - 1][0]]
+        seqs = searcher.fast_field_values("seq", [address for _, address in hits])
         ids = [searcher.doc(address).get_first("memory_id") for _, address in hits]
-        return [TextHit(str(mid), float(score)) for (score, _), mid in zip(hits, ids, strict=True)]
+        ranked = sorted(
+            zip(hits, seqs, ids, strict=True), key=lambda hit: (-hit[0][0], hit[1], hit[2])
+        )
+        return [TextHit(str(mid), float(score)) for (score, _), _, mid in ranked[:limit]]
 
     def remove(self) -> list[str]:
         """Delete the index's files (and any interrupted build's), so no text of it stays.
