@@ -2,10 +2,15 @@
 
 Lives in `<home>/index/text/`. Each document is one memory (id, namespace as a raw field,
 content, the key labels whose words the content lacks, and the `seq` that created it as a fast
-field, so a search can be limited to what existed at a past seq). One extra `meta` document
-carries the seq the index reflects and the time of that event; it is replaced in the same commit
-as the documents it describes, so the recorded seq and the indexed memories can never disagree,
-whatever point a writer is killed at. The time tells whether that seq is still the log's: a
+field, so a search can be limited to what existed at a past seq). Each also carries the seq the
+index reflected when it was written (`indexed`) and the time of that event (`at`): the newest
+document says what the committed index reflects, written in the same commit as the memories it
+describes, so the recorded seq and the indexed memories can never disagree, whatever point a
+writer is killed at. No separate document records it: replacing one at every catch-up left a
+deleted document per commit, which tantivy counts in BM25's statistics (documents, average
+length) until a merge drops it, so a long-lived index scored the same log otherwise than a
+rebuilt one. A commit that adds no memory records nothing: the next catch-up walks back over
+its events again, finding nothing to add. The time tells whether that seq is still the log's: a
 writer whose append failed cuts its lines back, and a process that indexed them meanwhile left
 an index of events the log no longer holds, whose seq another event may take. Such an index is
 rebuilt. Adding a memory deletes any document with its id first, so catching up
@@ -52,7 +57,9 @@ from .scripts import UNSPACED, marks, pattern
 #: 4: content and labels are indexed in NFC, so a word typed decomposed (e + U+0308) is found;
 #:    an `unspaced` field holds each character of scripts written without spaces
 #: 5: the meta document holds the time (`at`) of the event of its seq
-SCHEMA_VERSION = 5
+#: 6: no meta document: each memory's carries the seq and time the index reflected (`indexed`,
+#:    `at`) and the schema, so a catch-up deletes nothing (deleted documents skew BM25)
+SCHEMA_VERSION = 6
 #: Called with (memories indexed so far, memories to index) while an index is written.
 IndexProgress = Callable[[int, int], None]
 #: Documents between two progress reports.
@@ -108,7 +115,10 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("unspaced", stored=False, tokenizer_name="unspaced")
     builder.add_integer_field("seq", stored=True, indexed=True, fast=True)
     builder.add_integer_field("schema", stored=True)
-    builder.add_integer_field("at", stored=True)  # the meta's: microseconds since the epoch
+    # The seq the index reflected when the document was written, and the time of that event
+    # (microseconds since the epoch): the newest document's are the committed index's.
+    builder.add_integer_field("indexed", stored=True, indexed=True, fast=True)
+    builder.add_integer_field("at", stored=True)
     return builder.build()
 
 
@@ -171,14 +181,55 @@ def _nfc(text: str) -> str:
 
 
 def _document(
-    memory_id: object, namespace: object, content: str, keys: str, seq: object
+    memory_id: object,
+    namespace: object,
+    content: str,
+    keys: str,
+    seq: object,
+    meta: tuple[int, int],
 ) -> tantivy.Document:
+    """A memory's document; `meta` is the (seq, time) the index reflects once it is committed."""
     doc = tantivy.Document(
-        kind="memory", memory_id=memory_id, namespace=namespace, content=content, keys=keys, seq=seq
+        kind="memory",
+        memory_id=memory_id,
+        namespace=namespace,
+        content=content,
+        keys=keys,
+        seq=seq,
+        indexed=meta[0],
+        at=meta[1],
+        schema=SCHEMA_VERSION,
     )
     if pattern(_UNSPACED_RUN).search(content) is not None:
         doc.add_text("unspaced", content)
     return doc
+
+
+def _newest(searcher: tantivy.Searcher, since: int = 0) -> tantivy.Document | None:
+    """The document written last (the highest `indexed`), looking first among those indexed at
+    `since` or later; None in an empty index. ValueError for an index of an older schema (it
+    has no `indexed` field)."""
+    query = tantivy.Query.all_query()
+    if since:
+        query = tantivy.Query.range_query(
+            _schema(), "indexed", tantivy.FieldType.Integer, since, 2**63 - 1
+        )
+    hits = searcher.search(query, 1, order_by_field="indexed").hits
+    if not hits:
+        return _newest(searcher) if since else None
+    return searcher.doc(hits[0][1])
+
+
+def _stored_document(doc: tantivy.Document, meta: tuple[int, int]) -> tantivy.Document:
+    """A memory's document written again from what `doc` (its stored one) holds."""
+    return _document(
+        doc.get_first("memory_id"),
+        doc.get_first("namespace"),
+        doc.get_first("content") or "",
+        doc.get_first("keys") or "",
+        doc.get_first("seq"),
+        meta,
+    )
 
 
 def _with_tokenizers(index: tantivy.Index) -> tantivy.Index:
@@ -192,10 +243,11 @@ def finish_swap(directory: Path) -> bool:
     """Finish a swap (`TextIndex._swap_in`) killed between its two renames, the index at
     `directory` moved aside to `<dir>.old` and the fresh one not yet renamed in from
     `<dir>.new`: renamed in now, if it is whole, instead of the index being built again from
-    scratch. Whole means committed: its meta document goes in the commit that holds every
-    document (a build killed before its commit has none). Nothing else leaves `<dir>.new` with
-    no `<dir>` (`remove` takes the index last). Call holding the writers' lock; True if it was
-    renamed in (`<dir>.old` is then the caller's to remove)."""
+    scratch. Whole means committed: a build's one commit holds every document, each saying
+    the schema (a build killed before its commit has none; one of no memories is built again).
+    Nothing else leaves `<dir>.new` with no `<dir>` (`remove` takes the index last). Call
+    holding the writers' lock; True if it was renamed in (`<dir>.old` is then the caller's to
+    remove)."""
     if not swap_to_finish(directory):
         return False
     directory.with_name(f"{directory.name}.new").rename(directory)
@@ -211,9 +263,8 @@ def swap_to_finish(directory: Path) -> bool:
     try:
         index = tantivy.Index.open(str(new))
         index.reload()
-        searcher = index.searcher()
-        hits = searcher.search(tantivy.Query.term_query(_schema(), "kind", "meta"), 1).hits
-        return bool(hits) and searcher.doc(hits[0][1]).get_first("schema") == SCHEMA_VERSION
+        newest = _newest(index.searcher())
+        return newest is not None and newest.get_first("schema") == SCHEMA_VERSION
     except (ValueError, OSError):
         return False
 
@@ -226,8 +277,11 @@ class TextIndex:
         self.schema = _schema()
         self._index: tantivy.Index | None = None
         self._opened: tuple[int, int] | None = None  # (device, inode) of the directory opened
-        self.seq = 0  # the seq the committed index reflects
+        #: the seq the index reflects: the committed one's, or later where this handle found
+        #: nothing to add since (a commit adding no memory records no seq)
+        self.seq = 0
         self.at = 0  # the time of that event (microseconds since the epoch), 0 with seq 0
+        self._disk = (0, 0)  # the (seq, at) the committed index records, as last read
         #: (seq, at) pairs known to be the log's: committed here from a state, or looked up
         self._checked: set[tuple[int, int]] = set()
         self._lock_fd: int | None = None
@@ -289,6 +343,7 @@ class TextIndex:
                     _remove_tree(self.dir)  # not on top of what a failed removal left
                     index = self._create(self.dir)
                     self.seq = self.at = 0
+                    self._disk = (0, 0)
                     self._opened = self._identity()
         self._index = index
         return index
@@ -297,7 +352,7 @@ class TextIndex:
         identity = self._identity()
         index = _with_tokenizers(tantivy.Index.open(str(self.dir)))
         index.reload()
-        self.seq, self.at = self._read_meta(index)
+        self.seq, self.at = self._disk = self._read_meta(index)
         self._opened = identity
         return index
 
@@ -323,27 +378,22 @@ class TextIndex:
         path.mkdir(parents=True, exist_ok=True)
         return _with_tokenizers(tantivy.Index(self.schema, path=str(path), reuse=False))
 
-    def _read_meta(self, index: tantivy.Index) -> tuple[int, int]:
-        """The (seq, at) the committed index reflects."""
-        searcher = index.searcher()
-        hits = searcher.search(tantivy.Query.term_query(self.schema, "kind", "meta"), 1).hits
-        if not hits:
-            if searcher.num_docs:
-                raise ValueError("text index without a meta document")
+    def _read_meta(self, index: tantivy.Index, since: int = 0) -> tuple[int, int]:
+        """The (seq, at) the committed index records (`since`: a seq it recorded before, where
+        the search for its newest document starts)."""
+        doc = _newest(index.searcher(), since)
+        if doc is None:
             return 0, 0
-        doc = searcher.doc(hits[0][1])
         if doc.get_first("schema") != SCHEMA_VERSION:
             raise ValueError("text index of another schema version")
-        return int(doc.get_first("seq") or 0), int(doc.get_first("at") or 0)
-
-    @staticmethod
-    def _meta_doc(seq: int, at: int) -> tantivy.Document:
-        return tantivy.Document(kind="meta", seq=seq, at=at, schema=SCHEMA_VERSION)
+        return int(doc.get_first("indexed") or 0), int(doc.get_first("at") or 0)
 
     def forget_checked(self) -> None:
         """Forget which (seq, at) were the log's: lines were cut back since (see the module
-        docstring), so the next catch-up checks the index's against the log again."""
+        docstring), so the next catch-up checks the index's against the log again; what this
+        handle found nothing to add for may be cut too: back to what the index records."""
         self._checked.clear()
+        self.seq, self.at = self._disk
 
     def _of_the_log(self, state: GraphState, time_of: TimeOf | None) -> bool:
         """Whether the event the committed index reflects is the log's (call holding the lock,
@@ -375,7 +425,12 @@ class TextIndex:
             node.content, [state.keys[k].label for k in node.keys if k in state.keys]
         )
         return _document(
-            node.id, node.namespace, _nfc(node.content), _nfc(" ; ".join(labels)), node.created_seq
+            node.id,
+            node.namespace,
+            _nfc(node.content),
+            _nfc(" ; ".join(labels)),
+            node.created_seq,
+            (state.seq, micros(state.at)),
         )
 
     def committed(self) -> tuple[int, set[str]]:
@@ -431,7 +486,11 @@ class TextIndex:
         if index is not None and self._identity() == self._opened:
             try:
                 index.reload()
-                self.seq, self.at = self._read_meta(index)
+                self._disk = self._read_meta(index, self._disk[0])
+                # Behind what this handle walked to (finding nothing to add): keep that, or
+                # the next catch-up would walk back over those events again, each time.
+                if self._disk[0] >= self.seq:
+                    self.seq, self.at = self._disk
                 return index
             except (ValueError, OSError):
                 pass  # rebuilt by a process of another schema, or damaged: open it afresh
@@ -451,6 +510,10 @@ class TextIndex:
             if node.created_seq <= self.seq:
                 break
             fresh.append(node)
+        # Only those the index holds: a commit deleting nothing would be for nothing, and
+        # (adding no memory) one deleting something must rewrite a document to record its seq.
+        searcher = index.searcher()
+        forgotten = [m for m in forgotten if self._holds(searcher, m)]
         if not fresh and not forgotten:
             # Nothing the index holds changed (reads, link weights): no commit. The seq on disk
             # lags, so the next open walks back over these events again, finding nothing.
@@ -460,18 +523,34 @@ class TextIndex:
         total = len(fresh)
         if progress is not None:
             progress(0, total)
+        added = 0
+        # Adding no memory, the commit records its seq on the newest one kept, written anew. It
+        # leaves a deleted document, as the forgotten do, both counted in BM25's statistics
+        # until a merge; that lasts until the forget's purge removes the index.
+        carrier = None if any(n.status != "forgotten" for n in fresh) else set(forgotten)
+        if carrier is not None:
+            newest = searcher.search(
+                tantivy.Query.all_query(), len(carrier) + 1, order_by_field="indexed"
+            ).hits
+            kept = (searcher.doc(a) for _, a in newest)
+            carried = next((d for d in kept if d.get_first("memory_id") not in carrier), None)
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
             for done, node in enumerate(reversed(fresh), 1):
                 writer.delete_documents_by_term("memory_id", node.id)
                 if node.status != "forgotten":
                     writer.add_document(self._doc(node, state))
+                    added += 1
                 if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
                     progress(done, total)
             for memory_id in forgotten:
                 writer.delete_documents_by_term("memory_id", memory_id)
-            writer.delete_documents_by_term("kind", "meta")
-            writer.add_document(self._meta_doc(state.seq, micros(state.at)))
+            if carrier is not None and carried is not None:
+                writer.delete_documents_by_term("memory_id", carried.get_first("memory_id"))
+                writer.add_document(_stored_document(carried, (state.seq, micros(state.at))))
+                added += 1
             writer.commit()
+        if added:
+            self._disk = (state.seq, micros(state.at))
         if total >= TRIM_AFTER_DOCUMENTS:
             release_freed_memory()
         index.reload()
@@ -517,7 +596,6 @@ class TextIndex:
                 writer.add_document(doc)
                 if progress is not None and written % PROGRESS_EVERY == 0 and written < total:
                     progress(written, total)
-            writer.add_document(self._meta_doc(*meta))
             writer.commit()
         if written >= TRIM_AFTER_DOCUMENTS:
             release_freed_memory()
@@ -530,6 +608,7 @@ class TextIndex:
         self._index.reload()
         self._opened = self._identity()
         self.seq, self.at = meta
+        self._disk = meta if written else (0, 0)
 
     def purge(self, memory_ids: Iterable[str]) -> int:
         """Remove memories so their text is physically gone from the index files.
@@ -554,17 +633,13 @@ class TextIndex:
             if doc.get_first("memory_id") in gone:
                 removed += 1
                 continue
-            keep.append(
-                _document(
-                    doc.get_first("memory_id"),
-                    doc.get_first("namespace"),
-                    doc.get_first("content") or "",
-                    doc.get_first("keys") or "",
-                    doc.get_first("seq"),
-                )
-            )
+            keep.append(_stored_document(doc, (self.seq, self.at)))
         self._swap_in(keep, (self.seq, self.at))
         return removed
+
+    def _holds(self, searcher: tantivy.Searcher, memory_id: str) -> bool:
+        query = tantivy.Query.term_query(self.schema, "memory_id", memory_id)
+        return bool(searcher.search(query, 1, count=False).hits)
 
     # -- searching -------------------------------------------------------------------------
 
@@ -601,10 +676,25 @@ class TextIndex:
         searcher = index.searcher()
         # Tantivy reserves room for `limit` hits before it searches: a limit past the documents
         # held (KEYTRAIL_HYBRID_CANDIDATES has no ceiling) aborted the process out of memory.
-        limit = min(limit, max(1, searcher.num_docs))
-        hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
+        held = max(1, searcher.num_docs)
+        limit = min(limit, held)
+        # Equal scores come in the order of the documents' segments, which is the history of
+        # the process that wrote them (and partly chance): ties are put in the log's order,
+        # oldest first, and one more hit than asked, or more, shows a tie across the cut.
+        combined = tantivy.Query.boolean_query(clauses)
+        want = min(limit + 1, held)
+        hits = searcher.search(combined, want).hits
+        while len(hits) == want < held and hits[-1][0] == hits[limit - 1][0]:
+            want = min(want * 4, held)
+            hits = searcher.search(combined, want).hits
+        if len(hits) > limit:
+            hits = [hit for hit in hits if hit[0] >= hits[limit - 1][0]]
+        seqs = searcher.fast_field_values("seq", [address for _, address in hits])
         ids = [searcher.doc(address).get_first("memory_id") for _, address in hits]
-        return [TextHit(str(mid), float(score)) for (score, _), mid in zip(hits, ids, strict=True)]
+        ranked = sorted(
+            zip(hits, seqs, ids, strict=True), key=lambda hit: (-hit[0][0], hit[1], hit[2])
+        )
+        return [TextHit(str(mid), float(score)) for (score, _), _, mid in ranked[:limit]]
 
     def remove(self) -> list[str]:
         """Delete the index's files (and any interrupted build's), so no text of it stays.
