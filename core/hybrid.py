@@ -691,6 +691,10 @@ class HybridQueries:
             index.current_for(self.state)
             and index.seq >= self._text_observed_from
             and not self._forgotten_unindexed
+            # Another process (a rebuild) removed it and wrote a new one, which leaves the
+            # log as it was: searched through this handle, tantivy's own reloads of the path
+            # may show it empty while it is filled.
+            and not index.moved()
         ):
             return index  # nothing to write: no need to wait for another process's writes
         # Catch up holding the index's writers' lock: a forget appends its event before it
@@ -698,6 +702,7 @@ class HybridQueries:
         # the forget or is written before the deletion (never into the index after it).
         with index.exclusive():
             self.refresh()
+            index.drop_if_moved()  # open what is there now, whole: its writer let the lock go
 
             def forgotten() -> list[str]:
                 if index.seq < self._text_observed_from:

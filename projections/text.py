@@ -356,10 +356,15 @@ class TextIndex:
         self._opened = identity
         return index
 
+    def moved(self) -> bool:
+        """Whether the index was removed or swapped in since this handle opened it (one stat;
+        the handle's reader follows the path on its own, into a half-built index too)."""
+        return self._identity() != self._opened
+
     def drop_if_moved(self) -> bool:
         """Let go of the open handle if the index was removed or swapped in since it was opened
         (call holding the lock); True if it was, and the caller must open it again."""
-        if self._identity() == self._opened:
+        if not self.moved():
             return False
         self._index = None
         return True

@@ -422,3 +422,53 @@ def test_a_second_import_into_one_home_waits_for_the_first_and_is_refused(
     restored = main(["export", "--home", str(home), "-o", str(tmp_path / "again.jsonl")])
     assert restored == 0
     assert (tmp_path / "again.jsonl").read_bytes() == exports[0].read_bytes()
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+def test_a_server_searches_the_text_index_a_rebuild_wrote_not_the_one_it_removed(
+    tmp_path: Path,
+) -> None:
+    """rebuild removes the text index, makes an empty one in its place and fills it, holding
+    the index's writers' lock. A server whose state the rebuild did not change searched on
+    through its handle of the removed index, which tantivy reloads from the path on its own
+    (every half second): caught on the empty index, recall_memories answered without a single
+    BM25 hit while the rebuild filled it and for up to half a second after. The server must
+    search the index now at the path, waiting for the writer filling it."""
+    from keytrail.projections.text import TextIndex
+
+    home = tmp_path / "store"
+    server = open_store(home)
+    try:
+        server.remember("The walrus basks on the ice floe", ["walrus"])
+        server.remember("Dana lives in Lyon", ["Lyon"])
+        before = server.recall_memories("ice floe", learn=False)
+        assert "bm25" in before.memories[0].found_by  # the index is built and searched
+
+        directory = home / maintenance.TEXT_INDEX_DIR
+        # Held open, so that the new directory cannot take the removed one's inode number.
+        removed = os.open(directory, os.O_RDONLY)
+        rebuild = TextIndex(directory)  # what `keytrail rebuild` does, in another process
+        answers: list[Any] = []
+        searcher = threading.Thread(
+            target=lambda: answers.append(server.recall_memories("ice floe", learn=False))
+        )
+        try:
+            with rebuild.exclusive():
+                rebuild.remove()
+                rebuild._open()  # the empty index, not yet filled
+                # The reload tantivy's watcher makes of the path within half a second.
+                server.text._index.reload()  # type: ignore[union-attr]
+                searcher.start()
+                lock = directory.with_name("text.lock")
+                while searcher.is_alive() and waiters_on(lock) == 0:
+                    searcher.join(0.02)
+                rebuild.sync(server.state)
+            searcher.join(60)
+        finally:
+            rebuild.close()
+            os.close(removed)
+        [after] = answers
+        assert [m.memory_id for m in after.memories] == [m.memory_id for m in before.memories]
+        assert "bm25" in after.memories[0].found_by
+    finally:
+        server.close()
