@@ -736,14 +736,9 @@ def test_a_store_of_one_event_in_one_segment_is_said_in_the_singular(tmp_path: P
     assert shown.stdout.startswith(f"{home}: ok: 1 event in 1 segment\n"), shown.stdout
 
 
-def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_mends(
-    tmp_path: Path,
-) -> None:
-    """A keymem import before it refused them (or a hand-edited log) could give a memory a
-    second new version: the fold keeps the last as its successor, so the first is current
-    beside it yet missing from its own history. verify names the fork and how to mend it."""
-    home = tmp_path / "store"
-    store = open_store(home)
+def forked(store: Store) -> tuple[str, str, NewMemory]:
+    """A memory corrected, then given a second new version the way a hand-edited log (or a
+    keymem import before it refused one) wrote it: (the old one, its correction, the stray)."""
     old = store.remember("Alice lives in Paris", ["Alice"]).memory_id
     first = store.correct(old, "Alice lives in Lyon", ["Alice"]).memory_id
     key = store.state.keys[store.state.labels["alice"]]
@@ -757,7 +752,22 @@ def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_men
         supersede_reason="correction",
     )
     store._write(lambda app: store._append(app, MemoryRemembered(memories=[stray])))
-    assert [v.memory_id for v in history(store, first).versions] == [old, stray.memory_id]
+    return old, first, stray
+
+
+def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_mends(
+    tmp_path: Path,
+) -> None:
+    """A keymem import before it refused them (or a hand-edited log) could give a memory a
+    second new version: the fold keeps the last as its successor, so the first is current
+    beside it yet missing from its own history. verify names the fork and how to mend it."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    old, first, stray = forked(store)
+    # Each walk follows the chain through the memory it starts from: history of `first`
+    # shows `first`, that of the others the successor the fold kept.
+    assert [v.memory_id for v in history(store, first).versions] == [old, first]
+    assert [v.memory_id for v in history(store, old).versions] == [old, stray.memory_id]
     store.close()
 
     report = verify(home)
@@ -765,9 +775,9 @@ def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_men
     assert report.caches_checked  # a fork leaves the caches checkable
     assert report.problems == [
         f"memory {old}: 2 versions replace it, {first} (seq 3) and {stray.memory_id} (seq 4); "
-        f"its next version is {stray.memory_id}, so history and forget --all-versions miss "
-        f"{first}: `keytrail forget {first}` leaves one chain (to keep its text, correct "
-        f"{stray.memory_id} with it first)"
+        f"its next version is {stray.memory_id}, so history and forget --all-versions of "
+        f"either miss {first}: `keytrail forget {first}` leaves one chain (to keep its text, "
+        f"correct {stray.memory_id} with it first)"
     ]
     bad = keytrail(home, "verify")
     assert bad.returncode == 1 and f"  problem: memory {old}: 2 versions" in bad.stdout
@@ -781,3 +791,26 @@ def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_men
         ]
     finally:
         store.close()
+
+
+def test_forgetting_every_version_of_a_forked_memory_forgets_it(tmp_path: Path) -> None:
+    """On a fork the chain walked is the one through the memory named: `forget --all-versions`
+    of the version the fold did not keep as successor forgets it and what it replaced, and
+    says so; it was left in place (its text in the log) while the other branch went."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    old, first, stray = forked(store)
+    store.close()
+    shown = keytrail(home, "forget", "--all-versions", first)
+    assert shown.returncode == 0, shown.stderr
+    store = open_store(home)
+    try:
+        memories = store.state.memories
+        assert memories[first].status == "forgotten"
+        assert memories[old].status == "forgotten"
+        assert memories[stray.memory_id].status == "active"
+    finally:
+        store.close()
+    log = b"".join(p.read_bytes() for p in sorted((home / "log").iterdir()))
+    assert b"Alice lives in Lyon" not in log and b"Alice lives in Paris" not in log
+    assert b"Alice lives in Nice" in log
