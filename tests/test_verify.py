@@ -146,6 +146,38 @@ def test_a_close_after_a_remember_hashes_no_label_twice(
     assert sorted(told) == sorted(held - {"topic 2"})  # each hashed once, not twice
 
 
+def test_a_write_after_another_process_forgot_hashes_no_label_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that folds another's forget checks, at its next write, whether a key label
+    holds the forgotten text (its row stays then): the labels of the text's length were each
+    hashed again there, not taken from the process's memo of label digests."""
+    home = tmp_path / "s"
+    writer = open_store(home)
+    forgetter = open_store(home)
+    try:
+        secret = "my PIN is 739100"
+        same_length = ["the garden paths", "a kitchen shelfs", "the orchard rows"]
+        assert {len(label) for label in same_length} == {len(secret)}
+        writer.remember("the garden has an orchard", same_length)
+        doomed = writer.remember(secret, ["PIN"])
+        writer.key_vectors()  # every label hashed, as a server's first recall does
+        forgetter.forget(doomed.memory_id)
+        hashed: list[str] = []
+
+        def counting(text: str) -> str:
+            hashed.append(text)
+            return text_hash(text)
+
+        monkeypatch.setattr(store_module, "text_hash", counting)
+        writer.remember("the orchard is pruned in March", ["pruning"])
+        assert writer.state.memories[doomed.memory_id].status == "forgotten"
+        assert not [text for text in hashed if text in {s.casefold() for s in same_length}]
+    finally:
+        forgetter.close()
+        writer.close()
+
+
 def test_an_erased_or_dropped_label_leaves_the_memo_of_label_digests(tmp_path: Path) -> None:
     """The labels' digests are kept for the process's life: a forgotten label's text must not
     stay in it after the forget, nor a dropped alias's after the labels dropped it."""
