@@ -257,7 +257,8 @@ def _forks(state: GraphState) -> list[str]:
     """Memories more than one version names as the one it replaces (only a hand-made log, or
     a keymem import before it refused them, wrote such a version). The fold makes the last
     one the successor; each earlier one is current beside it, yet missing from the chain that
-    history and forget --all-versions walk. One walk of the folded memories."""
+    history and forget --all-versions walk from the memory replaced or its successor. One walk
+    of the folded memories."""
     memories = state.memories
     strays: dict[tuple[str, str], list[MemoryNode]] = {}  # (old, its successor) -> strays
     for node in memories.values():
@@ -278,7 +279,7 @@ def _forks(state: GraphState) -> list[str]:
             mend = f"{forgets} leave one chain (to keep the text of one"
         problems.append(
             f"memory {old_id}: {counted(len(told), 'version')} replace it, {_and(told)}; its "
-            f"next version is {successor}, so history and forget --all-versions miss "
+            f"next version is {successor}, so history and forget --all-versions of either miss "
             f"{_and([n.id for n in nodes])}: {mend}, correct {successor} with it first)"
         )
     return problems

@@ -149,22 +149,27 @@ def versions(memories: dict[str, MemoryNode], memory_id: str, most: int | None =
     """The versions of the fact `memory_id` is one version of, oldest first: the chain of
     corrections and retellings through it (each version replaces at most one, and is replaced
     by at most one). With `most`, no more than that many (a walk that must stay short); [] for
-    an unknown id. A chain that loops (only a hand-made log) is walked once round."""
+    an unknown id. A chain that loops (only a hand-made log) is walked once round. Where two
+    versions replace one (a fork, which verify reports) the chain is the one through
+    `memory_id`: forgetting every version of it never leaves it out."""
     node = memories.get(memory_id)
     if node is None:
         return []
     cap = len(memories) if most is None else most
+    earlier: list[str] = []
     seen = {node.id}
+    back = node
     while (
-        node.supersedes is not None
-        and node.supersedes in memories
-        and node.supersedes not in seen
+        back.supersedes is not None
+        and back.supersedes in memories
+        and back.supersedes not in seen
         and len(seen) < cap
     ):
-        node = memories[node.supersedes]
-        seen.add(node.id)
-    chain = [node.id]
-    walked = {node.id}  # beside the list: a chain may be thousands of versions long
+        back = memories[back.supersedes]
+        seen.add(back.id)
+        earlier.append(back.id)
+    chain = [*reversed(earlier), node.id]
+    walked = set(seen)  # beside the list: a chain may be thousands of versions long
     while (
         node.superseded_by is not None
         and node.superseded_by in memories

@@ -823,13 +823,11 @@ class Store(Queries, HybridQueries):
     ) -> set[str]:
         """Those of `digests` (text hashes) that are the text of a key label or alias, whose
         vector every model needs (a memory may hold just "bees", the key's label). With
-        `lengths`, only labels of those lengths are hashed."""
-        return {
-            digest
-            for label in self.state.labels
-            if (lengths is None or len(label) in lengths)
-            and (digest := text_hash(label)) in digests
-        }
+        `lengths`, only labels of those lengths are looked at (hashed once per process)."""
+        labels = self.state.labels
+        if lengths is not None:
+            labels = {label: key_id for label, key_id in labels.items() if len(label) in lengths}
+        return {digest for digest in self._label_hashes(labels) if digest in digests}
 
     # -- embeddings ------------------------------------------------------------------------
 

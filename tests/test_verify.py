@@ -146,6 +146,38 @@ def test_a_close_after_a_remember_hashes_no_label_twice(
     assert sorted(told) == sorted(held - {"topic 2"})  # each hashed once, not twice
 
 
+def test_a_write_after_another_process_forgot_hashes_no_label_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that folds another's forget checks, at its next write, whether a key label
+    holds the forgotten text (its row stays then): the labels of the text's length were each
+    hashed again there, not taken from the process's memo of label digests."""
+    home = tmp_path / "s"
+    writer = open_store(home)
+    forgetter = open_store(home)
+    try:
+        secret = "my PIN is 739100"
+        same_length = ["the garden paths", "a kitchen shelfs", "the orchard rows"]
+        assert {len(label) for label in same_length} == {len(secret)}
+        writer.remember("the garden has an orchard", same_length)
+        doomed = writer.remember(secret, ["PIN"])
+        writer.key_vectors()  # every label hashed, as a server's first recall does
+        forgetter.forget(doomed.memory_id)
+        hashed: list[str] = []
+
+        def counting(text: str) -> str:
+            hashed.append(text)
+            return text_hash(text)
+
+        monkeypatch.setattr(store_module, "text_hash", counting)
+        writer.remember("the orchard is pruned in March", ["pruning"])
+        assert writer.state.memories[doomed.memory_id].status == "forgotten"
+        assert not [text for text in hashed if text in {s.casefold() for s in same_length}]
+    finally:
+        forgetter.close()
+        writer.close()
+
+
 def test_an_erased_or_dropped_label_leaves_the_memo_of_label_digests(tmp_path: Path) -> None:
     """The labels' digests are kept for the process's life: a forgotten label's text must not
     stay in it after the forget, nor a dropped alias's after the labels dropped it."""
@@ -736,14 +768,9 @@ def test_a_store_of_one_event_in_one_segment_is_said_in_the_singular(tmp_path: P
     assert shown.stdout.startswith(f"{home}: ok: 1 event in 1 segment\n"), shown.stdout
 
 
-def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_mends(
-    tmp_path: Path,
-) -> None:
-    """A keymem import before it refused them (or a hand-edited log) could give a memory a
-    second new version: the fold keeps the last as its successor, so the first is current
-    beside it yet missing from its own history. verify names the fork and how to mend it."""
-    home = tmp_path / "store"
-    store = open_store(home)
+def forked(store: Store) -> tuple[str, str, NewMemory]:
+    """A memory corrected, then given a second new version the way a hand-edited log (or a
+    keymem import before it refused one) wrote it: (the old one, its correction, the stray)."""
     old = store.remember("Alice lives in Paris", ["Alice"]).memory_id
     first = store.correct(old, "Alice lives in Lyon", ["Alice"]).memory_id
     key = store.state.keys[store.state.labels["alice"]]
@@ -757,7 +784,22 @@ def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_men
         supersede_reason="correction",
     )
     store._write(lambda app: store._append(app, MemoryRemembered(memories=[stray])))
-    assert [v.memory_id for v in history(store, first).versions] == [old, stray.memory_id]
+    return old, first, stray
+
+
+def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_mends(
+    tmp_path: Path,
+) -> None:
+    """A keymem import before it refused them (or a hand-edited log) could give a memory a
+    second new version: the fold keeps the last as its successor, so the first is current
+    beside it yet missing from its own history. verify names the fork and how to mend it."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    old, first, stray = forked(store)
+    # Each walk follows the chain through the memory it starts from: history of `first`
+    # shows `first`, that of the others the successor the fold kept.
+    assert [v.memory_id for v in history(store, first).versions] == [old, first]
+    assert [v.memory_id for v in history(store, old).versions] == [old, stray.memory_id]
     store.close()
 
     report = verify(home)
@@ -765,9 +807,9 @@ def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_men
     assert report.caches_checked  # a fork leaves the caches checkable
     assert report.problems == [
         f"memory {old}: 2 versions replace it, {first} (seq 3) and {stray.memory_id} (seq 4); "
-        f"its next version is {stray.memory_id}, so history and forget --all-versions miss "
-        f"{first}: `keytrail forget {first}` leaves one chain (to keep its text, correct "
-        f"{stray.memory_id} with it first)"
+        f"its next version is {stray.memory_id}, so history and forget --all-versions of "
+        f"either miss {first}: `keytrail forget {first}` leaves one chain (to keep its text, "
+        f"correct {stray.memory_id} with it first)"
     ]
     bad = keytrail(home, "verify")
     assert bad.returncode == 1 and f"  problem: memory {old}: 2 versions" in bad.stdout
@@ -781,3 +823,26 @@ def test_two_versions_of_one_memory_are_a_fork_that_forgetting_the_stray_one_men
         ]
     finally:
         store.close()
+
+
+def test_forgetting_every_version_of_a_forked_memory_forgets_it(tmp_path: Path) -> None:
+    """On a fork the chain walked is the one through the memory named: `forget --all-versions`
+    of the version the fold did not keep as successor forgets it and what it replaced, and
+    says so; it was left in place (its text in the log) while the other branch went."""
+    home = tmp_path / "store"
+    store = open_store(home)
+    old, first, stray = forked(store)
+    store.close()
+    shown = keytrail(home, "forget", "--all-versions", first)
+    assert shown.returncode == 0, shown.stderr
+    store = open_store(home)
+    try:
+        memories = store.state.memories
+        assert memories[first].status == "forgotten"
+        assert memories[old].status == "forgotten"
+        assert memories[stray.memory_id].status == "active"
+    finally:
+        store.close()
+    log = b"".join(p.read_bytes() for p in sorted((home / "log").iterdir()))
+    assert b"Alice lives in Lyon" not in log and b"Alice lives in Paris" not in log
+    assert b"Alice lives in Nice" in log
