@@ -216,7 +216,10 @@ class SameTexts:
     at the dict's end, and one that stops being current is noted in the state's retirements and
     never is again. A memory id told again (`GraphState.ids_retold`: replaced in place), or a
     journal that dropped what was noted since, rebuilds it. A forgotten memory's text is gone by
-    the time its retirement is read: its id stays until a lookup of its slot drops it.
+    the time its retirement is read, so its slot is unknown: its id stays until a lookup of its
+    slot drops it, or until the forgets read since the last sweep outnumber half the texts held,
+    when a sweep drops them all (a server that remembers and forgets as much held one more id
+    per forget).
 
     Building it reads every memory (0.3-0.5 s at 100,000), which a one-shot `keytrail remember`
     paid for its one lookup. So the first lookups (`SCANS_BEFORE_INDEX`) of a state loaded
@@ -232,6 +235,11 @@ class SameTexts:
         self._journal = 0  # the end of the state's retirements when last caught up
         self._ids_retold = 0
         self._scans = 0  # lookups answered by `_scan`
+        self._unswept = 0  # forgotten memories read in the journal since the last sweep
+
+    def __len__(self) -> int:
+        """How many memory ids it holds."""
+        return sum(1 if isinstance(held, str) else len(held) for held in self._ids.values())
 
     def holders(self, state: GraphState, namespace: str, form: str) -> list[str]:
         """Ids of the current memories of `namespace` whose text has `form`, oldest first
@@ -281,12 +289,14 @@ class SameTexts:
         retired = journal.since(self._journal)
         memories = state.memories
         if self._state is not state or retired is None or state.ids_retold != self._ids_retold:
-            self._state, self._ids, self._seen = state, {}, 0
+            self._state, self._ids, self._seen, self._unswept = state, {}, 0, 0
             self._ids_retold = state.ids_retold
             retired = []
         for memory_id in retired:
             gone = memories[memory_id]  # decoded: the fold changed it
-            if gone.content:  # a forgotten one's is gone: dropped on a lookup of its slot
+            if not gone.content:  # forgotten: its slot is unknown (see `_sweep`)
+                self._unswept += 1
+            else:
                 slot = _text_slot(gone.namespace, same_text_form(gone.content))
                 held = self._ids.get(slot)
                 if held == memory_id:
@@ -313,6 +323,18 @@ class SameTexts:
                 else:
                     held.append(node.id)
         self._seen, self._journal = len(memories), journal.end
+        if self._unswept * 2 > len(self._ids):
+            self._sweep(memories)
+
+    def _sweep(self, memories: dict[str, MemoryNode]) -> None:
+        """Drop the ids of memories no longer current: the forgotten ones, whose slots were
+        unknown. A walk of the ids held, once per as many forgets as half the texts held."""
+        for slot, held in list(self._ids.items()):
+            ids = [held] if isinstance(held, str) else held
+            current = [mid for mid in ids if peek_text(memories, mid).current()]
+            if len(current) != len(ids):
+                self._set(slot, current)
+        self._unswept = 0
 
     def _set(self, slot: int, ids: list[str]) -> None:
         if not ids:

@@ -587,3 +587,21 @@ def test_a_batch_past_the_bound_decides_as_its_items_told_one_by_one(
     assert expected[-1][0] == (len(items) - 5, 1.0)  # through "late", named first
     assert any(contradictions for _, contradictions in expected)
     assert decisions(batch, done) == expected
+
+
+def test_same_texts_let_go_of_forgotten_memories(store: Store) -> None:
+    """A forgotten memory's text is gone by the time dedup's index reads its retirement, so its
+    id could not be taken from its slot there: a server that remembers and forgets as much for
+    days held every forgotten id, one more per forget. The ids held stay within twice the
+    current memories."""
+    store.remember("the kept fact", keys=["kept"])
+    for i in range(40):
+        # Each remember's dedup reads the one before it into the index, forgotten after.
+        told = store.remember(f"passing fact {i}", keys=[f"topic {i % 3}"]).memory_id
+        after = store.remember(f"another fact {i}", keys=[f"topic {i % 3}"]).memory_id
+        store.forget(told)
+        store.forget(after)
+    store.remember("the last fact", keys=["kept"])  # dedup catches up with the forgets
+    current = sum(m.current() for m in store.state.memories.values())
+    assert current == 2
+    assert len(store.same_texts) <= 2 * current
