@@ -51,6 +51,8 @@ MANIFEST_TEMP = "manifest.tmp"
 _UNTIL_READ = 2**62
 #: a hash line a forget's purge erased (see `VectorCache.purge`)
 _ERASED_LINE = "-" * (_HASH_LINE - 1)
+#: erased rows a purge reads at a time to find those still holding a vector
+_CHECK_ROWS = 4096
 
 
 def text_hash(text: str) -> str:
@@ -513,15 +515,26 @@ class VectorCache:
             row_bytes = 4 * self.dim
             vst = os.fstat(vf.fileno())
             rows_on_disk = vst.st_size // row_bytes
+            # This forget's rows, and those an earlier purge dashed (killed before it zeroed
+            # them, maybe): found and checked in numpy. A read and a compare per erased row
+            # made every forget slower the more had been forgotten (137-187 ms at 30,000 to
+            # 50,000 erased rows of 384 dimensions, all under the lock).
+            lines = np.frombuffer(hashes, np.uint8, complete * _HASH_LINE).reshape(-1, _HASH_LINE)
+            dashed = np.flatnonzero((lines[:, :-1] == erased[0]).all(axis=1))
+            check = np.union1d(dashed, np.fromiter(rows, np.int64, len(rows)))
+            check = check[check < rows_on_disk]
             zeros = bytes(row_bytes)
             zeroed = False
-            for row in sorted(rows | rows_of(erased + b"\n")):
-                if row < rows_on_disk:
-                    vf.seek(row * row_bytes)
-                    if vf.read(row_bytes) != zeros:
+            if len(check):
+                # Bits, not floats: a -0.0 is not a zero row.
+                held = np.memmap(vf, dtype=np.uint32, mode="r", shape=(rows_on_disk, self.dim))
+                for start in range(0, len(check), _CHECK_ROWS):
+                    part = check[start : start + _CHECK_ROWS]
+                    for row in part[held[part].any(axis=1)].tolist():
                         vf.seek(row * row_bytes)
                         vf.write(zeros)
                         zeroed = True
+                del held
             vf.flush()
             if zeroed:
                 outdate(vf.fileno(), vst.st_mtime_ns)

@@ -427,3 +427,32 @@ def test_a_purge_of_the_readers_last_row_is_not_taken_for_files_made_anew(
     reader.refresh()
     assert np.array_equal(reader.get(last), vector_of(last))  # type: ignore[arg-type]
     reads_right(reader)
+
+
+def test_a_purge_zeroes_every_erased_row_an_earlier_purge_left_holding_a_vector(
+    tmp_path: Path,
+) -> None:
+    """A purge dashes hash lines, then zeroes their vectors; one killed between leaves rows
+    whose text is gone but whose vector stays. Any later purge zeroes every such row (a -0.0
+    is not a zero), and leaves the rows of live texts and the other erased rows as they are."""
+    cache = VectorCache(tmp_path, "fp", DIM)
+    digests = put(cache, *[f"text {i}" for i in range(40)])
+    cache.flush()
+    cache.purge({digests[3], digests[17], digests[30]})
+    path = tmp_path / "fp" / "vectors.f32"
+    rows = np.fromfile(path, dtype=np.float32).reshape(40, DIM)
+    assert not rows[[3, 17, 30]].any()
+    # What a purge killed after its dashes left: rows 17 and 30 hold a vector again.
+    rows[17] = vector_of(digests[17])
+    rows[30] = 0.0
+    rows[30, 5] = -0.0
+    rows.tofile(path)
+    before = os.stat(path).st_mtime_ns
+    cache.purge({digests[8]})
+    after = np.fromfile(path, dtype=np.float32).reshape(40, DIM)
+    assert not after[[3, 8, 17]].any()
+    assert after[30].tobytes() == bytes(4 * DIM)  # the -0.0 too
+    live = [i for i in range(40) if i not in (3, 8, 17, 30)]
+    assert np.array_equal(after[live], np.stack([vector_of(digests[i]) for i in live]))
+    assert os.stat(path).st_mtime_ns > before  # rewritten in place: a backup sees it
+    reads_right(VectorCache(tmp_path, "fp", DIM))

@@ -30,6 +30,13 @@ Runs with the hashing embedder. Prints one JSON object:
       PYTHONPATH=. .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 \
           --store BUILT_100000 --work WORK   # a store bench_core.py filled; WORK: copies
 
+- `purge_ms` (with `--purge-rows N --erased M`): p50/max of `VectorCache.purge` of one text's
+  row (what each forget does to every model's cache, under the lock) in a cache of N rows of
+  `--dim` dimensions, M of them erased by earlier forgets:
+
+      .venv/bin/python tools/bench_forget.py --memories 0 --probes 0 --purge-rows 60000 \
+          --erased 30000 --dim 384
+
 - `follow_latency_ms`: from just before another process calls `remember` to the moment a
   `follow()` loop in this process has decoded the event (includes the writer's fsync), with the
   safety poll off, so only file-system notifications wake it.
@@ -53,9 +60,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from keytrail.core import HashEmbedder, RememberItem, Settings, Store, forgetting
 from keytrail.core.timetravel import view
 from keytrail.events import EventLog, MemoryRemembered
+from keytrail.projections import VectorCache, text_hash
 from keytrail.server.care import follow
 
 WRITER = r"""
@@ -307,6 +317,26 @@ def bench_follow(home: Path, probes: int) -> dict[str, Any]:
     return {"probes": probes, "seen": len(latencies), "follow_latency_ms": ms(latencies)}
 
 
+def bench_purge(folder: Path, rows: int, erased: int, dim: int, sample: int) -> dict[str, Any]:
+    """`VectorCache.purge` of one row at a time, in a cache of `rows` rows, `erased` of them
+    erased first (in one purge, not timed)."""
+    cache = VectorCache(folder, "bench", dim)
+    digests = [text_hash(f"text {i}") for i in range(rows)]
+    for start in range(0, rows, 10_000):
+        part = digests[start : start + 10_000]
+        vectors = np.random.default_rng(start).standard_normal((len(part), dim))
+        cache.put_many(part, vectors.astype(np.float32))
+    cache.flush()
+    order = random.Random(7).sample(digests, erased + sample)
+    cache.purge(set(order[:erased]))
+    times = []
+    for digest in order[erased:]:
+        t = time.perf_counter()
+        cache.purge({digest})
+        times.append(time.perf_counter() - t)
+    return {"purge_rows": rows, "erased": erased, "dim": dim, "purge_ms": ms(times)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--memories", type=int, default=100_000)
@@ -327,6 +357,9 @@ def main() -> None:
     )
     parser.add_argument("--store", type=Path, help="a built store: forget old memories of a copy")
     parser.add_argument("--work", type=Path, help="where --store is copied (removed first)")
+    parser.add_argument("--purge-rows", type=int, default=0, help="also purge rows of a cache")
+    parser.add_argument("--erased", type=int, default=0, help="of --purge-rows, erased first")
+    parser.add_argument("--dim", type=int, default=384, help="of --purge-rows")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -351,6 +384,9 @@ def main() -> None:
                 bench_old_key(args.store, args.work, case, memory_id)
                 for case, memory_id in cases.items()
             ]
+        if args.purge_rows:
+            folder = Path(tmp) / "purge"
+            result.update(bench_purge(folder, args.purge_rows, args.erased, args.dim, args.sample))
         if args.probes:
             result.update(bench_follow(Path(tmp) / "follow", args.probes))
     json.dump(result, sys.stdout, indent=2)
