@@ -1460,7 +1460,7 @@ class Store(Queries, HybridQueries):
             return forgetting.content_in_log(self.log, node.id, node.created_seq)
 
         def decide(app: Appender) -> Forgotten:
-            node = self.state.memories.get(memory_id)
+            node = self.state.memories.get(check.ident("memory_id", memory_id))
             if node is None:
                 raise self._missing("memory_id", "memory", memory_id)
             chain = versions(self.state.memories, node.id) if all_versions else [node.id]

@@ -44,6 +44,14 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
     return stripped
 
 
+def ident(field: str, value: object) -> str:
+    """An id (of a memory or key) a command or query is given, to look up: one of another type
+    met the lookup's TypeError (a list) or AttributeError (None, an int) instead."""
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a string, got {type(value).__name__}")
+    return value
+
+
 def _shows_something(text: str) -> bool:
     """Whether `text` holds more than whitespace and format characters (strip() keeps a
     zero-width space or a byte order mark, which show nothing)."""

@@ -504,6 +504,38 @@ def test_an_id_of_the_wrong_kind_or_a_label_says_what_it_is(seeded: dict[str, An
     assert str(info.value).endswith(f"the key labelled 'Newton' is {newton.id!r}")
 
 
+@pytest.mark.parametrize("ident", [7, True, b"m_x", ["m_x"], {"m_x": 1}], ids=repr)
+def test_an_id_that_is_no_string_is_refused_naming_the_field(
+    seeded: dict[str, Any], ident: object
+) -> None:
+    """An id of another type from a Python caller (a list of ids, bytes) met the lookup's
+    TypeError (unhashable type: 'list') or AttributeError ('int' object has no attribute
+    'casefold'), not an error of keytrail's, now and in a past view."""
+    store: Store = seeded["store"]
+    before = log_digest(store.home)
+    past = view(store, as_of=store.state.seq)
+    calls: dict[str, list[Callable[[object], object]]] = {
+        "memory_id": [
+            store.read_memory,
+            store.related,
+            partial(history, store),
+            store.forget,
+            lambda i: store.correct(i, "Newton saw two apples fall"),  # type: ignore[arg-type]
+            past.read_memory,
+            past.related,
+        ],
+        "key_id": [store.read_key, past.read_key],
+        "via_key_id": [lambda i: store.read_memory(seeded["a"], via_key_id=i)],  # type: ignore[arg-type]
+        "by_memory_id": [lambda i: store.correct(seeded["a"], by_memory_id=i)],  # type: ignore[arg-type]
+    }
+    for field, reads in calls.items():
+        for read in reads:
+            with pytest.raises(InvalidInput) as info:
+                read(ident)
+            assert str(info.value) == f"{field}: must be a string, got {type(ident).__name__}"
+    assert log_digest(store.home) == before
+
+
 def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
     """The error listed the case-folded forms ("['perseid']"), not what the agent typed."""
     with pytest.raises(InvalidInput) as refused:
