@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -244,6 +245,16 @@ def keys(
     return specs
 
 
+def number(value: int, noun: str = "") -> str:
+    """`value` as an error says it ("5", "seq 5"): in full, or by its count of digits past what
+    Python writes (4,300 digits: wording the error of a longer one raised ValueError)."""
+    if value.bit_length() <= 4096:  # about 1,233 digits
+        return f"{noun} {value}" if noun else str(value)
+    digits = math.floor(math.log10(abs(value)))  # a float: may be one off either way
+    digits += (abs(value) >= 10 ** (digits + 1)) - (abs(value) < 10**digits)
+    return f"{'a ' + noun if noun else 'an integer'} of {digits + 1:,} digits"
+
+
 def ttl(value: object | None, limits: Limits, field: str = "ttl_seconds") -> int | None:
     if value is None:
         return None
@@ -251,7 +262,7 @@ def ttl(value: object | None, limits: Limits, field: str = "ttl_seconds") -> int
         raise InvalidInput(field, "must be a whole number of seconds")
     if value <= 0 or value > limits.ttl_seconds:
         raise InvalidInput(
-            field, f"{value} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
+            field, f"{number(value)} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
         )
     return value
 
@@ -276,5 +287,5 @@ def count(field: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(field, "must be an integer")
     if value < low or value > high:
-        raise InvalidInput(field, f"{value} is out of range", limit=f"{low} to {high}")
+        raise InvalidInput(field, f"{number(value)} is out of range", limit=f"{low} to {high}")
     return value

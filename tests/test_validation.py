@@ -13,7 +13,7 @@ import pytest
 
 from keytrail.core import HashEmbedder, InvalidInput, NotFound, RememberItem, Settings, Store
 from keytrail.core.config import Limits
-from keytrail.core.history import history
+from keytrail.core.history import changes, history
 from keytrail.core.timetravel import view
 
 L = Limits()
@@ -534,6 +534,39 @@ def test_an_id_that_is_no_string_is_refused_naming_the_field(
                 read(ident)
             assert str(info.value) == f"{field}: must be a string, got {type(ident).__name__}"
     assert log_digest(store.home) == before
+
+
+def test_an_integer_too_long_to_write_is_refused_by_its_count_of_digits(
+    seeded: dict[str, Any],
+) -> None:
+    """Python writes no int of over 4,300 digits: a ttl, page size, hop count or seq that
+    long, from a Python caller, raised ValueError while its error was being worded."""
+    store: Store = seeded["store"]
+    huge, head = 10**5000, store.state.seq
+    refusals = {
+        "ttl_seconds: an integer of 5,001 digits is out of range (limit: 1 to 315360000 "
+        "seconds)": lambda: store.remember("a fact", ttl_seconds=huge),
+        "limit: an integer of 5,001 digits is out of range (limit: 1 to 200)": lambda: (
+            store.list_memories(limit=huge)
+        ),
+        "hops: an integer of 5,001 digits is out of range (limit: 0 to 5)": lambda: (
+            store.recall_memories("apple", hops=-huge)
+        ),
+        f"as_of: a seq of 5,001 digits is outside the log (limit: 1 to {head})": lambda: view(
+            store, as_of=huge
+        ),
+        f"since: a seq of 5,001 digits is outside the log (limit: 0 to {head})": lambda: changes(
+            store, since=huge
+        ),
+    }
+    for said, call in refusals.items():
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert str(info.value) == said
+    # Within what Python writes, the value is said as it is.
+    with pytest.raises(InvalidInput) as info:
+        store.list_memories(limit=10**40)
+    assert str(info.value) == f"limit: {10**40} is out of range (limit: 1 to 200)"
 
 
 def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
