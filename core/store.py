@@ -1651,7 +1651,9 @@ class Store(Queries, HybridQueries):
         """Append one turn to a session's conversation log (turns are numbered from 1)."""
         checked_session = check.name("session_id", session_id, check.SESSION_CHARS)
         if role not in TURN_ROLES:
-            raise InvalidInput("role", f"unknown role {role!r}", limit=" | ".join(TURN_ROLES))
+            raise InvalidInput(
+                "role", f"unknown role {check.quoted(role)}", limit=" | ".join(TURN_ROLES)
+            )
         content = check.text("content", content, self.settings.limits.content_chars)
 
         def decide(app: Appender) -> TurnSaved:

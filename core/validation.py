@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from keytrail.events import KEY_TYPES, InvalidInput
+from keytrail.events.errors import quoted as quoted  # the errors' own: ids are quoted too
 
 from .config import Limits
 
@@ -129,16 +130,6 @@ def _normal_label(value: str) -> str:
 def visible(text: str) -> str:
     """`text` without the invisible characters a label drops, for matching text to labels."""
     return text.translate(_INVISIBLE)
-
-
-def quoted(value: object, limit: int = 60) -> str:
-    """`value` as an error quotes it: its repr, cut short past `limit` characters (a refused
-    megabyte must not come back whole in the error)."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    size = f" ({len(value):,} characters)" if isinstance(value, str) else ""
-    return f"{text[:limit]}…{size}"
 
 
 def name(field: str, value: object, limit: int) -> str:

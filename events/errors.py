@@ -9,6 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 
+def quoted(value: object, limit: int = 60) -> str:
+    """`value` as an error quotes it: its repr, cut short past `limit` characters (a refused
+    megabyte must not come back whole in the error)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value):,} characters)" if isinstance(value, str) else ""
+    return f"{text[:limit]}…{size}"
+
+
 class KeytrailError(Exception):
     """Root of every error keytrail raises on purpose."""
 
@@ -39,7 +49,7 @@ class NotFound(InvalidInput):
     """An id names nothing that exists (or nothing visible at the time asked)."""
 
     def __init__(self, field: str, kind: str, ident: str, detail: str = "") -> None:
-        problem = f"no {kind} {ident!r}" + (f": {detail}" if detail else "")
+        problem = f"no {kind} {quoted(ident)}" + (f": {detail}" if detail else "")
         super().__init__(field, problem, value=ident)
         self.kind = kind
         self.ident = ident

@@ -569,6 +569,23 @@ def test_an_integer_too_long_to_write_is_refused_by_its_count_of_digits(
     assert str(info.value) == f"limit: {10**40} is out of range (limit: 1 to 200)"
 
 
+def test_a_long_id_or_role_that_names_nothing_is_quoted_short(seeded: dict[str, Any]) -> None:
+    """A long string given as an id or a role (pasted, or over the command line, which sets
+    no length) came back whole in the error: `no memory 'm_xxx…` and all 100,002 characters."""
+    store: Store = seeded["store"]
+    long = "m_" + "x" * 100_000
+    before = log_digest(store.home)
+    for read in (store.read_memory, store.read_key, store.forget, store.related):
+        with pytest.raises(NotFound) as info:
+            read(long)
+        assert str(info.value).endswith("… (100,002 characters)"), str(info.value)[:100]
+        assert len(str(info.value)) < 120 and info.value.ident == long
+    with pytest.raises(InvalidInput) as info:
+        store.record_turn("chat-1", long, "hello")
+    assert len(str(info.value)) < 160 and "… (100,002 characters)" in str(info.value)
+    assert log_digest(store.home) == before
+
+
 def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
     """The error listed the case-folded forms ("['perseid']"), not what the agent typed."""
     with pytest.raises(InvalidInput) as refused:
