@@ -1146,8 +1146,8 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
     """The answer to a request whose line the SDK's parser refused, though it is JSON: a lone
     surrogate escape ("\\ud800"), an integer of over 4,300 digits, nesting over 201 deep. A
     tool call is refused like any argument that breaks its schema, naming the argument; another
-    request gets a parse error. None: no request's id can be read (a notification, or no JSON
-    at all), so there is no one to answer (the SDK logs it)."""
+    request gets a parse error. None: no request's id can be read (a notification, a client's
+    answer, or no JSON at all), so there is no one to answer (the SDK logs it)."""
     if not isinstance(error, ValidationError):
         return None
     [*problems] = error.errors(include_url=False)
@@ -1157,9 +1157,11 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
         message = json.loads(problems[0]["input"], parse_int=_integer)
     except (ValueError, RecursionError):
         return None
-    request_id = message.get("id") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None  # no request: a client's answer (to a ping) is not answered back
+    request_id = message.get("id")
     if type(request_id) not in (int, str) or not _writable(request_id):
-        return None  # no id, or one no answer could carry back
+        return None  # a notification, or an id no answer could carry back
     request_id = cast(int | str, request_id)
     params = message.get("params")
     tool = params.get("name") if isinstance(params, dict) else None

@@ -771,8 +771,8 @@ def test_a_request_the_sdk_cannot_parse_is_answered_naming_the_argument(home: Pa
     """JSON that the grammar allows but the SDK's parser refuses: a lone surrogate escape
     ("\\ud800"), an integer of over 4,300 digits, arrays nested over 200 deep. The SDK dropped
     such a line with a log message and never answered it, so the client waited for ever. A
-    tool call is refused naming the argument, another request gets a parse error, and
-    nothing is written."""
+    tool call is refused naming the argument, another request gets a parse error (a client's
+    answer gets none), and nothing is written."""
 
     def tool_call(request_id: int, tool: str, arguments: str) -> str:
         params = f'{{"name":"{tool}","arguments":{arguments}}}'
@@ -787,6 +787,7 @@ def test_a_request_the_sdk_cannot_parse_is_answered_naming_the_argument(home: Pa
         tool_call(3, "recall", '{"query":"Dana","top_k":1' + "0" * 5000 + "}"),
         tool_call(4, "remember_batch", '{"items":[{"content":"x","keys":' + deep + "}]}"),
         '{"jsonrpc":"2.0","id":5,"method":"resources/list","params":{"cursor":"\\udc00"}}',
+        '{"jsonrpc":"2.0","id":99,"result":{"said":"\\ud800"}}',  # a client's answer: none back
         tool_call(6, "memory_stats", "{}"),
     )
     assert proc.returncode == 0, proc.stderr
