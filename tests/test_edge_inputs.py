@@ -108,6 +108,10 @@ def test_log_type_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     assert proc.stderr.startswith("keytrail: error: --type: no event type 'memory.remember'")
     assert "memory.remembered" in proc.stderr  # the known types are listed
     assert "memory.remembered" in kt(home, "log", "--type", "memory.remembered").stdout
+    # A long one is quoted short: it came back whole, 100,000 characters of error.
+    proc = kt(home, "log", "--type", "x" * 100_000, ok=False)
+    assert proc.returncode == 2 and "… (100,000 characters)" in proc.stderr
+    assert len(proc.stderr) < 1000
 
 
 # -- forget vs time travel: a forgotten memory stays hidden from past reads too -----------------
