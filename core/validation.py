@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from keytrail.events import KEY_TYPES, InvalidInput
-from keytrail.events.errors import quoted as quoted  # the errors' own: ids are quoted too
+
+# The errors' own (NotFound quotes an id with them), for the checks here as well.
+from keytrail.events.errors import number as number
+from keytrail.events.errors import quoted as quoted
 
 from .config import Limits
 
@@ -234,16 +236,6 @@ def keys(
             f"{sorted(spelling for spelling, _ in folded_types.values())}",
         )
     return specs
-
-
-def number(value: int, noun: str = "") -> str:
-    """`value` as an error says it ("5", "seq 5"): in full, or by its count of digits past what
-    Python writes (4,300 digits: wording the error of a longer one raised ValueError)."""
-    if value.bit_length() <= 4096:  # about 1,233 digits
-        return f"{noun} {value}" if noun else str(value)
-    digits = math.floor(math.log10(abs(value)))  # a float: may be one off either way
-    digits += (abs(value) >= 10 ** (digits + 1)) - (abs(value) < 10**digits)
-    return f"{'a ' + noun if noun else 'an integer'} of {digits + 1:,} digits"
 
 
 def ttl(value: object | None, limits: Limits, field: str = "ttl_seconds") -> int | None:

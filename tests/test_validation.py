@@ -583,6 +583,9 @@ def test_a_long_id_or_role_that_names_nothing_is_quoted_short(seeded: dict[str, 
     with pytest.raises(InvalidInput) as info:
         store.record_turn("chat-1", long, "hello")
     assert len(str(info.value)) < 160 and "… (100,002 characters)" in str(info.value)
+    with pytest.raises(InvalidInput) as info:
+        store.record_turn("chat-1", 10**5000, "hello")  # type: ignore[arg-type]
+    assert str(info.value).startswith("role: unknown role an integer of 5,001 digits")
     assert log_digest(store.home) == before
 
 
