@@ -1121,6 +1121,9 @@ class Store(Queries, HybridQueries):
         (the long part of a big batch with a real model); nothing when all were embedded before.
         """
         limits = self.settings.limits
+        if isinstance(items, str) or not isinstance(items, Sequence):
+            got = type(items).__name__
+            raise InvalidInput("items", f"must be a list of RememberItem, got {got}")
         if not items:
             raise InvalidInput(
                 "items", "must hold at least one memory", limit=f"1 to {limits.batch_items} items"
@@ -1129,6 +1132,10 @@ class Store(Queries, HybridQueries):
             raise InvalidInput(
                 "items", f"has {len(items)} memories", limit=f"{limits.batch_items} items"
             )
+        for i, item in enumerate(items):
+            if not isinstance(item, RememberItem):  # its fields are read next
+                got = type(item).__name__
+                raise InvalidInput(f"items[{i}]", f"must be a RememberItem, got {got}")
         checked = [
             self._check_item(it, "" if _single else f"items[{i}].") for i, it in enumerate(items)
         ]

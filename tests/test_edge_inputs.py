@@ -77,6 +77,28 @@ def test_batch_key_types_error_names_the_item(store: Store) -> None:
     assert store.state.seq == 1  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("items", "said"),
+    [
+        ([{"content": "Alice likes tea"}], "items[0]: must be a RememberItem, got dict"),
+        (
+            [RememberItem(content="Alice likes tea"), None],
+            "items[1]: must be a RememberItem, got NoneType",
+        ),
+        ("Alice likes tea", "items: must be a list of RememberItem, got str"),
+    ],
+)
+def test_batch_items_of_another_type_are_refused_naming_the_item(
+    store: Store, items: object, said: str
+) -> None:
+    """A dict (the shape the MCP tool takes), None or a string as items met AttributeError
+    ('dict' object has no attribute 'content'), not an error of keytrail's."""
+    with pytest.raises(InvalidInput) as caught:
+        store.remember_batch(items)  # type: ignore[arg-type]
+    assert str(caught.value) == said
+    assert store.state.seq == 1  # nothing written
+
+
 # -- as_of over MCP: a boolean is not a seq ---------------------------------------------------
 
 
