@@ -199,12 +199,21 @@ class KnowledgeGraph:
             field, value, limits.entity_name_chars if entity else limits.kg_name_chars
         )
 
-    def _list(self, field: str, value: object, what: str) -> Sequence[Any]:
+    def _list(
+        self, field: str, value: object, what: str, kind: type | None = None
+    ) -> Sequence[Any]:
+        """`value`, a list of at most batch_items; of `kind` each, if given (a dict in the
+        tools' shape met AttributeError where its fields were read)."""
         limit = self.store.settings.limits.batch_items
         if isinstance(value, str) or not isinstance(value, Sequence):
             raise InvalidInput(field, f"must be a list of {what}")
         if len(value) > limit:
             raise InvalidInput(field, f"has {len(value)} {what}", limit=f"{limit} {what}")
+        for i, item in enumerate(value):
+            if kind is not None and not isinstance(item, kind):
+                article = "an" if kind.__name__[0] in "AEIOU" else "a"
+                got = type(item).__name__
+                raise InvalidInput(f"{field}[{i}]", f"must be {article} {kind.__name__}, got {got}")
         return value
 
     def _observation_entries(
@@ -216,7 +225,7 @@ class KnowledgeGraph:
                 self._name(f"{field}[{i}].entityName", e.entity_name),
                 self._contents(f"{field}[{i}].{contents_field}", e.contents),
             )
-            for i, e in enumerate(self._list(field, entries, "entries"))
+            for i, e in enumerate(self._list(field, entries, "entries", ObservationInput))
         ]
 
     def _contents(self, field: str, value: object) -> list[str]:
@@ -229,7 +238,7 @@ class KnowledgeGraph:
         return list(texts.values())
 
     def _relations(self, value: object) -> list[tuple[str, str, str]]:
-        items = self._list("relations", value, "relations")
+        items = self._list("relations", value, "relations", RelationInput)
         return [
             (
                 self._name(f"relations[{i}].from", r.from_),
@@ -243,7 +252,7 @@ class KnowledgeGraph:
 
     def create_entities(self, entities: Sequence[EntityInput]) -> CreatedEntities:
         """Create entities with their first observations; names that exist are ignored."""
-        items = self._list("entities", entities, "entities")
+        items = self._list("entities", entities, "entities", EntityInput)
         checked = [
             (
                 self._name(f"entities[{i}].name", e.name),

@@ -1091,7 +1091,7 @@ class Queries:
             self.wait_for_vectors("all")
         with self._mutex:
             self.refresh()
-            key = self.state.keys.get(key_id)
+            key = self.state.keys.get(check.ident("key_id", key_id))
             if key is None:
                 raise self._missing("key_id", "key", key_id)
             now = self.clock()
@@ -1226,7 +1226,7 @@ class Queries:
         """The memory `memory_id` names, if a read by id may show it at `now`; otherwise
         NotFound saying why (forgotten, deleted, expired: "no memory" alone reads as a
         mistyped id, and the log's lines tell anyone that much)."""
-        node = self.state.memories.get(memory_id)
+        node = self.state.memories.get(check.ident(field, memory_id))
         if node is None:
             raise self._missing(field, "memory", memory_id)
         if self._forgotten(node):
@@ -1243,7 +1243,7 @@ class Queries:
         if namespace is not None and node.namespace != namespace:
             raise NotFound("memory_id", "memory", node.id, f"it is not in namespace {namespace!r}")
         if via_key_id is not None:
-            key = self.state.keys.get(via_key_id)
+            key = self.state.keys.get(check.ident("via_key_id", via_key_id))
             if key is None:
                 # As of a past point, a key the present holds came later: say so.
                 raise self._missing("via_key_id", "key", via_key_id)

@@ -1119,6 +1119,9 @@ class Store(Queries, HybridQueries):
         (the long part of a big batch with a real model); nothing when all were embedded before.
         """
         limits = self.settings.limits
+        if isinstance(items, str) or not isinstance(items, Sequence):
+            got = type(items).__name__
+            raise InvalidInput("items", f"must be a list of RememberItem, got {got}")
         if not items:
             raise InvalidInput(
                 "items", "must hold at least one memory", limit=f"1 to {limits.batch_items} items"
@@ -1127,6 +1130,10 @@ class Store(Queries, HybridQueries):
             raise InvalidInput(
                 "items", f"has {len(items)} memories", limit=f"{limits.batch_items} items"
             )
+        for i, item in enumerate(items):
+            if not isinstance(item, RememberItem):  # its fields are read next
+                got = type(item).__name__
+                raise InvalidInput(f"items[{i}]", f"must be a RememberItem, got {got}")
         checked = [
             self._check_item(it, "" if _single else f"items[{i}].") for i, it in enumerate(items)
         ]
@@ -1458,7 +1465,7 @@ class Store(Queries, HybridQueries):
             return forgetting.content_in_log(self.log, node.id, node.created_seq)
 
         def decide(app: Appender) -> Forgotten:
-            node = self.state.memories.get(memory_id)
+            node = self.state.memories.get(check.ident("memory_id", memory_id))
             if node is None:
                 raise self._missing("memory_id", "memory", memory_id)
             chain = versions(self.state.memories, node.id) if all_versions else [node.id]
@@ -1649,7 +1656,9 @@ class Store(Queries, HybridQueries):
         """Append one turn to a session's conversation log (turns are numbered from 1)."""
         checked_session = check.name("session_id", session_id, check.SESSION_CHARS)
         if role not in TURN_ROLES:
-            raise InvalidInput("role", f"unknown role {role!r}", limit=" | ".join(TURN_ROLES))
+            raise InvalidInput(
+                "role", f"unknown role {check.quoted(role)}", limit=" | ".join(TURN_ROLES)
+            )
         content = check.text("content", content, self.settings.limits.content_chars)
 
         def decide(app: Appender) -> TurnSaved:

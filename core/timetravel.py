@@ -614,7 +614,7 @@ def check_point(
             low = 0 if from_start else 1
             raise InvalidInput(
                 field,
-                f"seq {parsed} is outside the log",
+                f"{check.number(parsed, 'seq')} is outside the log",
                 limit=f"{low} to {head.seq}",
                 value=parsed,
             )

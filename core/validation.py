@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 from keytrail.events import KEY_TYPES, InvalidInput
 
+# The errors' own (NotFound quotes an id with them), for the checks here as well.
+from keytrail.events.errors import number as number
+from keytrail.events.errors import quoted as quoted
+
 from .config import Limits
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
@@ -42,6 +46,14 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
     if len(value) > limit:
         raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
     return stripped
+
+
+def ident(field: str, value: object) -> str:
+    """An id (of a memory or key) a command or query is given, to look up: one of another type
+    met the lookup's TypeError (a list) or AttributeError (None, an int) instead."""
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a string, got {type(value).__name__}")
+    return value
 
 
 def _shows_something(text: str) -> bool:
@@ -120,16 +132,6 @@ def _normal_label(value: str) -> str:
 def visible(text: str) -> str:
     """`text` without the invisible characters a label drops, for matching text to labels."""
     return text.translate(_INVISIBLE)
-
-
-def quoted(value: object, limit: int = 60) -> str:
-    """`value` as an error quotes it: its repr, cut short past `limit` characters (a refused
-    megabyte must not come back whole in the error)."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    size = f" ({len(value):,} characters)" if isinstance(value, str) else ""
-    return f"{text[:limit]}…{size}"
 
 
 def name(field: str, value: object, limit: int) -> str:
@@ -243,7 +245,7 @@ def ttl(value: object | None, limits: Limits, field: str = "ttl_seconds") -> int
         raise InvalidInput(field, "must be a whole number of seconds")
     if value <= 0 or value > limits.ttl_seconds:
         raise InvalidInput(
-            field, f"{value} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
+            field, f"{number(value)} is out of range", limit=f"1 to {limits.ttl_seconds} seconds"
         )
     return value
 
@@ -268,5 +270,5 @@ def count(field: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(field, "must be an integer")
     if value < low or value > high:
-        raise InvalidInput(field, f"{value} is out of range", limit=f"{low} to {high}")
+        raise InvalidInput(field, f"{number(value)} is out of range", limit=f"{low} to {high}")
     return value

@@ -6,7 +6,28 @@ Every error carries fields a caller (or an MCP client) can act on, not only a me
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+
+def number(value: int, noun: str = "") -> str:
+    """`value` as an error says it ("5", "seq 5"): in full, or by its count of digits past what
+    Python writes (4,300 digits: wording the error of a longer one raised ValueError)."""
+    if value.bit_length() <= 4096:  # about 1,233 digits
+        return f"{noun} {value}" if noun else str(value)
+    digits = math.floor(math.log10(abs(value)))  # a float: may be one off either way
+    digits += (abs(value) >= 10 ** (digits + 1)) - (abs(value) < 10**digits)
+    return f"{'a ' + noun if noun else 'an integer'} of {digits + 1:,} digits"
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """`value` as an error quotes it: its repr, cut short past `limit` characters (a refused
+    megabyte must not come back whole in the error)."""
+    text = number(value) if type(value) is int else repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value):,} characters)" if isinstance(value, str) else ""
+    return f"{text[:limit]}…{size}"
 
 
 class KeytrailError(Exception):
@@ -39,7 +60,7 @@ class NotFound(InvalidInput):
     """An id names nothing that exists (or nothing visible at the time asked)."""
 
     def __init__(self, field: str, kind: str, ident: str, detail: str = "") -> None:
-        problem = f"no {kind} {ident!r}" + (f": {detail}" if detail else "")
+        problem = f"no {kind} {quoted(ident)}" + (f": {detail}" if detail else "")
         super().__init__(field, problem, value=ident)
         self.kind = kind
         self.ident = ident

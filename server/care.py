@@ -185,7 +185,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     if unknown:
         # A misspelt type would otherwise print nothing and look like an empty log.
         raise InvalidInput(
-            "--type", f"no event type {unknown[0]!r}", limit=", ".join(sorted(BY_TAG))
+            "--type", f"no event type {check.quoted(unknown[0])}", limit=", ".join(sorted(BY_TAG))
         )
 
     if args.memory == "":

@@ -13,7 +13,9 @@ import functools
 import hmac
 import inspect
 import ipaddress
+import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -37,7 +39,9 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp.types import (
+    PARSE_ERROR,
     CallToolResult,
+    ErrorData,
     JSONRPCError,
     JSONRPCNotification,
     JSONRPCRequest,
@@ -45,7 +49,7 @@ from mcp.types import (
     TextContent,
     ToolAnnotations,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sse_starlette.sse import AppStatus
 
 import keytrail
@@ -78,7 +82,7 @@ from keytrail.core.results import (
     TurnSaved,
 )
 from keytrail.core.timetravel import read_memory_at, view
-from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS
+from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS, unicode
 
 from .output_schemas import FlatSchemaServer
 from .shell import EXIT_INTERRUPTED, is_loopback
@@ -1052,7 +1056,7 @@ def run_stdio(store: Store) -> None:
                         SessionMessage | Exception
                     ]()
                     write, from_server = anyio.create_memory_object_stream[SessionMessage]()
-                    relays.start_soon(_pass_requests, stdin, to_server, unanswered)
+                    relays.start_soon(_pass_requests, stdin, to_server, write.clone(), unanswered)
                     relays.start_soon(_pass_answers, from_server, stdout, unanswered)
                     await lowlevel.run(read, write, lowlevel.create_initialization_options())
             except* BrokenPipeError:
@@ -1091,6 +1095,7 @@ class _Unanswered:
 async def _pass_requests(
     stdin: anyio.abc.ObjectReceiveStream[SessionMessage | Exception],
     to_server: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+    answers: anyio.abc.ObjectSendStream[SessionMessage],
     unanswered: _Unanswered,
 ) -> None:
     """Pass what stdin brings to the server; at its end, wait for every request to be answered
@@ -1099,9 +1104,16 @@ async def _pass_requests(
     The SDK cancels the calls still running when its input ends: `printf '<requests>' |
     keytrail serve` had a remember land in the log unanswered (a tool's thread runs to its
     end), so the client could not tell it had been stored. A request the client cancelled is
-    never answered, so it is not waited for. SIGTERM still ends a server that waits."""
-    async with to_server:
+    never answered, so it is not waited for. SIGTERM still ends a server that waits.
+
+    A request line the SDK could not parse is answered here (see `_answer_unparsed`): the
+    SDK only logs it, and its client waited for ever."""
+    async with to_server, answers:
         async for item in stdin:
+            if isinstance(item, Exception) and (answer := _answer_unparsed(item)) is not None:
+                unanswered.add(cast(int | str, answer.id))  # a request's, never None
+                await answers.send(SessionMessage(answer))
+                continue
             if isinstance(item, SessionMessage):
                 message = item.message
                 if isinstance(message, JSONRPCRequest):
@@ -1113,6 +1125,103 @@ async def _pass_requests(
                     unanswered.discard(cancelled_request_id_from_params(message.params), every=True)
             await to_server.send(item)
         await unanswered.wait_for_none()
+
+
+#: The most digits of an integer, and the deepest nesting of arrays and objects (the message's
+#: own object is the first), that the SDK's JSON parser (pydantic's) reads in a message
+_PARSED_DIGITS = 4300
+_PARSED_DEPTH = 201
+
+
+class _LongInteger(str):
+    """The digits of an integer longer than the SDK's parser reads (Python's `int` refuses it
+    too)."""
+
+
+def _integer(digits: str) -> int | _LongInteger:
+    return _LongInteger(digits) if len(digits.lstrip("-")) > _PARSED_DIGITS else int(digits)
+
+
+def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
+    """The answer to a request whose line the SDK's parser refused, though it is JSON: a lone
+    surrogate escape ("\\ud800"), an integer of over 4,300 digits, nesting over 201 deep. A
+    tool call is refused like any argument that breaks its schema, naming the argument; another
+    request gets a parse error. None: no request's id can be read (a notification, a client's
+    answer, or no JSON at all), so there is no one to answer (the SDK logs it)."""
+    if not isinstance(error, ValidationError):
+        return None
+    [*problems] = error.errors(include_url=False)
+    if len(problems) != 1 or problems[0]["type"] != "json_invalid":
+        return None
+    try:
+        message = json.loads(problems[0]["input"], parse_int=_integer)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None  # no request: a client's answer (to a ping) is not answered back
+    request_id = message.get("id")
+    if type(request_id) not in (int, str) or not _writable(request_id):
+        return None  # a notification, or an id no answer could carry back
+    request_id = cast(int | str, request_id)
+    params = message.get("params")
+    tool = params.get("name") if isinstance(params, dict) else None
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    if message.get("method") == "tools/call" and isinstance(tool, str) and _writable(tool):
+        said = _unparsed_argument(arguments, "arguments", 3)
+        if said is not None:
+            text = f"Error executing tool {tool}: {said}"
+            result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+            answer = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            return JSONRPCResponse(jsonrpc="2.0", id=request_id, result=answer)
+    parse_error = ErrorData(code=PARSE_ERROR, message=f"Parse error: {problems[0]['msg']}")
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=parse_error)
+
+
+def _writable(value: object) -> bool:
+    """Whether `value` can go into an answer (a string with a lone surrogate cannot: the
+    SDK's writer would fail on it)."""
+    return not isinstance(value, str) or _is_unicode(value)
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unparsed_argument(value: object, field: str, depth: int) -> str | None:
+    """`field: problem` for the first part of a tool's arguments (`value`, at `field`, opened
+    `depth` arrays or objects deep in its message) that the SDK's parser cannot read, named as
+    keytrail's own errors name fields (`items[0].content`)."""
+    if isinstance(value, _LongInteger):
+        digits = len(value.lstrip("-"))
+        limit = f"{_PARSED_DIGITS:,} digits"
+        return str(InvalidInput(field, f"is an integer of {digits:,} digits", limit=limit))
+    if isinstance(value, str):
+        try:
+            unicode(field, value)
+        except InvalidInput as exc:
+            return str(exc)
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    if depth > _PARSED_DEPTH:
+        # Named where the nesting starts, not at its 200th level.
+        start = re.sub(r"(\[\d+\])+$", "", field) or field
+        deep = "is nested too deep"
+        limit = f"{_PARSED_DEPTH} levels of arrays and objects, the message's own included"
+        return str(InvalidInput(start, deep, limit=limit))
+    parts = value.items() if isinstance(value, dict) else enumerate(value)
+    for part, inner in parts:
+        if isinstance(part, str) and not _is_unicode(part):
+            return str(InvalidInput(field, f"has a name that is not valid Unicode text: {part!r}"))
+        inside = f"{field}[{part}]" if isinstance(part, int) else f"{field}.{part}"
+        said = _unparsed_argument(inner, inside.removeprefix("arguments."), depth + 1)
+        if said is not None:
+            return said
+    return None
 
 
 async def _pass_answers(

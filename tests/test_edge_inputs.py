@@ -77,6 +77,28 @@ def test_batch_key_types_error_names_the_item(store: Store) -> None:
     assert store.state.seq == 1  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("items", "said"),
+    [
+        ([{"content": "Alice likes tea"}], "items[0]: must be a RememberItem, got dict"),
+        (
+            [RememberItem(content="Alice likes tea"), None],
+            "items[1]: must be a RememberItem, got NoneType",
+        ),
+        ("Alice likes tea", "items: must be a list of RememberItem, got str"),
+    ],
+)
+def test_batch_items_of_another_type_are_refused_naming_the_item(
+    store: Store, items: object, said: str
+) -> None:
+    """A dict (the shape the MCP tool takes), None or a string as items met AttributeError
+    ('dict' object has no attribute 'content'), not an error of keytrail's."""
+    with pytest.raises(InvalidInput) as caught:
+        store.remember_batch(items)  # type: ignore[arg-type]
+    assert str(caught.value) == said
+    assert store.state.seq == 1  # nothing written
+
+
 # -- as_of over MCP: a boolean is not a seq ---------------------------------------------------
 
 
@@ -108,6 +130,10 @@ def test_log_type_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     assert proc.stderr.startswith("keytrail: error: --type: no event type 'memory.remember'")
     assert "memory.remembered" in proc.stderr  # the known types are listed
     assert "memory.remembered" in kt(home, "log", "--type", "memory.remembered").stdout
+    # A long one is quoted short: it came back whole, 100,000 characters of error.
+    proc = kt(home, "log", "--type", "x" * 100_000, ok=False)
+    assert proc.returncode == 2 and "… (100,000 characters)" in proc.stderr
+    assert len(proc.stderr) < 1000
 
 
 # -- forget vs time travel: a forgotten memory stays hidden from past reads too -----------------

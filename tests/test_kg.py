@@ -171,6 +171,36 @@ def test_bad_input_names_the_field_and_changes_nothing(
     assert log_bytes(kg.store.home) == before
 
 
+def test_an_item_of_another_type_is_refused_naming_it(kg: KnowledgeGraph) -> None:
+    """A Python caller passing an entity, relation or observation entry as a dict (the shape
+    the MCP tools take) or a tuple met AttributeError ('dict' object has no attribute 'name'),
+    not an error of keytrail's."""
+    kg.create_entities([EntityInput("Alice", "person")])
+    before = log_bytes(kg.store.home)
+    calls: dict[str, Callable[[], object]] = {
+        "entities[0]: must be an EntityInput, got dict": lambda: kg.create_entities(
+            [{"name": "Bob", "entityType": "person"}]  # type: ignore[list-item]
+        ),
+        "relations[1]: must be a RelationInput, got tuple": lambda: kg.create_relations(
+            [RelationInput("Alice", "Alice", "knows"), ("Alice", "Alice", "likes")]  # type: ignore[list-item]
+        ),
+        "observations[0]: must be an ObservationInput, got NoneType": lambda: kg.add_observations(
+            [None]
+        ),  # type: ignore[list-item]
+        "deletions[0]: must be an ObservationInput, got str": lambda: kg.delete_observations(
+            ["Alice"]
+        ),  # type: ignore[list-item]
+        "relations[0]: must be a RelationInput, got str": lambda: kg.delete_relations(
+            ["Alice knows Alice"]
+        ),  # type: ignore[list-item]
+    }
+    for said, call in calls.items():
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert str(info.value) == said
+    assert log_bytes(kg.store.home) == before
+
+
 def test_deleting_an_entity_cascades(store: Store) -> None:
     kg = KnowledgeGraph(store)
     kg.create_entities(

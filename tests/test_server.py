@@ -719,11 +719,12 @@ def test_a_tool_that_meets_an_os_error_says_which_file_and_why(home: Path, errlo
     run(test)
 
 
-def piped_serve(home: Path, *requests: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """`printf '<requests>' | keytrail serve` on `home`: the server reads them, then stdin ends."""
+def piped_serve(home: Path, *requests: dict[str, Any] | str) -> subprocess.CompletedProcess[str]:
+    """`printf '<requests>' | keytrail serve` on `home`: the server reads them, then stdin ends.
+    A request given as a string is sent as it is (JSON that `json.dumps` would not write)."""
     return subprocess.run(
         [sys.executable, "-m", "keytrail.server.cli", "serve"],
-        input="".join(json.dumps(r) + "\n" for r in requests),
+        input="".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in requests),
         env=server_env(home),
         cwd=str(REPO),
         capture_output=True,
@@ -764,6 +765,51 @@ def test_requests_piped_before_stdin_closes_are_all_answered(home: Path) -> None
     remembered = answers[3]["result"]["structuredContent"]["memories"]
     assert len(remembered) == len(batch)
     assert log_bytes(home).count(b'"memory.remembered"') == 1
+
+
+def test_a_request_the_sdk_cannot_parse_is_answered_naming_the_argument(home: Path) -> None:
+    """JSON that the grammar allows but the SDK's parser refuses: a lone surrogate escape
+    ("\\ud800"), an integer of over 4,300 digits, arrays nested over 200 deep. The SDK dropped
+    such a line with a log message and never answered it, so the client waited for ever. A
+    tool call is refused naming the argument, another request gets a parse error (a client's
+    answer gets none), and nothing is written."""
+
+    def tool_call(request_id: int, tool: str, arguments: str) -> str:
+        params = f'{{"name":"{tool}","arguments":{arguments}}}'
+        return f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{params}}}'
+
+    deep = "[" * 250 + "]" * 250
+    proc = piped_serve(
+        home,
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        tool_call(2, "remember", '{"content":"Dana moved to \\ud800 Paris"}'),
+        tool_call(3, "recall", '{"query":"Dana","top_k":1' + "0" * 5000 + "}"),
+        tool_call(4, "remember_batch", '{"items":[{"content":"x","keys":' + deep + "}]}"),
+        '{"jsonrpc":"2.0","id":5,"method":"resources/list","params":{"cursor":"\\udc00"}}',
+        '{"jsonrpc":"2.0","id":99,"result":{"said":"\\ud800"}}',  # a client's answer: none back
+        tool_call(6, "memory_stats", "{}"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3, 4, 5, 6], proc.stdout
+    refusals = {i: answers[i]["result"] for i in (2, 3, 4)}
+    assert all(result["isError"] for result in refusals.values()), refusals
+    said = {i: result["content"][0]["text"] for i, result in refusals.items()}
+    assert said[2] == (
+        "Error executing tool remember: content: is not valid Unicode text: "
+        "a lone surrogate U+D800 at character 14"
+    )
+    assert said[3] == (
+        "Error executing tool recall: top_k: is an integer of 5,001 digits (limit: 4,300 digits)"
+    )
+    assert said[4] == (
+        "Error executing tool remember_batch: items[0].keys: is nested too deep "
+        "(limit: 201 levels of arrays and objects, the message's own included)"
+    )
+    assert answers[5]["error"]["code"] == -32700, answers[5]
+    assert answers[6]["result"]["structuredContent"]["memories"] == 0
+    assert b"memory.remembered" not in log_bytes(home)
 
 
 def test_capabilities_promise_no_change_notifications(home: Path) -> None:

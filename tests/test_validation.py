@@ -13,7 +13,7 @@ import pytest
 
 from keytrail.core import HashEmbedder, InvalidInput, NotFound, RememberItem, Settings, Store
 from keytrail.core.config import Limits
-from keytrail.core.history import history
+from keytrail.core.history import changes, history
 from keytrail.core.timetravel import view
 
 L = Limits()
@@ -502,6 +502,91 @@ def test_an_id_of_the_wrong_kind_or_a_label_says_what_it_is(seeded: dict[str, An
     with pytest.raises(NotFound) as info:
         view(store, as_of=store.state.seq).read_key("Newton")
     assert str(info.value).endswith(f"the key labelled 'Newton' is {newton.id!r}")
+
+
+@pytest.mark.parametrize("ident", [7, True, b"m_x", ["m_x"], {"m_x": 1}], ids=repr)
+def test_an_id_that_is_no_string_is_refused_naming_the_field(
+    seeded: dict[str, Any], ident: object
+) -> None:
+    """An id of another type from a Python caller (a list of ids, bytes) met the lookup's
+    TypeError (unhashable type: 'list') or AttributeError ('int' object has no attribute
+    'casefold'), not an error of keytrail's, now and in a past view."""
+    store: Store = seeded["store"]
+    before = log_digest(store.home)
+    past = view(store, as_of=store.state.seq)
+    calls: dict[str, list[Callable[[object], object]]] = {
+        "memory_id": [
+            store.read_memory,
+            store.related,
+            partial(history, store),
+            store.forget,
+            lambda i: store.correct(i, "Newton saw two apples fall"),  # type: ignore[arg-type]
+            past.read_memory,
+            past.related,
+        ],
+        "key_id": [store.read_key, past.read_key],
+        "via_key_id": [lambda i: store.read_memory(seeded["a"], via_key_id=i)],  # type: ignore[arg-type]
+        "by_memory_id": [lambda i: store.correct(seeded["a"], by_memory_id=i)],  # type: ignore[arg-type]
+    }
+    for field, reads in calls.items():
+        for read in reads:
+            with pytest.raises(InvalidInput) as info:
+                read(ident)
+            assert str(info.value) == f"{field}: must be a string, got {type(ident).__name__}"
+    assert log_digest(store.home) == before
+
+
+def test_an_integer_too_long_to_write_is_refused_by_its_count_of_digits(
+    seeded: dict[str, Any],
+) -> None:
+    """Python writes no int of over 4,300 digits: a ttl, page size, hop count or seq that
+    long, from a Python caller, raised ValueError while its error was being worded."""
+    store: Store = seeded["store"]
+    huge, head = 10**5000, store.state.seq
+    refusals = {
+        "ttl_seconds: an integer of 5,001 digits is out of range (limit: 1 to 315360000 "
+        "seconds)": lambda: store.remember("a fact", ttl_seconds=huge),
+        "limit: an integer of 5,001 digits is out of range (limit: 1 to 200)": lambda: (
+            store.list_memories(limit=huge)
+        ),
+        "hops: an integer of 5,001 digits is out of range (limit: 0 to 5)": lambda: (
+            store.recall_memories("apple", hops=-huge)
+        ),
+        f"as_of: a seq of 5,001 digits is outside the log (limit: 1 to {head})": lambda: view(
+            store, as_of=huge
+        ),
+        f"since: a seq of 5,001 digits is outside the log (limit: 0 to {head})": lambda: changes(
+            store, since=huge
+        ),
+    }
+    for said, call in refusals.items():
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert str(info.value) == said
+    # Within what Python writes, the value is said as it is.
+    with pytest.raises(InvalidInput) as info:
+        store.list_memories(limit=10**40)
+    assert str(info.value) == f"limit: {10**40} is out of range (limit: 1 to 200)"
+
+
+def test_a_long_id_or_role_that_names_nothing_is_quoted_short(seeded: dict[str, Any]) -> None:
+    """A long string given as an id or a role (pasted, or over the command line, which sets
+    no length) came back whole in the error: `no memory 'm_xxx…` and all 100,002 characters."""
+    store: Store = seeded["store"]
+    long = "m_" + "x" * 100_000
+    before = log_digest(store.home)
+    for read in (store.read_memory, store.read_key, store.forget, store.related):
+        with pytest.raises(NotFound) as info:
+            read(long)
+        assert str(info.value).endswith("… (100,002 characters)"), str(info.value)[:100]
+        assert len(str(info.value)) < 120 and info.value.ident == long
+    with pytest.raises(InvalidInput) as info:
+        store.record_turn("chat-1", long, "hello")
+    assert len(str(info.value)) < 160 and "… (100,002 characters)" in str(info.value)
+    with pytest.raises(InvalidInput) as info:
+        store.record_turn("chat-1", 10**5000, "hello")  # type: ignore[arg-type]
+    assert str(info.value).startswith("role: unknown role an integer of 5,001 digits")
+    assert log_digest(store.home) == before
 
 
 def test_key_types_naming_no_key_are_quoted_as_typed(store: Store) -> None:
