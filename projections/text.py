@@ -27,7 +27,9 @@ writes it (catching up, rebuilding, purging, removing) holds an exclusive `flock
 `<dir>.lock`, beside the directory so removing the index never removes the lock. A process that
 finds the index missing or half-built waits for the one building it and then searches the
 result, instead of searching an empty index or deleting another process's build. Searching a
-committed index takes no lock.
+committed index takes no lock. A handle tells an index removed and made anew from the one it
+opened by a random token each new directory is given (`GENERATION_FILE`), not by its inode
+number alone, which a directory made just after another was removed often gets again.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import errno
 import fcntl
 import functools
 import os
+import secrets
 import shutil
 import unicodedata
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -70,6 +73,9 @@ PROGRESS_EVERY = 2000
 #: system: glibc keeps it otherwise, for the process's life (180 MiB in a server that indexed
 #: 100,000 memories at its first `recall_memories`).
 TRIM_AFTER_DOCUMENTS = 1000
+#: A random token written into each index directory made (tantivy leaves files it did not make
+#: alone): `moved` tells an index made anew from the one a handle opened by it.
+GENERATION_FILE = "keytrail.generation"
 
 
 @functools.cache
@@ -278,7 +284,8 @@ class TextIndex:
         self.dir = directory
         self.schema = _schema()
         self._index: tantivy.Index | None = None
-        self._opened: tuple[int, int] | None = None  # (device, inode) of the directory opened
+        #: (device, inode, generation) of the directory opened (see `_identity`)
+        self._opened: tuple[int, int, bytes] | None = None
         #: the seq the index reflects: the committed one's, or later where this handle found
         #: nothing to add since (a commit adding no memory records no seq)
         self.seq = 0
@@ -359,8 +366,9 @@ class TextIndex:
         return index
 
     def moved(self) -> bool:
-        """Whether the index was removed or swapped in since this handle opened it (one stat;
-        the handle's reader follows the path on its own, into a half-built index too)."""
+        """Whether the index was removed or swapped in since this handle opened it (a stat and
+        a read of a 32-byte file; the handle's reader follows the path on its own, into a
+        half-built index too)."""
         return self._identity() != self._opened
 
     def drop_if_moved(self) -> bool:
@@ -371,19 +379,33 @@ class TextIndex:
         self._index = None
         return True
 
-    def _identity(self) -> tuple[int, int] | None:
+    def _identity(self) -> tuple[int, int, bytes] | None:
+        """The directory's (device, inode) and the generation written into it when it was
+        made: a directory removed and made anew often gets the same inode number at once."""
         try:
             st = os.stat(self.dir)
         except FileNotFoundError:
             return None
-        return st.st_dev, st.st_ino
+        try:  # os calls: a text-mode `open` costs several times as much (every search)
+            fd = os.open(os.path.join(self.dir, GENERATION_FILE), os.O_RDONLY)
+            try:
+                generation = os.read(fd, 64)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            # Removed since; or made by an older keytrail, or not yet given its generation (it
+            # is written holding the lock: a reader that saw it without reopens it once).
+            generation = b""
+        return st.st_dev, st.st_ino, generation
 
     def _sibling(self, suffix: str) -> Path:
         return self.dir.with_name(f"{self.dir.name}.{suffix}")
 
     def _create(self, path: Path) -> tantivy.Index:
         path.mkdir(parents=True, exist_ok=True)
-        return _with_tokenizers(tantivy.Index(self.schema, path=str(path), reuse=False))
+        index = _with_tokenizers(tantivy.Index(self.schema, path=str(path), reuse=False))
+        (path / GENERATION_FILE).write_text(secrets.token_hex(16), encoding="ascii")
+        return index
 
     def _read_meta(self, index: tantivy.Index, since: int = 0) -> tuple[int, int]:
         """The (seq, at) the committed index records (`since`: a seq it recorded before, where
