@@ -235,11 +235,16 @@ _SEQ_AT_START = re.compile(rb'\{"type":"[^"\\]*","seq":(\d+)[,}]')
 class _RuleLines:
     """The log's `_RULE_TAGS` lines (the fold rules every history's private fold starts from),
     found once per store: the log only grows, and a forget's redaction keeps every byte outside
-    a forgotten content, so each call searches only what was appended since the last one."""
+    a forgotten content, so each call searches only what was appended since the last one.
+
+    Except that a writer whose append fails cuts its lines back (events/log.py), which later
+    appends may grow past where a search ended: `holds` checks the line it ended with."""
 
     def __init__(self) -> None:
         #: segment name -> (bytes searched, [(offset, line)] found in them)
         self.found: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
+        #: segment name -> the last line searched, with its newline (it ends where they do)
+        self.last: dict[str, bytes] = {}
 
     def search(self, name: str, data: bytes, base: int, end: int) -> None:
         """Search segment `name`'s bytes from `base` on, held whole lines by `data[:end]` (`base`
@@ -255,10 +260,20 @@ class _RuleLines:
             for start in sorted(starts):
                 lines.append((base + start, data[start : data.find(b"\n", start, end)]))
             self.found[name] = (base + end, lines)
+            self.last[name] = data[data.rfind(b"\n", 0, end - 1) + 1 : end]
 
     def done(self, name: str) -> int:
         """How many bytes of segment `name` (from its start) have been searched."""
         return self.found.get(name, (0, []))[0]
+
+    def holds(self, name: str, fd: int, size: int) -> bool:
+        """Whether segment `name`, open as `fd`, of `size` bytes, still holds what was searched
+        of it: no shorter, and the last line searched still ends there. Lines cut back and
+        others written past that point since end it otherwise (each line has its seq and
+        time); a forget's redaction of that very line is taken for a cut (searched anew)."""
+        done = self.done(name)
+        last = self.last.get(name, b"")
+        return size >= done and _read(fd, done - len(last), done) == last
 
 
 _rule_lines: weakref.WeakKeyDictionary[Store, _RuleLines] = weakref.WeakKeyDictionary()
@@ -361,8 +376,8 @@ def _segment_lines(
 ) -> Iterator[bytes]:
     """`_matching_lines` of one segment, open as `fd`, of its first `size` bytes; `before`:
     it holds only rule lines wanted (the chain begins in a later segment)."""
-    if size < rules.done(name):  # cut back below what was searched: search it anew
-        del rules.found[name]
+    if not rules.holds(name, fd, size):  # cut back since it was searched: search it anew
+        del rules.found[name], rules.last[name]
     searched = rules.done(name)
     if before and searched == size:
         yield from (line for _, line in rules.found[name][1])

@@ -613,6 +613,7 @@ class HybridQueries:
     _mutex: threading.RLock
     _text_observed_from: int
     _forgotten_unindexed: list[str]
+    _unlinked_unindexed: list[str]
     _session_order: SessionOrder | None = None
     #: turn order of the last past state read (see `past_session_order`)
     _past_session_order: SessionOrder | None = None
@@ -691,6 +692,7 @@ class HybridQueries:
             index.current_for(self.state)
             and index.seq >= self._text_observed_from
             and not self._forgotten_unindexed
+            and not self._unlinked_unindexed
             # Another process (a rebuild) removed it and wrote a new one, which leaves the
             # log as it was: searched through this handle, tantivy's own reloads of the path
             # may show it empty while it is filled.
@@ -711,21 +713,34 @@ class HybridQueries:
                     return [m.id for m in self.state.memories.values() if m.status == "forgotten"]
                 return self._forgotten_unindexed
 
+            def unlinked() -> list[str]:
+                if index.seq < self._text_observed_from:
+                    # Every memory changed since the index's seq may have lost a key: the
+                    # index compares their keys fields with what it holds.
+                    seq = index.seq
+                    return [
+                        m.id
+                        for m in self.state.memories.values()
+                        if m.updated_seq > seq >= m.created_seq and m.status != "forgotten"
+                    ]
+                return self._unlinked_unindexed
+
             # The log's cursor stands at the state's last event: what it reads back from there
             # tells whether the index's last event is still the log's.
             time_of = self.log.time_of
             try:
-                index.sync(self.state, forgotten(), progress, time_of)
+                index.sync(self.state, forgotten(), progress, time_of, unlinked())
             except IndexAhead:
                 # Another process indexed events we have not folded yet: catch up and sync
                 # again. Still ahead after that means the log is older than the index (a
                 # restored store), or it indexed lines a failed append then cut back.
                 self.refresh()
                 try:
-                    index.sync(self.state, forgotten(), progress, time_of)
+                    index.sync(self.state, forgotten(), progress, time_of, unlinked())
                 except IndexAhead:
                     index.rebuild(self.state, progress)
             self._forgotten_unindexed = []
+            self._unlinked_unindexed = []
         return index
 
     def recall_memories(

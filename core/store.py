@@ -32,6 +32,7 @@ from keytrail.events import (
     AnyEvent,
     Appender,
     CorruptLog,
+    EntitiesDeleted,
     EventLog,
     InvalidInput,
     LockBusy,
@@ -45,6 +46,7 @@ from keytrail.events import (
     NewMemory,
     NoStore,
     NotFound,
+    ObservationsDeleted,
     StoreCreated,
     StoreError,
     TurnRecorded,
@@ -241,6 +243,8 @@ class Store(Queries, HybridQueries):
         #: the lengths of those contents: only a memory of one of them may share the text
         self._forgotten_lengths: set[int] = set()
         self._forgotten_unindexed: list[str] = []
+        #: memories a knowledge-graph delete cut keys from, for the text index's next catch-up
+        self._unlinked_unindexed: list[str] = []
         self._unfoldable: CorruptLog | None = None  # a line that cannot be applied (see _folded)
         self._pending_purge = str(forgetting.pending_path(self.home))  # checked on every write
         #: (memory id, text_hash of its content) of every forget folded since open, in order:
@@ -630,9 +634,12 @@ class Store(Queries, HybridQueries):
             raise self._unfoldable from None
 
     def _noting_forgets(self, events: Iterable[AnyEvent]) -> Iterator[AnyEvent]:
-        """Pass events through to the fold, noting each forget on the way (one pass)."""
+        """Pass events through to the fold, noting each forget on the way (one pass), and the
+        memories each knowledge-graph delete cuts keys from (their text documents change)."""
         for event in events:
-            if type(event) is MemoryForgotten:
+            if type(event) is EntitiesDeleted or type(event) is ObservationsDeleted:
+                self._unlinked_unindexed += [link.memory_id for link in event.unlinked]
+            elif type(event) is MemoryForgotten:
                 # Folded lazily: the state holds every earlier event, content included. The
                 # content's vector rows are erased at our next write; the text index drops
                 # the memory on its next catch-up.
@@ -737,6 +744,7 @@ class Store(Queries, HybridQueries):
         # forgotten since the index's seq are found in the state (`text_index`); an index
         # written from the cut events is rebuilt there (TextIndex.sync checks its last event).
         self._forgotten_unindexed = []
+        self._unlinked_unindexed = []
         self._text_observed_from = self.state.seq
         text: TextIndex | None = getattr(self, "text", None)  # None: a cut during the open
         if text is not None:

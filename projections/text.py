@@ -14,7 +14,9 @@ its events again, finding nothing to add. The time tells whether that seq is sti
 writer whose append failed cuts its lines back, and a process that indexed them meanwhile left
 an index of events the log no longer holds, whose seq another event may take. Such an index is
 rebuilt. Adding a memory deletes any document with its id first, so catching up
-twice over the same events is harmless.
+twice over the same events is harmless. A knowledge-graph delete that cuts from a memory that
+stays a key whose label its content lacks changes that memory's keys field: the catch-up then
+writes the whole index anew (`_rewrite`), as one document written anew would leave a deleted one.
 
 The index is derived: when it is missing, unreadable or from another schema it is rebuilt from
 the key graph (which the caller folded from the log). Forgotten memories are deleted from it;
@@ -25,7 +27,9 @@ writes it (catching up, rebuilding, purging, removing) holds an exclusive `flock
 `<dir>.lock`, beside the directory so removing the index never removes the lock. A process that
 finds the index missing or half-built waits for the one building it and then searches the
 result, instead of searching an empty index or deleting another process's build. Searching a
-committed index takes no lock.
+committed index takes no lock. A handle tells an index removed and made anew from the one it
+opened by a random token each new directory is given (`GENERATION_FILE`), not by its inode
+number alone, which a directory made just after another was removed often gets again.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import errno
 import fcntl
 import functools
 import os
+import secrets
 import shutil
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,6 +73,9 @@ PROGRESS_EVERY = 2000
 #: system: glibc keeps it otherwise, for the process's life (180 MiB in a server that indexed
 #: 100,000 memories at its first `recall_memories`).
 TRIM_AFTER_DOCUMENTS = 1000
+#: A random token written into each index directory made (tantivy leaves files it did not make
+#: alone): `moved` tells an index made anew from the one a handle opened by it.
+GENERATION_FILE = "keytrail.generation"
 
 
 @functools.cache
@@ -276,7 +284,8 @@ class TextIndex:
         self.dir = directory
         self.schema = _schema()
         self._index: tantivy.Index | None = None
-        self._opened: tuple[int, int] | None = None  # (device, inode) of the directory opened
+        #: (device, inode, generation) of the directory opened (see `_identity`)
+        self._opened: tuple[int, int, bytes] | None = None
         #: the seq the index reflects: the committed one's, or later where this handle found
         #: nothing to add since (a commit adding no memory records no seq)
         self.seq = 0
@@ -357,8 +366,9 @@ class TextIndex:
         return index
 
     def moved(self) -> bool:
-        """Whether the index was removed or swapped in since this handle opened it (one stat;
-        the handle's reader follows the path on its own, into a half-built index too)."""
+        """Whether the index was removed or swapped in since this handle opened it (a stat and
+        a read of a 32-byte file; the handle's reader follows the path on its own, into a
+        half-built index too)."""
         return self._identity() != self._opened
 
     def drop_if_moved(self) -> bool:
@@ -369,19 +379,33 @@ class TextIndex:
         self._index = None
         return True
 
-    def _identity(self) -> tuple[int, int] | None:
+    def _identity(self) -> tuple[int, int, bytes] | None:
+        """The directory's (device, inode) and the generation written into it when it was
+        made: a directory removed and made anew often gets the same inode number at once."""
         try:
             st = os.stat(self.dir)
         except FileNotFoundError:
             return None
-        return st.st_dev, st.st_ino
+        try:  # os calls: a text-mode `open` costs several times as much (every search)
+            fd = os.open(os.path.join(self.dir, GENERATION_FILE), os.O_RDONLY)
+            try:
+                generation = os.read(fd, 64)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            # Removed since; or made by an older keytrail, or not yet given its generation (it
+            # is written holding the lock: a reader that saw it without reopens it once).
+            generation = b""
+        return st.st_dev, st.st_ino, generation
 
     def _sibling(self, suffix: str) -> Path:
         return self.dir.with_name(f"{self.dir.name}.{suffix}")
 
     def _create(self, path: Path) -> tantivy.Index:
         path.mkdir(parents=True, exist_ok=True)
-        return _with_tokenizers(tantivy.Index(self.schema, path=str(path), reuse=False))
+        index = _with_tokenizers(tantivy.Index(self.schema, path=str(path), reuse=False))
+        (path / GENERATION_FILE).write_text(secrets.token_hex(16), encoding="ascii")
+        return index
 
     def _read_meta(self, index: tantivy.Index, since: int = 0) -> tuple[int, int]:
         """The (seq, at) the committed index records (`since`: a seq it recorded before, where
@@ -459,21 +483,24 @@ class TextIndex:
         forgotten: Iterable[str] = (),
         progress: IndexProgress | None = None,
         time_of: TimeOf | None = None,
+        unlinked: Iterable[str] = (),
     ) -> int:
         """Index every memory created after the index's seq, delete `forgotten`; commit.
 
         `forgotten` are memories forgotten since the index's seq (the caller observed the
-        events). `time_of(seq)` is the time of the log's event `seq` (for an index behind the
-        state). Returns how many documents were added.
+        events), `unlinked` memories a knowledge-graph delete cut keys from since then (their
+        keys field may have to lose labels: see `_rewrite`). `time_of(seq)` is the time of the
+        log's event `seq` (for an index behind the state). Returns how many documents were
+        added or written anew.
 
         Raises `IndexAhead` when the committed index reflects more of the log than `state`: the
         caller catches its state up and calls again (if the log really is older than the index,
         a restored store, the caller rebuilds). An index whose last event is not the log's (it
         was cut back after the index was written) is rebuilt.
         """
-        forgotten = list(forgotten)
+        forgotten, unlinked = list(forgotten), list(unlinked)
         self._open()
-        if self.current_for(state) and not forgotten:
+        if self.current_for(state) and not forgotten and not unlinked:
             return 0
         with self.exclusive():
             index = self._current()
@@ -481,9 +508,9 @@ class TextIndex:
                 raise IndexAhead(self.seq, state.seq)
             if not self._of_the_log(state, time_of):
                 return self.rebuild(state, progress)
-            if state.seq == self.seq and not forgotten:
+            if state.seq == self.seq and not forgotten and not unlinked:
                 return 0  # another process indexed what we came to index
-            return self._add(index, state, forgotten, progress)
+            return self._add(index, state, forgotten, progress, unlinked)
 
     def _current(self) -> tantivy.Index:
         """The committed index as other processes left it (call holding the lock)."""
@@ -509,6 +536,7 @@ class TextIndex:
         state: GraphState,
         forgotten: list[str],
         progress: IndexProgress | None = None,
+        unlinked: Iterable[str] = (),
     ) -> int:
         fresh: list[MemoryNode] = []
         for node in reversed(state.memories.values()):  # newest first: stop at the indexed ones
@@ -519,6 +547,9 @@ class TextIndex:
         # (adding no memory) one deleting something must rewrite a document to record its seq.
         searcher = index.searcher()
         forgotten = [m for m in forgotten if self._holds(searcher, m)]
+        rekeyed = self._rekeyed(searcher, state, unlinked)
+        if rekeyed:
+            return self._rewrite(index, state, fresh, forgotten, rekeyed, progress)
         if not fresh and not forgotten:
             # Nothing the index holds changed (reads, link weights): no commit. The seq on disk
             # lags, so the next open walks back over these events again, finding nothing.
@@ -564,6 +595,68 @@ class TextIndex:
         if progress is not None:
             progress(total, total)
         return len(fresh)
+
+    def _rekeyed(
+        self, searcher: tantivy.Searcher, state: GraphState, unlinked: Iterable[str]
+    ) -> dict[str, tantivy.Document]:
+        """The documents the index holds for memories among `unlinked` whose keys field the
+        state now writes otherwise, written anew (by memory id): a key cut from a memory whose
+        content says its label changes nothing."""
+        rekeyed: dict[str, tantivy.Document] = {}
+        for memory_id in dict.fromkeys(unlinked):
+            node = state.memories.get(memory_id)
+            if node is None or node.status == "forgotten" or node.created_seq > self.seq:
+                continue  # gone from the index, or a fresh one (written anyway)
+            query = tantivy.Query.term_query(self.schema, "memory_id", memory_id)
+            hits = searcher.search(query, 1, count=False).hits
+            if not hits:
+                continue
+            doc = self._doc(node, state)
+            if searcher.doc(hits[0][1]).get_first("keys") != doc.get_first("keys"):
+                rekeyed[memory_id] = doc
+        return rekeyed
+
+    def _rewrite(
+        self,
+        index: tantivy.Index,
+        state: GraphState,
+        fresh: list[MemoryNode],
+        forgotten: list[str],
+        rekeyed: dict[str, tantivy.Document],
+        progress: IndexProgress | None = None,
+    ) -> int:
+        """Catch up with memories whose keys field changed: the whole index written anew.
+
+        Writing a document anew deletes its old one, and tantivy counts deleted documents in
+        BM25's statistics until a merge drops them, which the Python binding cannot force: the
+        same log would score otherwise here than in a rebuilt index, for as long as the segment
+        lives. So the stored documents are copied into a fresh index (as `purge` does), the
+        changed ones as the state writes them. Only a knowledge-graph delete that cuts a label
+        the memory's content lacks pays this (a few seconds at 100,000 memories).
+        """
+        meta = (state.seq, micros(state.at))
+        written = dict(rekeyed)
+        for node in reversed(fresh):
+            if node.status != "forgotten":
+                written[node.id] = self._doc(node, state)
+        gone = set(forgotten) | {n.id for n in fresh}
+        docs = [*self._stored(index, gone | written.keys(), meta), *written.values()]
+        self._swap_in(docs, meta, len(docs), progress)
+        self._note_checked(*meta)
+        if progress is not None:
+            progress(len(docs), len(docs))
+        return len(written)
+
+    def _stored(
+        self, index: tantivy.Index, skip: Collection[str], meta: tuple[int, int]
+    ) -> list[tantivy.Document]:
+        """Every stored memory document but those of `skip`, to write anew with `meta`."""
+        searcher = index.searcher()
+        everything = searcher.search(
+            tantivy.Query.term_query(self.schema, "kind", "memory"), max(1, searcher.num_docs)
+        )
+        docs = (searcher.doc(address) for _, address in everything.hits)
+        return [_stored_document(d, meta) for d in docs if d.get_first("memory_id") not in skip]
 
     def rebuild(self, state: GraphState, progress: IndexProgress | None = None) -> int:
         """Index every memory that is not forgotten from scratch, then swap the index in."""
@@ -628,18 +721,8 @@ class TextIndex:
 
     def _purge(self, index: tantivy.Index, gone: set[str]) -> int:
         searcher = index.searcher()
-        everything = searcher.search(
-            tantivy.Query.term_query(self.schema, "kind", "memory"), max(1, searcher.num_docs)
-        )
-        keep: list[tantivy.Document] = []
-        removed = 0
-        for _, address in everything.hits:
-            doc = searcher.doc(address)
-            if doc.get_first("memory_id") in gone:
-                removed += 1
-                continue
-            keep.append(_stored_document(doc, (self.seq, self.at)))
-        self._swap_in(keep, (self.seq, self.at))
+        removed = sum(self._holds(searcher, memory_id) for memory_id in gone)
+        self._swap_in(self._stored(index, gone, (self.seq, self.at)), (self.seq, self.at))
         return removed
 
     def _holds(self, searcher: tantivy.Searcher, memory_id: str) -> bool:

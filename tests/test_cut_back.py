@@ -448,3 +448,34 @@ def test_a_reembed_that_listed_lines_cut_back_does_not_claim_their_seqs(
     fresh = make_store(home)
     assert text_hash("second fact about plums") not in fresh.vectors
     assert not reembed.status(fresh).current
+
+
+def test_a_history_after_rule_lines_it_found_were_cut_back_and_the_segment_regrew(
+    make_store: Make, tmp_path: Path
+) -> None:
+    """b's history found a's rules.changed line (reads deepen by 0.5) between a's write and its
+    failed fsync; a cut it back, then wrote on past where b had searched. b kept the cut line
+    for its fold rules (a segment was searched anew only if it had shrunk below that point),
+    so its history deepened the read by 0.5, which the log never said."""
+    from keytrail.events import FoldRules, RulesChanged
+
+    home = tmp_path / "store"
+    a, b = make_store(home), make_store(home)
+    told = a.remember("the walrus basks on the ice floe", ["walrus"])
+
+    def b_reads_history() -> None:
+        core_history.history(b, told.memory_id)
+
+    b_reads_history()
+    with (
+        failing("fsync", b_reads_history),
+        pytest.raises(Exception, match="nothing was"),
+        a.log.lock() as app,  # rules only a hand-made log changes
+    ):
+        app.append(RulesChanged(rules=FoldRules(depth_step=0.5)))
+    a.remember("a longer line than the cut one: " + "the ice floe drifts south " * 8, ["ice"])
+    a.read_memory(told.memory_id)
+    found = core_history.history(b, told.memory_id)
+    assert b.reloads == 1
+    assert found == core_history.history(make_store(home), told.memory_id)
+    assert found.trajectory[-1].depth != 0.5

@@ -425,15 +425,18 @@ def test_a_second_import_into_one_home_waits_for_the_first_and_is_refused(
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks")
+@pytest.mark.parametrize("inode", ["new", "reused"])
 def test_a_server_searches_the_text_index_a_rebuild_wrote_not_the_one_it_removed(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inode: str
 ) -> None:
     """rebuild removes the text index, makes an empty one in its place and fills it, holding
     the index's writers' lock. A server whose state the rebuild did not change searched on
     through its handle of the removed index, which tantivy reloads from the path on its own
     (every half second): caught on the empty index, recall_memories answered without a single
     BM25 hit while the rebuild filled it and for up to half a second after. The server must
-    search the index now at the path, waiting for the writer filling it."""
+    search the index now at the path, waiting for the writer filling it; also when the new
+    directory took the removed one's inode number, as a delete-then-create often does."""
+    from keytrail.projections import text
     from keytrail.projections.text import TextIndex
 
     home = tmp_path / "store"
@@ -447,6 +450,16 @@ def test_a_server_searches_the_text_index_a_rebuild_wrote_not_the_one_it_removed
         directory = home / maintenance.TEXT_INDEX_DIR
         # Held open, so that the new directory cannot take the removed one's inode number.
         removed = os.open(directory, os.O_RDONLY)
+        if inode == "reused":
+            first, real_stat = os.stat(directory), os.stat
+
+            def same_inode(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+                found = real_stat(path, *args, **kwargs)
+                if Path(path) != directory:
+                    return found
+                return os.stat_result((found[0], first.st_ino, first.st_dev, *found[3:10]))
+
+            monkeypatch.setattr(text.os, "stat", same_inode)
         rebuild = TextIndex(directory)  # what `keytrail rebuild` does, in another process
         answers: list[Any] = []
         searcher = threading.Thread(

@@ -465,3 +465,46 @@ def test_equal_scores_come_oldest_first_whatever_segments_hold_them(store: Store
     hits = store.text_index().search("crane", 5)
     assert len({h.score for h in hits}) == 1
     assert [h.memory_id for h in hits] == ids[:5]
+
+
+@pytest.mark.parametrize("first", ["long-lived", "opened after"])
+def test_a_knowledge_graph_delete_writes_anew_the_memories_it_unlinks(
+    make_store: Callable[..., Store], tmp_path: Path, first: str
+) -> None:
+    # A memory linked to a deleted entity stays, without that key: its document held the
+    # entity's name in its keys field, which only a rebuild wrote anew, so a long-lived server
+    # still found it by that name and one started afresh on the same log did not.
+    from keytrail.core.knowledge_graph import EntityInput, KnowledgeGraph, ObservationInput
+
+    live = make_store()
+    kg = KnowledgeGraph(live)
+    kg.create_entities(
+        [
+            EntityInput("Zanzibar", "place", ["spice island"]),
+            EntityInput("Bob", "person", ["is tall"]),
+            EntityInput("Carol", "person", ["rows boats"]),
+        ]
+    )
+    pier = live.remember("met at the pier at dawn", ["Zanzibar", "Bob"]).memory_id
+    live.remember("the Zanzibar ferry leaves at noon", ["ferry"])
+    live.remember("sang sea shanties", ["Carol", "Bob"])
+    live.catch_up_text_index()
+    # Another process deletes; the index catches up first in the long-lived process (which
+    # folded the deletes) or in one opened after them (which did not).
+    other = make_store()
+    KnowledgeGraph(other).delete_entities(["Zanzibar"])
+    KnowledgeGraph(other).delete_observations([ObservationInput("Carol", ["sang sea shanties"])])
+    later = make_store()
+    (live if first == "long-lived" else later).catch_up_text_index()
+    assert pier not in {h.memory_id for h in live.text_index().search("Zanzibar", 10)}
+    copy = tmp_path / "copy"
+    shutil.copytree(live.home, copy, ignore=shutil.ignore_patterns("index"))
+    fresh = make_store(copy)
+    for query in ["Zanzibar", "Carol shanties", "pier"]:
+        want = [(h.memory_id, h.score) for h in fresh.text_index().search(query, 10)]
+        recalled = [m.memory_id for m in fresh.recall_memories(query, learn=False).memories]
+        for store in (live, later):
+            assert [(h.memory_id, h.score) for h in store.text_index().search(query, 10)] == want
+            assert [m.memory_id for m in store.recall_memories(query, learn=False).memories] == (
+                recalled
+            )
