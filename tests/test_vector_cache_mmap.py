@@ -47,6 +47,16 @@ def reads_right(cache: VectorCache, forgotten: set[str] = frozenset()) -> None: 
         assert np.array_equal(cache.rows(digests), np.stack([vector_of(d) for d in digests]))
 
 
+def told_again_is_read(folder: Path, reader: VectorCache, text: str) -> None:
+    """A process that folded the forget of `text` tells it again: `reader` reads its new row."""
+    teller = VectorCache(folder, "fp", DIM)
+    (digest,) = put(teller, text)
+    teller.flush()
+    reader.refresh()
+    assert np.array_equal(reader.get(digest), vector_of(digest))  # type: ignore[arg-type]
+    reads_right(reader)
+
+
 @pytest.fixture
 def small_remap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectors_module, "REMAP_ROWS", 3)
@@ -135,12 +145,7 @@ def test_a_forget_of_a_row_not_read_yet_keeps_it_unread_until_told_again(
     forgetter.purge({secret})
     assert reader.get(secret) is None
     reads_right(reader)
-    teller = VectorCache(tmp_path, "fp", DIM)  # folded the forget before it embedded
-    put(teller, "the door code is 4711")
-    teller.flush()
-    reader.refresh()
-    assert np.array_equal(reader.get(secret), vector_of(secret))  # type: ignore[arg-type]
-    reads_right(reader)
+    told_again_is_read(tmp_path, reader, "the door code is 4711")
 
 
 def test_a_text_dropped_before_the_cache_was_made_anew_is_read_once_told_again(
@@ -421,12 +426,7 @@ def test_a_purge_of_the_readers_last_row_is_not_taken_for_files_made_anew(
     (unsaved,) = put(reader, "the reader's own")
     reader.flush()  # under the lock, the dashed line is checked again
     assert reader._rows[unsaved] == 202 and reader.unsaved == 0
-    teller = VectorCache(tmp_path, "fp", DIM)  # folded the forget before it embedded
-    put(teller, "text 199")
-    teller.flush()
-    reader.refresh()
-    assert np.array_equal(reader.get(last), vector_of(last))  # type: ignore[arg-type]
-    reads_right(reader)
+    told_again_is_read(tmp_path, reader, "text 199")
 
 
 def test_a_purge_zeroes_every_erased_row_an_earlier_purge_left_holding_a_vector(
