@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from keytrail.events import FoldRules, InvalidInput
+from keytrail.events.errors import quoted
 
 from .profiles import Thresholds
 
@@ -427,12 +428,17 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
     choices = _CHOICES.get(var)
     if choices is not None and raw not in choices:
         raise InvalidInput(
-            var, f"not one of {', '.join(choices)}: {raw!r}", limit=", ".join(choices)
+            var, f"not one of {', '.join(choices)}: {quoted(raw)}", limit=", ".join(choices)
         )
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise InvalidInput(var, f"not a valid {kind.__name__}: {raw!r}") from None
+    if kind is int:
+        from .validation import integer  # validation imports this module
+
+        value = integer(var, raw)
+    else:
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise InvalidInput(var, f"not a valid {kind.__name__}: {quoted(raw)}") from None
     if kind in (int, float):
         _check_range(var, raw, value)
     return value
@@ -441,19 +447,19 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
 def _check_range(var: str, raw: str, value: float) -> None:
     """Refuse a numeric setting no code path can use (nan, inf, a negative size, a zero divisor),
     so it fails here, named, rather than as a traceback deep in a query."""
-    if not math.isfinite(value):
-        raise InvalidInput(var, f"{raw!r} is not a finite number")
+    if isinstance(value, float) and not math.isfinite(value):  # an int of 400 digits is no float
+        raise InvalidInput(var, f"{quoted(raw)} is not a finite number")
     if var.startswith("KEYTRAIL_THRESHOLD_"):
         return
     if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_"):
         if value <= 0:
-            raise InvalidInput(var, f"{raw!r} is out of range", limit="above 0")
+            raise InvalidInput(var, f"{quoted(raw)} is out of range", limit="above 0")
     elif value < 0:
-        raise InvalidInput(var, f"{raw!r} is out of range", limit="0 or more")
+        raise InvalidInput(var, f"{quoted(raw)} is out of range", limit="0 or more")
     ceiling = _AT_MOST.get(var)
     if ceiling is not None and value > ceiling:
         low = "above 0" if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_") else "0"
-        raise InvalidInput(var, f"{raw!r} is out of range", limit=f"{low} to {ceiling:g}")
+        raise InvalidInput(var, f"{quoted(raw)} is out of range", limit=f"{low} to {ceiling:g}")
 
 
 def _check_namespace(field: str, value: str) -> None:

@@ -30,6 +30,26 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
 
 
+#: What an integer typed as a flag or a KEYTRAIL_* variable is made of (see `integer`)
+INTEGER_FORM = "ASCII digits 0-9, after a minus if negative"
+_INTEGER_RE = re.compile(r"-?[0-9]+")
+
+
+def integer(field: str, raw: str) -> int:
+    """`raw`, an integer typed as a command-line flag or a KEYTRAIL_* variable: ASCII digits,
+    after a minus for a negative one (the range checked after says which mean something),
+    surrounding whitespace ignored. int() also reads other scripts' digits, underscores and a
+    plus, which no one typing a number means: `serve --http --port ٣` served on port 3."""
+    digits = raw.strip()
+    if not _INTEGER_RE.fullmatch(digits):
+        raise InvalidInput(field, f"not an integer: {quoted(raw)}", limit=INTEGER_FORM)
+    try:
+        return int(digits)
+    except ValueError:  # over the 4,300 digits int() reads: outside every range
+        size = len(digits.lstrip("-"))
+        raise InvalidInput(field, f"an integer of {size:,} digits is out of range") from None
+
+
 @dataclass(frozen=True)
 class KeySpec:
     label: str

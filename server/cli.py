@@ -45,6 +45,7 @@ from .shell import (
     PAGE_HELP,
     TOP_K_HELP,
     emit_json,
+    integer_flag,
     is_loopback,
     memories,
     note_namespace_never_told,
@@ -522,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     # No defaults here: given without --http they are refused, not dropped (see cmd_serve).
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help=f"HTTP port (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=integer_flag, help=f"HTTP port (default {DEFAULT_PORT})")
     p.add_argument(
         "--token",
         help="bearer token clients must send; required for a non-loopback host. Prefer "
@@ -545,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
         settings.add_argument(
             var.flag,
             dest=var.env,
-            type=var.kind,
+            type=integer_flag if var.kind is int else var.kind,
             choices=var.choices,
             metavar="|".join(var.choices) if var.choices else var.kind.__name__.upper(),
             help=f"{var.help} ({var.env}, default {default})",
@@ -600,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ttl",
-        type=int,
+        type=integer_flag,
         metavar="SECONDS",
         help="hide it (expired) this many seconds from now; `forget` is what erases",
     )
@@ -621,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("recall", "keys a query leads to (never content)", cmd_recall)
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, help=TOP_K_HELP)
+    p.add_argument("--top-k", dest="top_k", type=integer_flag, help=TOP_K_HELP)
     p.add_argument(
         "--context",
         metavar="TEXT",
@@ -632,8 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read-key", "memories behind a key (no content)", cmd_read_key)
     p.add_argument("key_id")
     p.add_argument("--query", help="rank by relevance to this")
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=20))
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
     p = verb("read", "read a memory in full (recorded: deepens it)", cmd_read)

@@ -3,6 +3,7 @@ MCP field it becomes (`ttl_seconds`): one line on stderr, status 2, nothing writ
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keytrail.core import Store
-from keytrail.server.cli import main
+from keytrail.server.cli import build_parser, main
 
 
 @pytest.fixture
@@ -132,3 +133,59 @@ def test_import_into_a_store_of_one_event_says_event_not_events(
     assert exited.value.code == 2
     said = capsys.readouterr().err
     assert f"{home} already holds 1 event; import needs an empty store" in said
+
+
+def _integer_flags() -> list[tuple[str, argparse.Action]]:
+    """(verb, action) of every flag that takes an integer, in every verb."""
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    found = []
+    for verb, parser in verbs.choices.items():
+        for action in parser._actions:
+            if not callable(action.type) or not action.option_strings:
+                continue
+            try:
+                seven = action.type("7")
+            except (argparse.ArgumentTypeError, ValueError, TypeError):
+                continue
+            if type(seven) is int:
+                found.append((verb, action))
+    return found
+
+
+def test_every_integer_flag_takes_ascii_digits_only() -> None:
+    """int() reads other scripts' digits and underscores: `serve --http --port ٣` served on
+    port 3, `list --limit 1_0` showed 10. An integer flag takes ASCII digits, after a minus
+    (a range says which negatives mean something), and nothing else."""
+    flags = _integer_flags()
+    assert {"--port", "--ttl", "--top-k", "--limit", "--offset", "--max-page"} <= {
+        action.option_strings[-1] for _, action in flags
+    }
+    for verb, action in flags:
+        for value in ("٣", "1_0", "+7", "7.0", "", " "):
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(value)
+        assert action.type("-3") == -3, (verb, action.option_strings)
+        assert action.type("0012") == 12
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--port", "٣"],  # --http left out: unrefused, it would serve
+        ["serve", "--max-page", "1_000"],
+        ["list", "--limit", "١٠"],
+        ["remember", "a fact", "--ttl", "+60"],
+    ],
+)
+def test_an_integer_flag_in_other_digits_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    home = tmp_path / "store"
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--home", str(home)])
+    assert exited.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    flag, value = args[-2:]
+    limit = "ASCII digits 0-9, after a minus if negative"
+    assert last.endswith(f"error: argument {flag}: not an integer: {value!r} (limit: {limit})")
+    assert not home.exists()

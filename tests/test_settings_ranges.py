@@ -64,6 +64,19 @@ def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) 
 
 
 @pytest.mark.parametrize(
+    "value", ["٣", "１２", "1_000", "+5", "5.0", "0x10", "-" + "9" * 1000, "9" * 5000]
+)
+def test_an_integer_setting_takes_ascii_digits_and_is_quoted_short(value: str) -> None:
+    """int() read other scripts' digits and underscores (KEYTRAIL_MAX_PAGE=٣ was 3); a value of
+    1,000 digits failed as an OverflowError traceback, and a refused one was echoed whole."""
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({"KEYTRAIL_MAX_PAGE": value})
+    assert caught.value.field == "KEYTRAIL_MAX_PAGE"
+    assert len(caught.value.message) < 200, caught.value.message
+    assert Settings.from_env({"KEYTRAIL_MAX_PAGE": " 42 "}).limits.page == 42
+
+
+@pytest.mark.parametrize(
     ("var", "value"),
     [
         ("KEYTRAIL_HYBRID_HOPS", "5"),
