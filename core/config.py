@@ -474,7 +474,7 @@ def _check_embedder(var: str, value: str) -> None:
     from .embedders import EMBEDDERS  # it needs numpy, which settings alone do not
 
     if value not in EMBEDDERS:
-        raise InvalidInput(var, f"unknown embedder {value!r}", limit=", ".join(EMBEDDERS))
+        raise InvalidInput(var, f"unknown embedder {quoted(value)}", limit=", ".join(EMBEDDERS))
 
 
 def _check_clamp(rules: FoldRules, env: Mapping[str, str]) -> None:

@@ -30,6 +30,10 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
 
 
+#: The most characters of a file's path an error quotes (see `quoted`): a real one whole, one too
+#: long to name a file (thousands of characters) cut short
+PATH_CHARS = 200
+
 #: What an integer typed as a flag or a KEYTRAIL_* variable is made of (see `integer`)
 INTEGER_FORM = "ASCII digits 0-9, after a minus if negative"
 _INTEGER_RE = re.compile(r"-?[0-9]+")

@@ -82,7 +82,7 @@ from keytrail.core.results import (
     TurnSaved,
 )
 from keytrail.core.timetravel import read_memory_at, view
-from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS, unicode
+from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS, quoted, unicode
 
 from .output_schemas import FlatSchemaServer
 from .shell import EXIT_INTERRUPTED, is_loopback
@@ -1300,7 +1300,7 @@ def check_listen(host: str, port: int) -> None:
         )
     except (socket.gaierror, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
-        raise InvalidInput("--host", f"cannot resolve {host!r}: {reason}") from None
+        raise InvalidInput("--host", f"cannot resolve {quoted(host)}: {reason}") from None
     for family, kind, proto, _, address in infos:
         try:
             with socket.socket(family, kind, proto) as sock:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_cli import REPO, env_for
 
 from keytrail.core import Store
 from keytrail.server.cli import build_parser, main
@@ -189,3 +193,55 @@ def test_an_integer_flag_in_other_digits_is_refused_naming_it(
     limit = "ASCII digits 0-9, after a minus if negative"
     assert last.endswith(f"error: argument {flag}: not an integer: {value!r} (limit: {limit})")
     assert not home.exists()
+
+
+LONG = "x" * 3000
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        ([LONG], {}),  # argparse: invalid choice (a verb)
+        (["export", "--format", LONG], {}),  # invalid choice
+        (["serve", "--time-zone", LONG], {}),  # invalid TimeZone value
+        (["serve", "--depth-step", LONG], {}),  # invalid float value
+        (["serve", "--max-page", "-" + "9" * 1000], {}),
+        (["serve", "--http", "--port", "9" * 1000], {}),
+        (["serve", "--http", "--host", LONG], {}),  # a token is required on this host
+        (["serve", "--http", "--host", LONG, "--token", "t"], {}),  # cannot resolve it
+        (["serve"], {"KEYTRAIL_DIRECT_RECALL": LONG}),
+        (["serve"], {"KEYTRAIL_EMBEDDER": LONG}),
+        (["serve"], {"KEYTRAIL_HYBRID_FUSION": LONG}),
+        (["stats"], {"KEYTRAIL_TIME_DECAY_DAYS": "1" * 400}),  # inf, not a finite number
+    ],
+)
+def test_a_refused_long_value_is_quoted_short(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    """A refused value came back whole in the error: argparse's own messages, a setting's
+    value, a host, the path of an --output too long to be a file name (6,000 characters)."""
+    home = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", *args],
+        env=env_for(home) | env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr[-300:]
+    said = proc.stderr.splitlines()[-1]
+    assert "error: " in said and not re.search(r"(.)\1{99}", said), said  # cut short
+    assert not home.exists()
+
+
+@pytest.mark.parametrize("verb", ["export -o", "import"])
+def test_a_path_too_long_to_name_a_file_is_quoted_short(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """`export -o` and `import` of a path too long to name a file echoed all of it."""
+    path = tmp_path / ("x" * 3000)
+    err = refused(home, capsys, *verb.split(), str(path))
+    assert "File name too long" in err and len(err) < 300, err
+    assert f"{str(path)[:100]}" in err
