@@ -66,6 +66,8 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
     unicode(field, value)
     stripped = value.strip()
     if not allow_empty and not _shows_something(stripped):
+        if any(not c.isspace() and unicodedata.category(c) != "Cf" for c in stripped):
+            raise InvalidInput(field, NOTHING_VISIBLE)  # control characters, lone marks
         raise InvalidInput(field, "must not be empty")
     if len(value) > limit:
         raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
@@ -80,10 +82,15 @@ def ident(field: str, value: object) -> str:
     return value
 
 
+#: Why text of characters that all show nothing is refused (a label's and content's words)
+NOTHING_VISIBLE = "has no visible character (letter, digit, punctuation, symbol)"
+
+
 def _shows_something(text: str) -> bool:
-    """Whether `text` holds more than whitespace and format characters (strip() keeps a
-    zero-width space or a byte order mark, which show nothing)."""
-    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+    """Whether `text` holds a letter, digit, punctuation mark or symbol: whitespace, format
+    characters (strip() keeps a zero-width space or a byte order mark), control characters
+    and combining marks with nothing to combine with show nothing."""
+    return any(unicodedata.category(c)[0] in "LNPS" for c in text)
 
 
 def unicode(field: str, value: str) -> str:
@@ -129,8 +136,8 @@ def label(field: str, value: object, limit: int) -> str:
     for i, char in enumerate(checked):
         if unicodedata.category(char) == "Cc":
             raise InvalidInput(field, f"holds a control character U+{ord(char):04X} at {i}")
-    if not any(unicodedata.category(c)[0] in "LNPS" for c in checked):
-        raise InvalidInput(field, "has no visible character (letter, digit, punctuation, symbol)")
+    if not _shows_something(checked):
+        raise InvalidInput(field, NOTHING_VISIBLE)
     return checked
 
 
