@@ -407,7 +407,7 @@ _AT_MOST: dict[str, float] = {
 }
 
 #: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).
-#: Every other numeric setting must be at least 0, except thresholds (cosines, maybe negative).
+#: Every other numeric setting must be at least 0, except thresholds (cosines, -1 to 1).
 _POSITIVE = frozenset(
     {
         "KEYTRAIL_TIME_DECAY_DAYS",
@@ -450,6 +450,10 @@ def _check_range(var: str, raw: str, value: float) -> None:
     if isinstance(value, float) and not math.isfinite(value):  # an int of 400 digits is no float
         raise InvalidInput(var, f"{quoted(raw)} is not a finite number")
     if var.startswith("KEYTRAIL_THRESHOLD_"):
+        # Each is compared with a cosine similarity, -1 to 1 (negatives meaningful): past an end
+        # every pair meets it, or none does (--threshold-merge 1000 was taken).
+        if not -1 <= value <= 1:
+            raise InvalidInput(var, f"{quoted(raw)} is out of range", limit="-1 to 1, a cosine")
         return
     if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_"):
         if value <= 0:
