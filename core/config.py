@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from keytrail.events import FoldRules, InvalidInput
+from keytrail.events.errors import quoted
 
 from .profiles import Thresholds
 
@@ -406,7 +407,7 @@ _AT_MOST: dict[str, float] = {
 }
 
 #: Numeric settings that must be above zero: sizes, counts and divisors (0 breaks them).
-#: Every other numeric setting must be at least 0, except thresholds (cosines, maybe negative).
+#: Every other numeric setting must be at least 0, except thresholds (cosines, -1 to 1).
 _POSITIVE = frozenset(
     {
         "KEYTRAIL_TIME_DECAY_DAYS",
@@ -427,12 +428,17 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
     choices = _CHOICES.get(var)
     if choices is not None and raw not in choices:
         raise InvalidInput(
-            var, f"not one of {', '.join(choices)}: {raw!r}", limit=", ".join(choices)
+            var, f"not one of {', '.join(choices)}: {quoted(raw)}", limit=", ".join(choices)
         )
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise InvalidInput(var, f"not a valid {kind.__name__}: {raw!r}") from None
+    if kind is int:
+        from .validation import integer  # validation imports this module
+
+        value = integer(var, raw)
+    else:
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise InvalidInput(var, f"not a valid {kind.__name__}: {quoted(raw)}") from None
     if kind in (int, float):
         _check_range(var, raw, value)
     return value
@@ -441,19 +447,23 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
 def _check_range(var: str, raw: str, value: float) -> None:
     """Refuse a numeric setting no code path can use (nan, inf, a negative size, a zero divisor),
     so it fails here, named, rather than as a traceback deep in a query."""
-    if not math.isfinite(value):
-        raise InvalidInput(var, f"{raw!r} is not a finite number")
+    if isinstance(value, float) and not math.isfinite(value):  # an int of 400 digits is no float
+        raise InvalidInput(var, f"{quoted(raw)} is not a finite number")
     if var.startswith("KEYTRAIL_THRESHOLD_"):
+        # Each is compared with a cosine similarity, -1 to 1 (negatives meaningful): past an end
+        # every pair meets it, or none does (--threshold-merge 1000 was taken).
+        if not -1 <= value <= 1:
+            raise InvalidInput(var, f"{quoted(raw)} is out of range", limit="-1 to 1, a cosine")
         return
     if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_"):
         if value <= 0:
-            raise InvalidInput(var, f"{raw!r} is out of range", limit="above 0")
+            raise InvalidInput(var, f"{quoted(raw)} is out of range", limit="above 0")
     elif value < 0:
-        raise InvalidInput(var, f"{raw!r} is out of range", limit="0 or more")
+        raise InvalidInput(var, f"{quoted(raw)} is out of range", limit="0 or more")
     ceiling = _AT_MOST.get(var)
     if ceiling is not None and value > ceiling:
         low = "above 0" if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_") else "0"
-        raise InvalidInput(var, f"{raw!r} is out of range", limit=f"{low} to {ceiling:g}")
+        raise InvalidInput(var, f"{quoted(raw)} is out of range", limit=f"{low} to {ceiling:g}")
 
 
 def _check_namespace(field: str, value: str) -> None:
@@ -468,7 +478,7 @@ def _check_embedder(var: str, value: str) -> None:
     from .embedders import EMBEDDERS  # it needs numpy, which settings alone do not
 
     if value not in EMBEDDERS:
-        raise InvalidInput(var, f"unknown embedder {value!r}", limit=", ".join(EMBEDDERS))
+        raise InvalidInput(var, f"unknown embedder {quoted(value)}", limit=", ".join(EMBEDDERS))
 
 
 def _check_clamp(rules: FoldRules, env: Mapping[str, str]) -> None:

@@ -30,6 +30,30 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
 
 
+#: The most characters of a file's path an error quotes (see `quoted`): a real one whole, one too
+#: long to name a file (thousands of characters) cut short
+PATH_CHARS = 200
+
+#: What an integer typed as a flag or a KEYTRAIL_* variable is made of (see `integer`)
+INTEGER_FORM = "ASCII digits 0-9, after a minus if negative"
+_INTEGER_RE = re.compile(r"-?[0-9]+")
+
+
+def integer(field: str, raw: str) -> int:
+    """`raw`, an integer typed as a command-line flag or a KEYTRAIL_* variable: ASCII digits,
+    after a minus for a negative one (the range checked after says which mean something),
+    surrounding whitespace ignored. int() also reads other scripts' digits, underscores and a
+    plus, which no one typing a number means: `serve --http --port ٣` served on port 3."""
+    digits = raw.strip()
+    if not _INTEGER_RE.fullmatch(digits):
+        raise InvalidInput(field, f"not an integer: {quoted(raw)}", limit=INTEGER_FORM)
+    try:
+        return int(digits)
+    except ValueError:  # over the 4,300 digits int() reads: outside every range
+        size = len(digits.lstrip("-"))
+        raise InvalidInput(field, f"an integer of {size:,} digits is out of range") from None
+
+
 @dataclass(frozen=True)
 class KeySpec:
     label: str
@@ -42,6 +66,8 @@ def text(field: str, value: object, limit: int, *, allow_empty: bool = False) ->
     unicode(field, value)
     stripped = value.strip()
     if not allow_empty and not _shows_something(stripped):
+        if any(not c.isspace() and unicodedata.category(c) != "Cf" for c in stripped):
+            raise InvalidInput(field, NOTHING_VISIBLE)  # control characters, lone marks
         raise InvalidInput(field, "must not be empty")
     if len(value) > limit:
         raise InvalidInput(field, f"is {len(value)} characters long", limit=f"{limit} characters")
@@ -56,10 +82,15 @@ def ident(field: str, value: object) -> str:
     return value
 
 
+#: Why text of characters that all show nothing is refused (a label's and content's words)
+NOTHING_VISIBLE = "has no visible character (letter, digit, punctuation, symbol)"
+
+
 def _shows_something(text: str) -> bool:
-    """Whether `text` holds more than whitespace and format characters (strip() keeps a
-    zero-width space or a byte order mark, which show nothing)."""
-    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+    """Whether `text` holds a letter, digit, punctuation mark or symbol: whitespace, format
+    characters (strip() keeps a zero-width space or a byte order mark), control characters
+    and combining marks with nothing to combine with show nothing."""
+    return any(unicodedata.category(c)[0] in "LNPS" for c in text)
 
 
 def unicode(field: str, value: str) -> str:
@@ -105,8 +136,8 @@ def label(field: str, value: object, limit: int) -> str:
     for i, char in enumerate(checked):
         if unicodedata.category(char) == "Cc":
             raise InvalidInput(field, f"holds a control character U+{ord(char):04X} at {i}")
-    if not any(unicodedata.category(c)[0] in "LNPS" for c in checked):
-        raise InvalidInput(field, "has no visible character (letter, digit, punctuation, symbol)")
+    if not _shows_something(checked):
+        raise InvalidInput(field, NOTHING_VISIBLE)
     return checked
 
 

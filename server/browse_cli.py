@@ -14,6 +14,7 @@ from .shell import (
     PAGE_RANGE,
     counted,
     emit_json,
+    integer_flag,
     memories,
     note_namespace_never_told,
     open_store,
@@ -167,8 +168,8 @@ def cmd_conversation(args: argparse.Namespace) -> int:
 
 def add_browse_verbs(verb: Verb) -> None:
     p = verb("list", "current memories, newest first, with a preview", cmd_list)
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=20))
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
     p = verb(
@@ -177,7 +178,7 @@ def add_browse_verbs(verb: Verb) -> None:
         cmd_related,
     )
     p.add_argument("memory_id")
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=10))
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=10))
     add_time_options(p)
 
     p = verb("keys", "keys with their memory counts, most memories first", cmd_keys)
@@ -186,8 +187,8 @@ def add_browse_verbs(verb: Verb) -> None:
         action="store_true",
         help="only hubs (keys on KEYTRAIL_HUB_MIN, 3, or more current memories)",
     )
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=50))
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=50))
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
     p = verb(
@@ -198,7 +199,7 @@ def add_browse_verbs(verb: Verb) -> None:
     )
     p.add_argument(
         "--limit",
-        type=int,
+        type=integer_flag,
         default=None,
         help="how many of the expired ids to list (all of them are expired) "
         + PAGE_RANGE.format(default=50),
@@ -209,8 +210,8 @@ def add_browse_verbs(verb: Verb) -> None:
         "sessions with recorded turns (MCP record_turn), most recently active first",
         cmd_sessions,
     )
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=50))
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=50))
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)
     # Turns are what was said when: no valid time (as memory_stats, `stats`).
     add_time_options(p, valid_at=False)
 
@@ -220,9 +221,12 @@ def add_browse_verbs(verb: Verb) -> None:
         cmd_conversation,
     )
     p.add_argument("session_id")
-    p.add_argument("--turn", type=int, help="only this turn (1-based)")
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
+    p.add_argument("--turn", type=integer_flag, help="only this turn (1-based)")
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=20))
     p.add_argument(
-        "--offset", type=int, default=0, help="how many of the newest turns to skip (default 0)"
+        "--offset",
+        type=integer_flag,
+        default=0,
+        help="how many of the newest turns to skip (default 0)",
     )
     add_time_options(p, valid_at=False)

@@ -470,7 +470,9 @@ def _output(path: str | None, home: Path) -> Iterator[TextIO]:
             raise PermissionError(13, os.strerror(13))  # renaming over it would get past that
         out = open(written, "w", encoding="utf-8")  # noqa: SIM115 (closed below; its errors first)
     except OSError as exc:
-        raise InvalidInput("--output", f"cannot write {path}: {exc.strerror}") from None
+        raise InvalidInput(
+            "--output", f"cannot write {check.quoted(path, check.PATH_CHARS)}: {exc.strerror}"
+        ) from None
     try:
         with out:
             if mode is not None and not in_place:
@@ -672,7 +674,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             with open(args.input, encoding="utf-8") as f:
                 text = f.read()
     except OSError as exc:
-        raise InvalidInput("input", f"cannot read {label}: {exc.strerror}") from None
+        raise InvalidInput(
+            "input", f"cannot read {check.quoted(label, check.PATH_CHARS)}: {exc.strerror}"
+        ) from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(label, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     # A byte order mark (Windows editors save one) is no part of the text: with it the file

@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import keytrail
 from keytrail.core import (
@@ -32,6 +32,7 @@ from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import KeyOutcome, MemoryView
 from keytrail.core.store import READ_ONLY_ERRNOS, check_item
 from keytrail.core.timetravel import read_memory_at, view
+from keytrail.core.validation import PATH_CHARS, quoted
 
 from .browse_cli import add_browse_verbs, say_more
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
@@ -45,6 +46,7 @@ from .shell import (
     PAGE_HELP,
     TOP_K_HELP,
     emit_json,
+    integer_flag,
     is_loopback,
     memories,
     note_namespace_never_told,
@@ -103,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     args.host = "127.0.0.1" if args.host is None else args.host
     args.port = DEFAULT_PORT if args.port is None else args.port
     if args.http and not 1 <= args.port <= 65535:
-        raise InvalidInput("--port", f"{args.port} is out of range", limit="1 to 65535")
+        raise InvalidInput("--port", f"{quoted(args.port)} is out of range", limit="1 to 65535")
     if args.token == "":
         # `--token "$TOKEN"` with TOKEN unset: a token was asked for, so serving without one
         # would let every client in (an empty KEYTRAIL_HTTP_TOKEN counts as unset, as every
@@ -126,7 +128,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http and not is_loopback(args.host) and not token:
         raise InvalidInput(
             "--token",
-            f"a bearer token is required to serve on non-loopback host {args.host!r} "
+            f"a bearer token is required to serve on non-loopback host {quoted(args.host)} "
             "(--token or KEYTRAIL_HTTP_TOKEN)",
         )
     if args.http:
@@ -449,13 +451,35 @@ def home_path(value: str) -> str:
     return value
 
 
-def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
+class Parser(argparse.ArgumentParser):
+    """argparse, quoting a refused value short as keytrail's own errors do: its "invalid
+    choice" and "invalid float value" echoed the value whole (3,000 characters of --format)."""
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as exc:
+            raise _quoted_short(exc, action, arg_string) from None
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            raise _quoted_short(exc, action, value) from None
+
+
+def _quoted_short(exc: argparse.ArgumentError, action: argparse.Action, value: Any) -> Exception:
+    message = exc.message
+    for said in {repr(value), repr(str(value))}:  # as each Python version words it
+        message = message.replace(said, quoted(value))
+    return argparse.ArgumentError(action, message)
+
+
+def store_options(*, after_verb: bool = True) -> Parser:
     """The options naming the store and its embedder, taken before or after the verb
     (`keytrail --home D stats` and `keytrail stats --home D`). After the verb they default to
     SUPPRESS, so a verb's parser does not overwrite with None what was given before it."""
-    common = argparse.ArgumentParser(
-        add_help=False, argument_default=argparse.SUPPRESS if after_verb else None
-    )
+    common = Parser(add_help=False, argument_default=argparse.SUPPRESS if after_verb else None)
     group = common.add_argument_group("store options (override KEYTRAIL_* variables)")
     group.add_argument(
         "--home", type=home_path, help="store directory (KEYTRAIL_HOME, default ~/.keytrail)"
@@ -482,7 +506,7 @@ def store_options(*, after_verb: bool = True) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="keytrail",
         # A prefix is no option: `--name X` must not quietly mean `--namespace X`.
         allow_abbrev=False,
@@ -522,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     # No defaults here: given without --http they are refused, not dropped (see cmd_serve).
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help=f"HTTP port (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=integer_flag, help=f"HTTP port (default {DEFAULT_PORT})")
     p.add_argument(
         "--token",
         help="bearer token clients must send; required for a non-loopback host. Prefer "
@@ -545,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
         settings.add_argument(
             var.flag,
             dest=var.env,
-            type=var.kind,
+            type=integer_flag if var.kind is int else var.kind,
             choices=var.choices,
             metavar="|".join(var.choices) if var.choices else var.kind.__name__.upper(),
             help=f"{var.help} ({var.env}, default {default})",
@@ -600,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ttl",
-        type=int,
+        type=integer_flag,
         metavar="SECONDS",
         help="hide it (expired) this many seconds from now; `forget` is what erases",
     )
@@ -621,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("recall", "keys a query leads to (never content)", cmd_recall)
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, help=TOP_K_HELP)
+    p.add_argument("--top-k", dest="top_k", type=integer_flag, help=TOP_K_HELP)
     p.add_argument(
         "--context",
         metavar="TEXT",
@@ -632,8 +656,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("read-key", "memories behind a key (no content)", cmd_read_key)
     p.add_argument("key_id")
     p.add_argument("--query", help="rank by relevance to this")
-    p.add_argument("--limit", type=int, default=None, help=PAGE_HELP.format(default=20))
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--limit", type=integer_flag, default=None, help=PAGE_HELP.format(default=20))
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)
     add_time_options(p)
 
     p = verb("read", "read a memory in full (recorded: deepens it)", cmd_read)
@@ -835,8 +859,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{where}{exc.strerror}: make room on the disk, then run it again (the log "
                 "holds every command acknowledged so far, each whole)"
             )
-        fail(str(exc))
+        fail(os_error_text(exc))
     return code
+
+
+def os_error_text(exc: OSError) -> str:
+    """`exc` as str() says it, its file names quoted short: a name too long to be a file's
+    (`--output` of 3,000 characters) came back whole."""
+    if exc.errno is None or exc.filename is None:
+        return str(exc)
+    text = f"[Errno {exc.errno}] {exc.strerror}: {quoted(exc.filename, PATH_CHARS)}"
+    if exc.filename2 is not None:
+        text += f" -> {quoted(exc.filename2, PATH_CHARS)}"
+    return text
 
 
 def cannot_write(verb: str, exc: OSError) -> str:

@@ -5,7 +5,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .shell import TOP_K_HELP, emit_json, note_namespace_never_told, open_store, preview
+from .shell import (
+    TOP_K_HELP,
+    emit_json,
+    integer_flag,
+    note_namespace_never_told,
+    open_store,
+    preview,
+)
 from .time_cli import add_time_options
 
 # Here rather than in hybrid_tools: importing that module imports mcp_server, whose tool
@@ -83,10 +90,10 @@ def add_hybrid_verbs(
         cmd_recall_memories,
     )
     p.add_argument("query")
-    p.add_argument("--top-k", dest="top_k", type=int, help=TOP_K_HELP)
+    p.add_argument("--top-k", dest="top_k", type=integer_flag, help=TOP_K_HELP)
     p.add_argument(
         "--hops",
-        type=int,
+        type=integer_flag,
         help="hops over shared keys and related_to (0-5; default KEYTRAIL_HYBRID_HOPS, 1)",
     )
     p.add_argument("--explain", action="store_true", help="break each score down by signal")

@@ -15,6 +15,7 @@ from pydantic import Field
 from keytrail.core import InvalidInput, Store
 from keytrail.core.config import MAX_HOPS
 from keytrail.core.hybrid import MemoryRecall
+from keytrail.core.validation import quoted
 
 from .hybrid_cli import ENABLE_VARIABLE
 from .mcp_server import (
@@ -42,7 +43,7 @@ def direct_recall_enabled() -> bool:
         return True
     raise InvalidInput(
         ENABLE_VARIABLE,
-        f"{value!r} is neither on nor off",
+        f"{quoted(value)} is neither on nor off",
         limit="one of " + ", ".join(repr(v) for v in (*_ON, *_OFF[1:])),
     )
 

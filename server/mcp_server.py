@@ -82,7 +82,7 @@ from keytrail.core.results import (
     TurnSaved,
 )
 from keytrail.core.timetravel import read_memory_at, view
-from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS, unicode
+from keytrail.core.validation import NAMESPACE_CHARS, SESSION_CHARS, quoted, unicode
 
 from .output_schemas import FlatSchemaServer
 from .shell import EXIT_INTERRUPTED, is_loopback
@@ -1111,7 +1111,8 @@ async def _pass_requests(
     async with to_server, answers:
         async for item in stdin:
             if isinstance(item, Exception) and (answer := _answer_unparsed(item)) is not None:
-                unanswered.add(cast(int | str, answer.id))  # a request's, never None
+                if answer.id is not None:  # None: no JSON, so no request to wait for
+                    unanswered.add(answer.id)
                 await answers.send(SessionMessage(answer))
                 continue
             if isinstance(item, SessionMessage):
@@ -1146,17 +1147,23 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
     """The answer to a request whose line the SDK's parser refused, though it is JSON: a lone
     surrogate escape ("\\ud800"), an integer of over 4,300 digits, nesting over 201 deep. A
     tool call is refused like any argument that breaks its schema, naming the argument; another
-    request gets a parse error. None: no request's id can be read (a notification, a client's
-    answer, or no JSON at all), so there is no one to answer (the SDK logs it)."""
+    request gets a parse error. A line that is no JSON at all (`{not json`, nesting deeper than
+    Python's recursion limit) gets a parse error with id null, as JSON-RPC 2.0 says. None: a
+    blank line, or JSON of a notification or a client's answer: no one to answer (the SDK
+    logs it)."""
     if not isinstance(error, ValidationError):
         return None
     [*problems] = error.errors(include_url=False)
     if len(problems) != 1 or problems[0]["type"] != "json_invalid":
         return None
+    line = problems[0]["input"]
+    parse_error = ErrorData(code=PARSE_ERROR, message=f"Parse error: {problems[0]['msg']}")
     try:
-        message = json.loads(problems[0]["input"], parse_int=_integer)
+        message = json.loads(line, parse_int=_integer)
     except (ValueError, RecursionError):
-        return None
+        if isinstance(line, str | bytes) and not line.strip():
+            return None  # no message at all, not a broken one
+        return JSONRPCError(jsonrpc="2.0", id=None, error=parse_error)
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None  # no request: a client's answer (to a ping) is not answered back
     request_id = message.get("id")
@@ -1173,7 +1180,6 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
             result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
             answer = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
             return JSONRPCResponse(jsonrpc="2.0", id=request_id, result=answer)
-    parse_error = ErrorData(code=PARSE_ERROR, message=f"Parse error: {problems[0]['msg']}")
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=parse_error)
 
 
@@ -1294,7 +1300,7 @@ def check_listen(host: str, port: int) -> None:
         )
     except (socket.gaierror, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
-        raise InvalidInput("--host", f"cannot resolve {host!r}: {reason}") from None
+        raise InvalidInput("--host", f"cannot resolve {quoted(host)}: {reason}") from None
     for family, kind, proto, _, address in infos:
         try:
             with socket.socket(family, kind, proto) as sock:

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
-from keytrail.core.validation import BIDI_CONTROLS
+from keytrail.core.validation import BIDI_CONTROLS, integer
 from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
 
 from .progress import end_open_line
@@ -27,6 +27,16 @@ TOP_K_HELP = (
     "how many to return (default 10, or KEYTRAIL_MAX_TOP_K if lower; "
     "at most KEYTRAIL_MAX_TOP_K, 100)"
 )
+
+
+def integer_flag(raw: str) -> int:
+    """The value of a flag that takes an integer (its argparse `type`): ASCII digits, as a
+    KEYTRAIL_* variable's (see validation.integer); argparse names the flag."""
+    try:
+        return integer("value", raw)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.message.removeprefix("value: ")) from None
+
 
 #: The exit status of a verb stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
 EXIT_INTERRUPTED = 130

@@ -15,6 +15,7 @@ from .shell import (
     PAGE_RANGE,
     counted,
     emit_json,
+    integer_flag,
     note_namespace_never_told,
     open_store,
     preview,
@@ -183,11 +184,11 @@ def add_time_verbs(verb: Verb) -> None:
     p.add_argument("memory_id")
     p.add_argument(
         "--limit",
-        type=int,
+        type=integer_flag,
         default=None,
         help="how many events to show, in log order " + PAGE_RANGE.format(default=50),
     )
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)
     p = verb(
         "changes",
         "memories added, corrected, read most, expired, forgotten, deleted (knowledge-graph "
@@ -198,13 +199,16 @@ def add_time_verbs(verb: Verb) -> None:
     p.add_argument("--since", metavar="SEQ|TIME", help="after this point (default: the start)")
     p.add_argument("--until", metavar="SEQ|TIME", help="up to this point (default: now)")
     p.add_argument(
-        "--top", type=int, default=10, help="how many most-read memories (default 10; 1 to 1000)"
+        "--top",
+        type=integer_flag,
+        default=10,
+        help="how many most-read memories (default 10; 1 to 1000)",
     )
     p.add_argument(
         "--limit",
-        type=int,
+        type=integer_flag,
         default=None,
         help="how many of each list to show, in log order (each total is always exact) "
         + PAGE_RANGE.format(default=50),
     )
-    p.add_argument("--offset", type=int, default=0, help=OFFSET_HELP)
+    p.add_argument("--offset", type=integer_flag, default=0, help=OFFSET_HELP)

@@ -279,13 +279,13 @@ def test_unreadable_import_and_unwritable_export_name_the_argument(
     missing = tmp_path / "no-such-folder" / "x.jsonl"
     refused = kt(home, "import", str(missing), ok=False)
     assert refused.returncode == 2 and not home.exists()
-    assert refused.stderr.startswith(f"keytrail: error: input: cannot read {missing}")
+    assert refused.stderr.startswith(f"keytrail: error: input: cannot read {str(missing)!r}")
     kt(home, "remember", "Ana moved to Porto", "-k", "Ana")
     before = segments(home)
     for fmt in ("keytrail", "memory-jsonl"):
         refused = kt(home, "export", "--format", fmt, "-o", str(missing), ok=False)
         assert refused.returncode == 2, refused.stderr
-        assert f"--output: cannot write {missing}" in refused.stderr
+        assert f"--output: cannot write {str(missing)!r}" in refused.stderr
     refused = kt(home, "import", str(tmp_path), ok=False)  # a directory
     assert "input: cannot read" in refused.stderr
     # an export written over the store's own files would wipe a log segment before reading it

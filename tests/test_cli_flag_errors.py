@@ -3,14 +3,19 @@ MCP field it becomes (`ttl_seconds`): one line on stderr, status 2, nothing writ
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_cli import REPO, env_for
 
 from keytrail.core import Store
-from keytrail.server.cli import main
+from keytrail.server.cli import build_parser, main
 
 
 @pytest.fixture
@@ -132,3 +137,111 @@ def test_import_into_a_store_of_one_event_says_event_not_events(
     assert exited.value.code == 2
     said = capsys.readouterr().err
     assert f"{home} already holds 1 event; import needs an empty store" in said
+
+
+def _integer_flags() -> list[tuple[str, argparse.Action]]:
+    """(verb, action) of every flag that takes an integer, in every verb."""
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    found = []
+    for verb, parser in verbs.choices.items():
+        for action in parser._actions:
+            if not callable(action.type) or not action.option_strings:
+                continue
+            try:
+                seven = action.type("7")
+            except (argparse.ArgumentTypeError, ValueError, TypeError):
+                continue
+            if type(seven) is int:
+                found.append((verb, action))
+    return found
+
+
+def test_every_integer_flag_takes_ascii_digits_only() -> None:
+    """int() reads other scripts' digits and underscores: `serve --http --port ٣` served on
+    port 3, `list --limit 1_0` showed 10. An integer flag takes ASCII digits, after a minus
+    (a range says which negatives mean something), and nothing else."""
+    flags = _integer_flags()
+    assert {"--port", "--ttl", "--top-k", "--limit", "--offset", "--max-page"} <= {
+        action.option_strings[-1] for _, action in flags
+    }
+    for verb, action in flags:
+        for value in ("٣", "1_0", "+7", "7.0", "", " "):
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(value)
+        assert action.type("-3") == -3, (verb, action.option_strings)
+        assert action.type("0012") == 12
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--port", "٣"],  # --http left out: unrefused, it would serve
+        ["serve", "--max-page", "1_000"],
+        ["list", "--limit", "١٠"],
+        ["remember", "a fact", "--ttl", "+60"],
+    ],
+)
+def test_an_integer_flag_in_other_digits_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    home = tmp_path / "store"
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--home", str(home)])
+    assert exited.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    flag, value = args[-2:]
+    limit = "ASCII digits 0-9, after a minus if negative"
+    assert last.endswith(f"error: argument {flag}: not an integer: {value!r} (limit: {limit})")
+    assert not home.exists()
+
+
+LONG = "x" * 3000
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        ([LONG], {}),  # argparse: invalid choice (a verb)
+        (["export", "--format", LONG], {}),  # invalid choice
+        (["serve", "--time-zone", LONG], {}),  # invalid TimeZone value
+        (["serve", "--depth-step", LONG], {}),  # invalid float value
+        (["serve", "--max-page", "-" + "9" * 1000], {}),
+        (["serve", "--http", "--port", "9" * 1000], {}),
+        (["serve", "--http", "--host", LONG], {}),  # a token is required on this host
+        (["serve", "--http", "--host", LONG, "--token", "t"], {}),  # cannot resolve it
+        (["serve"], {"KEYTRAIL_DIRECT_RECALL": LONG}),
+        (["serve"], {"KEYTRAIL_EMBEDDER": LONG}),
+        (["serve"], {"KEYTRAIL_HYBRID_FUSION": LONG}),
+        (["stats"], {"KEYTRAIL_TIME_DECAY_DAYS": "1" * 400}),  # inf, not a finite number
+    ],
+)
+def test_a_refused_long_value_is_quoted_short(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    """A refused value came back whole in the error: argparse's own messages, a setting's
+    value, a host, the path of an --output too long to be a file name (6,000 characters)."""
+    home = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", *args],
+        env=env_for(home) | env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr[-300:]
+    said = proc.stderr.splitlines()[-1]
+    assert "error: " in said and not re.search(r"(.)\1{99}", said), said  # cut short
+    assert not home.exists()
+
+
+@pytest.mark.parametrize("verb", ["export -o", "import"])
+def test_a_path_too_long_to_name_a_file_is_quoted_short(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """`export -o` and `import` of a path too long to name a file echoed all of it."""
+    path = tmp_path / ("x" * 3000)
+    err = refused(home, capsys, *verb.split(), str(path))
+    assert "File name too long" in err and len(err) < 300, err
+    assert f"{str(path)[:100]}" in err

@@ -812,6 +812,33 @@ def test_a_request_the_sdk_cannot_parse_is_answered_naming_the_argument(home: Pa
     assert b"memory.remembered" not in log_bytes(home)
 
 
+def test_a_line_that_is_no_json_is_answered_with_a_parse_error(home: Path) -> None:
+    """A line no JSON parser reads (`{not json`, nesting deeper than Python's recursion
+    limit) got no answer at all. JSON-RPC 2.0 answers it with a parse error whose id is null
+    (no id can be read from it); the server goes on serving after it. A blank line is no
+    message and gets nothing; notifications and a client's answers still get nothing back."""
+    deep = '{"jsonrpc":"2.0","id":4,"method":"ping","params":{"x":' + "[" * 100_000 + "}}"
+    proc = piped_serve(
+        home,
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "{not json",
+        deep,
+        "",
+        '{"jsonrpc":"2.0","method":"notifications/progress","params":{"x":"\\ud800"}}',
+        '{"jsonrpc":"2.0","id":99,"result":{"said":"\\ud800"}}',  # a client's answer: none back
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    unread = [a for a in answers if a["id"] is None]
+    assert [a["error"]["code"] for a in unread] == [-32700, -32700], proc.stdout
+    assert all(a["error"]["message"].startswith("Parse error: ") for a in unread), unread
+    read = {a["id"]: a for a in answers if a["id"] is not None}
+    assert sorted(read) == [1, 2], proc.stdout
+    assert read[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}  # still serving after them
+
+
 def test_capabilities_promise_no_change_notifications(home: Path) -> None:
     """A 2026-07-28 client's server/discover was told listChanged for tools, prompts and
     resources and resources.subscribe, all true (the SDK serves subscriptions/listen by

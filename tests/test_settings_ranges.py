@@ -7,6 +7,7 @@ or the store was created with fold rules outside what the design allows.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,9 @@ import pytest
 from test_cli import REPO, env_for
 
 from keytrail.core import InvalidInput, Settings
+from keytrail.core.profiles import Thresholds
+
+THRESHOLDS = [f.name for f in dataclasses.fields(Thresholds)]
 
 
 @pytest.mark.parametrize(
@@ -55,12 +59,37 @@ from keytrail.core import InvalidInput, Settings
         ("KEYTRAIL_HYBRID_CONTEXT_SESSION", "1e308"),
         ("KEYTRAIL_HYBRID_WEIGHT_BM25", "1e308"),
         ("KEYTRAIL_HYBRID_WEIGHT_DENSE", "1001"),
+        # a cosine similarity is -1 to 1: a threshold past either end is met by every pair or
+        # by none (--threshold-merge 1000 was taken)
+        ("KEYTRAIL_THRESHOLD_MERGE", "1000"),
+        ("KEYTRAIL_THRESHOLD_DEDUP", "1.0001"),
+        ("KEYTRAIL_THRESHOLD_KEY_RECALL", "-1.5"),
     ],
 )
 def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         Settings.from_env({var: value})
     assert caught.value.field == var
+
+
+@pytest.mark.parametrize("var", [f"KEYTRAIL_THRESHOLD_{name.upper()}" for name in THRESHOLDS])
+def test_a_threshold_is_a_cosine_from_minus_one_to_one(var: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({var: "1000"})
+    assert str(caught.value) == f"{var}: '1000' is out of range (limit: -1 to 1, a cosine)"
+
+
+@pytest.mark.parametrize(
+    "value", ["٣", "１２", "1_000", "+5", "5.0", "0x10", "-" + "9" * 1000, "9" * 5000]
+)
+def test_an_integer_setting_takes_ascii_digits_and_is_quoted_short(value: str) -> None:
+    """int() read other scripts' digits and underscores (KEYTRAIL_MAX_PAGE=٣ was 3); a value of
+    1,000 digits failed as an OverflowError traceback, and a refused one was echoed whole."""
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({"KEYTRAIL_MAX_PAGE": value})
+    assert caught.value.field == "KEYTRAIL_MAX_PAGE"
+    assert len(caught.value.message) < 200, caught.value.message
+    assert Settings.from_env({"KEYTRAIL_MAX_PAGE": " 42 "}).limits.page == 42
 
 
 @pytest.mark.parametrize(
@@ -78,6 +107,8 @@ def test_an_unusable_value_is_refused_naming_its_variable(var: str, value: str) 
         ("KEYTRAIL_HYBRID_HOP_DECAY", "1"),
         ("KEYTRAIL_HYBRID_WEIGHT_BM25", "1000"),
         ("KEYTRAIL_HYBRID_DIRECT_SHARE", "2"),
+        ("KEYTRAIL_THRESHOLD_MERGE", "1"),
+        ("KEYTRAIL_THRESHOLD_KEY_RECALL", "-1"),
     ],
 )
 def test_the_edges_of_each_range_are_accepted(var: str, value: str) -> None:
@@ -145,6 +176,7 @@ def test_a_model_path_that_is_no_directory_is_refused_before_a_store_is_made(
     [
         ("--hybrid-weight-bm25", "1e308", "--hybrid-weight-bm25"),
         ("--max-page", "0", "--max-page"),
+        ("--threshold-merge", "1000", "--threshold-merge"),
     ],
 )
 def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -647,6 +648,35 @@ def test_text_of_nothing_visible_is_empty(store: Store, invisible: str) -> None:
     assert refused.value.field == "content"
     assert log_digest(store.home) == before
     assert store.remember("👍", ["topic"]).memory_id  # a symbol alone is something to see
+
+
+@pytest.mark.parametrize(
+    "invisible",
+    [
+        "\x01\x02",  # control characters
+        "\x00",
+        "\u0301\u0302",  # combining marks with nothing to combine with
+        " \u034f ",  # the combining grapheme joiner
+        "\u200f\u0301\x7f",
+    ],
+)
+def test_text_of_only_controls_or_marks_shows_nothing(store: Store, invisible: str) -> None:
+    """Control characters and combining marks alone were counted as something to see: such a
+    memory was stored (and found by no one), such a query answered. Refused like a label of
+    them, naming the field."""
+    before = log_digest(store.home)
+    said = "has no visible character (letter, digit, punctuation, symbol)"
+    with pytest.raises(InvalidInput, match=re.escape(said)) as refused:
+        store.recall(invisible)
+    assert refused.value.field == "query"
+    with pytest.raises(InvalidInput, match=re.escape(said)) as refused:
+        store.remember(invisible, ["topic"])
+    assert refused.value.field == "content"
+    with pytest.raises(InvalidInput) as refused:
+        store.remember_batch([RememberItem(content=invisible, keys=["topic"])])
+    assert refused.value.field == "items[0].content"
+    assert log_digest(store.home) == before
+    assert store.remember("e\u0301\x01", ["topic"]).memory_id  # a letter is something to see
 
 
 def test_a_correction_related_to_the_memory_it_corrects_is_refused(store: Store) -> None:
