@@ -602,13 +602,14 @@ class TextIndex:
             kept = (searcher.doc(a) for _, a in newest)
             carried = next((d for d in kept if d.get_first("memory_id") not in carrier), None)
         document = _Documents(state)
-        # An index holding nothing (the first, or the first after a forget removed it) has
-        # nothing to delete: tantivy queued 100,000 deletes of nothing in 110 MiB at its peak.
-        held = searcher.num_docs > 0
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
             for done, node in enumerate(reversed(fresh), 1):
-                if held:
-                    writer.delete_documents_by_term("memory_id", node.id)
+                # Even into an empty index. Without them (100,000 of nothing take 110 MiB at
+                # the write's peak), writes from scratch left more of glibc's heap held each
+                # time, malloc_trim or not (six in one process: 334 -> 478 MiB anonymous, with
+                # them 288 -> 293; a server writes one after every forget). Why is not known:
+                # with MALLOC_ARENA_MAX=1 or a fixed MALLOC_MMAP_THRESHOLD_ it stays flat too.
+                writer.delete_documents_by_term("memory_id", node.id)
                 if node.status != "forgotten":
                     writer.add_json(document(node))
                     added += 1
