@@ -47,7 +47,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
+import msgspec
 import tantivy
 
 from keytrail.events.errors import StoreError
@@ -179,38 +181,115 @@ def _new_labels(content: str, labels: list[str]) -> list[str]:
     A label the content already says (every extracted key, most names) would only count its
     words twice, so a memory's own speaker or a word it repeats outranks better matches.
     """
-    word = pattern(_WORD)
-    words = set(word.findall(content.casefold()))
-    return [label for label in labels if not set(word.findall(label.casefold())) <= words]
+    words = _words(content)
+    return [label for label in labels if not _words(label) <= words]
+
+
+#: ASCII's bytes with a space for each that is not of a word once lower-cased ([a-z0-9_] are)
+_ASCII_WORD_BYTES = bytes(
+    c if (c < 128 and chr(c).isalnum()) or c == ord("_") else ord(" ") for c in range(256)
+)
+
+
+def _words(text: str) -> set[str]:
+    """The casefolded words (`_WORD`) of `text`, as `_new_labels` compares them."""
+    if text.isascii():
+        # No mark is ASCII and ASCII's \w is [A-Za-z0-9_]: the same words, in an eighth of the
+        # time (the pattern over every memory was a sixth of building the index)
+        return set(text.lower().encode().translate(_ASCII_WORD_BYTES).decode().split())
+    return set(pattern(_WORD).findall(text.casefold()))
 
 
 def _nfc(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
+class _Fields(msgspec.Struct, omit_defaults=True):
+    """A memory's document as JSON for `IndexWriter.add_json`: the index's files are the same
+    bytes as from a `tantivy.Document` of these fields, which costs three times as much to
+    build from Python (0.7 s at 100,000 memories) as this to encode."""
+
+    at: int  # the time of the event of `indexed`
+    content: str
+    indexed: int  # the seq the index reflects once this is committed
+    keys: str
+    kind: str
+    memory_id: str
+    namespace: str
+    schema: int
+    seq: int
+    unspaced: str | None = None  # the content, if it has a script without spaces
+
+
+_fields_encoder = msgspec.json.Encoder()
+
+
 def _document(
-    memory_id: object,
-    namespace: object,
+    memory_id: str,
+    namespace: str,
     content: str,
     keys: str,
-    seq: object,
+    seq: int,
     meta: tuple[int, int],
-) -> tantivy.Document:
-    """A memory's document; `meta` is the (seq, time) the index reflects once it is committed."""
-    doc = tantivy.Document(
+) -> str:
+    """A memory's document, as JSON; `meta` is the (seq, time) the index reflects once it is
+    committed."""
+    # (no script without spaces is ASCII)
+    unspaced = not content.isascii() and pattern(_UNSPACED_RUN).search(content) is not None
+    fields = _Fields(
+        at=meta[1],
+        content=content,
+        indexed=meta[0],
+        keys=keys,
         kind="memory",
         memory_id=memory_id,
         namespace=namespace,
-        content=content,
-        keys=keys,
-        seq=seq,
-        indexed=meta[0],
-        at=meta[1],
         schema=SCHEMA_VERSION,
+        seq=seq,
+        unspaced=content if unspaced else None,
     )
-    if pattern(_UNSPACED_RUN).search(content) is not None:
-        doc.add_text("unspaced", content)
-    return doc
+    return _fields_encoder.encode(fields).decode()
+
+
+class _Documents:
+    """Memories' documents as of one state, called with each: a key's label is looked up and
+    split into words once, not for every memory that links it (400,000 times at 100,000
+    memories, each a decode or a Python-level lookup in a lazily loaded state)."""
+
+    def __init__(self, state: GraphState) -> None:
+        self.state = state
+        self.meta = (state.seq, micros(state.at))
+        #: key id -> its label and the label's words; a key the state lacks has none, so
+        #: its (empty) label is never added, as a label without words is not
+        self._labels: dict[str, tuple[str, set[str]]] = {}
+
+    def _label(self, key_id: str) -> tuple[str, set[str]]:
+        node = self.state.keys.get(key_id)
+        label = self._labels[key_id] = (
+            ("", set()) if node is None else (node.label, _words(node.label))
+        )
+        return label
+
+    def keys(self, node: MemoryNode) -> str:
+        """The document's `keys` field: the labels of `node`'s keys its content lacks."""
+        words = _words(node.content)
+        labels = self._labels
+        new: list[str] = []
+        for key_id in node.keys:
+            label, its_words = labels.get(key_id) or self._label(key_id)
+            if not its_words <= words:  # `_new_labels`, each label split once
+                new.append(label)
+        return _nfc(" ; ".join(new))
+
+    def __call__(self, node: MemoryNode) -> str:
+        return _document(
+            node.id,
+            node.namespace,
+            _nfc(node.content),
+            self.keys(node),
+            node.created_seq,
+            self.meta,
+        )
 
 
 def _newest(searcher: tantivy.Searcher, since: int = 0) -> tantivy.Document | None:
@@ -228,14 +307,14 @@ def _newest(searcher: tantivy.Searcher, since: int = 0) -> tantivy.Document | No
     return searcher.doc(hits[0][1])
 
 
-def _stored_document(doc: tantivy.Document, meta: tuple[int, int]) -> tantivy.Document:
+def _stored_document(doc: tantivy.Document, meta: tuple[int, int]) -> str:
     """A memory's document written again from what `doc` (its stored one) holds."""
     return _document(
-        doc.get_first("memory_id"),
-        doc.get_first("namespace"),
+        cast(str, doc.get_first("memory_id")),
+        cast(str, doc.get_first("namespace")),
         doc.get_first("content") or "",
         doc.get_first("keys") or "",
-        doc.get_first("seq"),
+        cast(int, doc.get_first("seq")),
         meta,
     )
 
@@ -449,19 +528,6 @@ class TextIndex:
         """Whether the committed index reflects exactly `state`'s last event (no catch-up due)."""
         return self.seq == state.seq and self.at == micros(state.at)
 
-    def _doc(self, node: MemoryNode, state: GraphState) -> tantivy.Document:
-        labels = _new_labels(
-            node.content, [state.keys[k].label for k in node.keys if k in state.keys]
-        )
-        return _document(
-            node.id,
-            node.namespace,
-            _nfc(node.content),
-            _nfc(" ; ".join(labels)),
-            node.created_seq,
-            (state.seq, micros(state.at)),
-        )
-
     def committed(self) -> tuple[int, set[str]]:
         """The seq and memory ids of the committed index, read without creating or repairing
         anything (for `verify`). Raises ValueError or OSError when it cannot be read."""
@@ -570,11 +636,17 @@ class TextIndex:
             ).hits
             kept = (searcher.doc(a) for _, a in newest)
             carried = next((d for d in kept if d.get_first("memory_id") not in carrier), None)
+        document = _Documents(state)
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
             for done, node in enumerate(reversed(fresh), 1):
+                # Even into an empty index. Without them (100,000 of nothing take 110 MiB at
+                # the write's peak), writes from scratch left more of glibc's heap held each
+                # time, malloc_trim or not (six in one process: 334 -> 478 MiB anonymous, with
+                # them 288 -> 293; a server writes one after every forget). Why is not known:
+                # with MALLOC_ARENA_MAX=1 or a fixed MALLOC_MMAP_THRESHOLD_ it stays flat too.
                 writer.delete_documents_by_term("memory_id", node.id)
                 if node.status != "forgotten":
-                    writer.add_document(self._doc(node, state))
+                    writer.add_json(document(node))
                     added += 1
                 if progress is not None and done % PROGRESS_EVERY == 0 and done < total:
                     progress(done, total)
@@ -582,7 +654,7 @@ class TextIndex:
                 writer.delete_documents_by_term("memory_id", memory_id)
             if carrier is not None and carried is not None:
                 writer.delete_documents_by_term("memory_id", carried.get_first("memory_id"))
-                writer.add_document(_stored_document(carried, (state.seq, micros(state.at))))
+                writer.add_json(_stored_document(carried, (state.seq, micros(state.at))))
                 added += 1
             writer.commit()
         if added:
@@ -598,11 +670,12 @@ class TextIndex:
 
     def _rekeyed(
         self, searcher: tantivy.Searcher, state: GraphState, unlinked: Iterable[str]
-    ) -> dict[str, tantivy.Document]:
+    ) -> dict[str, str]:
         """The documents the index holds for memories among `unlinked` whose keys field the
         state now writes otherwise, written anew (by memory id): a key cut from a memory whose
         content says its label changes nothing."""
-        rekeyed: dict[str, tantivy.Document] = {}
+        rekeyed: dict[str, str] = {}
+        document = _Documents(state)
         for memory_id in dict.fromkeys(unlinked):
             node = state.memories.get(memory_id)
             if node is None or node.status == "forgotten" or node.created_seq > self.seq:
@@ -611,9 +684,8 @@ class TextIndex:
             hits = searcher.search(query, 1, count=False).hits
             if not hits:
                 continue
-            doc = self._doc(node, state)
-            if searcher.doc(hits[0][1]).get_first("keys") != doc.get_first("keys"):
-                rekeyed[memory_id] = doc
+            if searcher.doc(hits[0][1]).get_first("keys") != document.keys(node):
+                rekeyed[memory_id] = document(node)
         return rekeyed
 
     def _rewrite(
@@ -622,7 +694,7 @@ class TextIndex:
         state: GraphState,
         fresh: list[MemoryNode],
         forgotten: list[str],
-        rekeyed: dict[str, tantivy.Document],
+        rekeyed: dict[str, str],
         progress: IndexProgress | None = None,
     ) -> int:
         """Catch up with memories whose keys field changed: the whole index written anew.
@@ -636,9 +708,10 @@ class TextIndex:
         """
         meta = (state.seq, micros(state.at))
         written = dict(rekeyed)
+        document = _Documents(state)
         for node in reversed(fresh):
             if node.status != "forgotten":
-                written[node.id] = self._doc(node, state)
+                written[node.id] = document(node)
         gone = set(forgotten) | {n.id for n in fresh}
         docs = [*self._stored(index, gone | written.keys(), meta), *written.values()]
         self._swap_in(docs, meta, len(docs), progress)
@@ -649,7 +722,7 @@ class TextIndex:
 
     def _stored(
         self, index: tantivy.Index, skip: Collection[str], meta: tuple[int, int]
-    ) -> list[tantivy.Document]:
+    ) -> list[str]:
         """Every stored memory document but those of `skip`, to write anew with `meta`."""
         searcher = index.searcher()
         everything = searcher.search(
@@ -663,7 +736,7 @@ class TextIndex:
         nodes = [n for n in state.memories.values() if n.status != "forgotten"]
         with self.exclusive():
             self._swap_in(
-                (self._doc(n, state) for n in nodes),
+                map(_Documents(state), nodes),
                 (state.seq, micros(state.at)),
                 len(nodes),
                 progress,
@@ -674,7 +747,7 @@ class TextIndex:
 
     def _swap_in(
         self,
-        docs: Iterable[tantivy.Document],
+        docs: Iterable[str],
         meta: tuple[int, int],
         total: int = 0,
         progress: IndexProgress | None = None,
@@ -691,7 +764,7 @@ class TextIndex:
         written = 0
         with index.writer(heap_size=50_000_000, num_threads=1) as writer:
             for written, doc in enumerate(docs, 1):
-                writer.add_document(doc)
+                writer.add_json(doc)
                 if progress is not None and written % PROGRESS_EVERY == 0 and written < total:
                     progress(written, total)
             writer.commit()
