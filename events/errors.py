@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
 #: The most bits of an integer an error writes in full: 2**196 is just over 10**59, so up to 60
 #: digits, about as much as `quoted` keeps of a text
 _NUMBER_BITS = 196
