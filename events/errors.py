@@ -9,11 +9,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+#: The most bits of an integer an error writes in full: 2**196 is just over 10**59, so up to 60
+#: digits, about as much as `quoted` keeps of a text
+_NUMBER_BITS = 196
+
 
 def number(value: int, noun: str = "") -> str:
-    """`value` as an error says it ("5", "seq 5"): in full, or by its count of digits past what
-    Python writes (4,300 digits: wording the error of a longer one raised ValueError)."""
-    if value.bit_length() <= 4096:  # about 1,233 digits
+    """`value` as an error says it ("5", "seq 5"): in full, or by its count of digits when
+    longer than an error quotes (Python writes no int past 4,300 digits: wording the error of
+    one raised ValueError; and 500 nines came back whole)."""
+    if value.bit_length() <= _NUMBER_BITS:
         return f"{noun} {value}" if noun else str(value)
     digits = math.floor(math.log10(abs(value)))  # a float: may be one off either way
     digits += (abs(value) >= 10 ** (digits + 1)) - (abs(value) < 10**digits)

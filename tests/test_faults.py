@@ -620,20 +620,20 @@ main(["--home", sys.argv[1], "import", sys.argv[2]])
 KILLED_REBUILD = r"""
 import os, signal, sys
 from keytrail.core import HashEmbedder, Settings, Store
-from keytrail.projections.text import TextIndex
+from keytrail.projections.text import _Documents
 
 store = Store(Settings(home=sys.argv[1], embedder="hash"), embedder=HashEmbedder())
 store.text.sync(store.state)  # the index as searches made it
-document = TextIndex._doc
+document = _Documents.__call__
 written = [0]
 
-def killed(self, node, state):  # the rebuild is killed halfway through its documents
+def killed(self, node):  # the rebuild is killed halfway through its documents
     written[0] += 1
     if written[0] == 5:
         os.kill(os.getpid(), signal.SIGKILL)
-    return document(self, node, state)
+    return document(self, node)
 
-TextIndex._doc = killed
+_Documents.__call__ = killed
 store.text.rebuild(store.state)
 """
 

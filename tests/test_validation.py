@@ -564,10 +564,16 @@ def test_an_integer_too_long_to_write_is_refused_by_its_count_of_digits(
         with pytest.raises(InvalidInput) as info:
             call()
         assert str(info.value) == said
-    # Within what Python writes, the value is said as it is.
+    # Up to 60 digits, about as much as an error quotes of a text, the value is said as it
+    # is; longer, by its count of digits (500 nines came back whole).
     with pytest.raises(InvalidInput) as info:
-        store.list_memories(limit=10**40)
-    assert str(info.value) == f"limit: {10**40} is out of range (limit: 1 to 200)"
+        store.list_memories(limit=10**59)
+    assert str(info.value) == f"limit: {10**59} is out of range (limit: 1 to 200)"
+    for digits in (61, 500):
+        with pytest.raises(InvalidInput) as info:
+            store.list_memories(limit=int("9" * digits))
+        said = f"limit: an integer of {digits} digits is out of range (limit: 1 to 200)"
+        assert str(info.value) == said
 
 
 def test_a_long_id_or_role_that_names_nothing_is_quoted_short(seeded: dict[str, Any]) -> None:
