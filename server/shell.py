@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
-from keytrail.core.validation import BIDI_CONTROLS, integer
+from keytrail.core.validation import BIDI_CONTROLS, PATH_CHARS, integer, quoted
 from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
 
 from .progress import end_open_line
@@ -80,7 +80,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         # Else the store was made and serve started, to fail every call at the model's load.
         raise InvalidInput(
             "--model-path" if args.model_path else "KEYTRAIL_EMBED_MODEL_PATH",
-            f"{path!r} is no directory (the local copy of the embedding model)",
+            f"{quoted(path, PATH_CHARS)} is no directory (the local copy of the embedding model)",
         )
     return settings
 

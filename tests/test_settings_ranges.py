@@ -171,6 +171,24 @@ def test_a_model_path_that_is_no_directory_is_refused_before_a_store_is_made(
     assert not home.exists()
 
 
+def test_a_long_model_path_that_is_no_directory_is_quoted_short(tmp_path: Path) -> None:
+    """The path was echoed whole: one of 2,000 characters (short names, so no "File name too
+    long") came back in full."""
+    home = tmp_path / "store"
+    path = str(tmp_path / ("x/" * 1000))
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "stats", "--model-path", path],
+        env=env_for(home) | {"KEYTRAIL_EMBEDDER": "fastembed"},
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"keytrail: error: --model-path: {path[:100]!r}"[:-1])
+    assert "is no directory" in proc.stderr and len(proc.stderr) < 400, proc.stderr[:400]
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "named"),
     [
