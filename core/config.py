@@ -430,10 +430,10 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
         raise InvalidInput(
             var, f"not one of {', '.join(choices)}: {quoted(raw)}", limit=", ".join(choices)
         )
-    if kind is int:
-        from .validation import integer  # validation imports this module
+    if kind in (int, float):
+        from .validation import floating, integer  # validation imports this module
 
-        value = integer(var, raw)
+        value = integer(var, raw) if kind is int else floating(var, raw)
     else:
         try:
             value = kind(raw)

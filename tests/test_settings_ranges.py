@@ -92,6 +92,60 @@ def test_an_integer_setting_takes_ascii_digits_and_is_quoted_short(value: str) -
     assert Settings.from_env({"KEYTRAIL_MAX_PAGE": " 42 "}).limits.page == 42
 
 
+#: What a float setting or flag is made of, as its error says it
+FLOAT_FORM = (
+    "ASCII digits 0-9, after a minus if negative; a decimal point and an exponent optional: "
+    "2.5, .5, 1e-3"
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "١.٥",
+        "１.５",
+        "1_0.5",
+        "+1.5",
+        "1.5.0",
+        "--1",
+        "1e",
+        "e3",
+        ".",
+        "0x1p3",
+        "nan",
+        "-inf",
+        "1,5",
+    ],
+)
+def test_a_float_setting_takes_ascii_digits_only(value: str) -> None:
+    """float() reads other scripts' digits, underscores and a plus: KEYTRAIL_TIME_DECAY_DAYS=١.٥
+    was 1.5 and 1_0.5 was 10.5, though an integer setting refused them."""
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({"KEYTRAIL_TIME_DECAY_DAYS": value})
+    assert str(caught.value) == (
+        f"KEYTRAIL_TIME_DECAY_DAYS: not a number: {value!r} (limit: {FLOAT_FORM})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "read"),
+    [
+        ("KEYTRAIL_TIME_DECAY_DAYS", " 2.5 ", 2.5),
+        ("KEYTRAIL_TIME_DECAY_DAYS", ".5", 0.5),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "5.", 5.0),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "007", 7.0),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "1e3", 1000.0),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "2.5E+1", 25.0),
+        ("KEYTRAIL_THRESHOLD_MERGE", "-5e-1", -0.5),
+    ],
+)
+def test_a_float_setting_reads_decimals_and_exponents(var: str, value: str, read: float) -> None:
+    settings = Settings.from_env({var: value})
+    got = settings.time_decay_days if var == "KEYTRAIL_TIME_DECAY_DAYS" else None
+    got = settings.threshold_overrides.get("merge", got)
+    assert got == read
+
+
 @pytest.mark.parametrize(
     ("var", "value"),
     [
@@ -214,4 +268,33 @@ def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"keytrail: error: {named}: ") and proc.stderr.count("\n") == 1
+    assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "limit"),
+    [
+        ("--hybrid-weight-bm25", "1001", "0 to 1000"),
+        ("--threshold-merge", "1000", "-1 to 1, a cosine"),
+        ("--time-decay-days", "-2.50", "above 0"),
+        ("--hub-min", "-05", "above 0"),
+    ],
+)
+def test_a_serve_flag_out_of_range_is_quoted_as_typed(
+    tmp_path: Path, flag: str, value: str, limit: str
+) -> None:
+    """The flag set its variable to the number parsed, written back by Python: `--threshold-merge
+    1000` was refused as '1000.0', `--hub-min -05` as '-5', values no one typed."""
+    home = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", flag, value],
+        env=env_for(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"keytrail: error: {flag}: {value!r} is out of range (limit: {limit})\n"
     assert not home.exists()
