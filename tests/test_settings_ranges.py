@@ -16,6 +16,7 @@ import pytest
 from test_cli import REPO, env_for
 
 from keytrail.core import InvalidInput, Settings
+from keytrail.core.config import tunable_variables
 from keytrail.core.profiles import Thresholds
 
 THRESHOLDS = [f.name for f in dataclasses.fields(Thresholds)]
@@ -90,6 +91,39 @@ def test_an_integer_setting_takes_ascii_digits_and_is_quoted_short(value: str) -
     assert caught.value.field == "KEYTRAIL_MAX_PAGE"
     assert len(caught.value.message) < 200, caught.value.message
     assert Settings.from_env({"KEYTRAIL_MAX_PAGE": " 42 "}).limits.page == 42
+
+
+#: The most each input limit may be raised to (README, "Configuration")
+LIMIT_CEILINGS = {
+    "KEYTRAIL_MAX_CONTENT_CHARS": 1_000_000,
+    "KEYTRAIL_MAX_KEYS_PER_MEMORY": 1_000,
+    "KEYTRAIL_MAX_KEY_CHARS": 10_000,
+    "KEYTRAIL_MAX_BATCH_ITEMS": 10_000,
+    "KEYTRAIL_MAX_RELATED_TO": 1_000,
+    "KEYTRAIL_MAX_SOURCE_CHARS": 10_000,
+    "KEYTRAIL_MAX_QUERY_CHARS": 100_000,
+    "KEYTRAIL_MAX_TTL_SECONDS": 1000 * 365 * 24 * 3600,
+    "KEYTRAIL_MAX_PAGE": 10_000,
+    "KEYTRAIL_MAX_TOP_K": 10_000,
+    "KEYTRAIL_MAX_KG_NAME_CHARS": 10_000,
+}
+
+
+@pytest.mark.parametrize(
+    "var", [v.env for v in tunable_variables() if v.env.startswith("KEYTRAIL_MAX_")]
+)
+def test_every_input_limit_has_a_ceiling(var: str) -> None:
+    """They had none: --max-page of 1,000 digits served, its tool schemas advertising that
+    maximum, and --max-content-chars of as many failed as a SchemaError traceback."""
+    ceiling = LIMIT_CEILINGS[var]
+    Settings.from_env({var: str(ceiling)})
+    for value in (str(ceiling + 1), "9" * 1000):
+        with pytest.raises(InvalidInput) as caught:
+            Settings.from_env({var: value})
+        said = str(caught.value)
+        assert said.startswith(f"{var}: {value[:20]!r}"[:-1]), said
+        assert said.endswith(f" is out of range (limit: above 0 to {ceiling})"), said
+        assert len(said) < 200, said
 
 
 #: What a float setting or flag is made of, as its error says it
@@ -249,6 +283,7 @@ def test_a_long_model_path_that_is_no_directory_is_quoted_short(tmp_path: Path) 
         ("--hybrid-weight-bm25", "1e308", "--hybrid-weight-bm25"),
         ("--max-page", "0", "--max-page"),
         ("--threshold-merge", "1000", "--threshold-merge"),
+        ("--max-content-chars", "9" * 1000, "--max-content-chars"),
     ],
 )
 def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(
