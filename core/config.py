@@ -371,11 +371,35 @@ _NAMESPACES = ("default_namespace", "kg_namespace")
 #: Numeric settings with a ceiling too (inclusive): depth and the factors and shares that
 #: multiply it or a score are 0..1 (past 1 a score goes negative, depth past its range, or a
 #: memory reached by a hop outscores the one it was reached from, overflowing to inf),
-#: the two durations must keep a date computed from them inside year 9999, and a vector's
-#: width must fit in memory.
+#: the two durations must keep a date computed from them inside year 9999, a vector's
+#: width must fit in memory, and each input limit (KEYTRAIL_MAX_*) must stay a size a call
+#: can be served at.
 _AT_MOST: dict[str, float] = {
     "KEYTRAIL_HYBRID_HOPS": MAX_HOPS,
     "KEYTRAIL_MAX_TTL_SECONDS": 1000 * 365 * 24 * 3600,
+    # Input limits: they had none, so `--max-page` of 1,000 digits served (its tool schemas
+    # advertising that maximum) and `--max-content-chars` of as many failed as a traceback
+    # (a schema's maxLength is a machine integer). Each is 20 to 100 times its default:
+    # what it bounds is handled whole in one call (embedded, indexed, written as one log
+    # line, answered as one message), and a `serve --http` request body may be as large as a
+    # `remember_batch` at every limit (request_body_limit).
+    #: a memory's text (an observation's), embedded and indexed whole: about 1 to 4 MB
+    "KEYTRAIL_MAX_CONTENT_CHARS": 1_000_000,
+    #: keys told with a memory, each a label resolved against the store's keys on a write
+    "KEYTRAIL_MAX_KEYS_PER_MEMORY": 1_000,
+    #: a key's label or alias, an entity's name or type, a memory's source: short names
+    "KEYTRAIL_MAX_KEY_CHARS": 10_000,
+    "KEYTRAIL_MAX_KG_NAME_CHARS": 10_000,
+    "KEYTRAIL_MAX_SOURCE_CHARS": 10_000,
+    #: memories of one remember_batch (or entities of one call), embedded and written at once
+    "KEYTRAIL_MAX_BATCH_ITEMS": 10_000,
+    #: memories one memory's related_to names, each looked up on a write
+    "KEYTRAIL_MAX_RELATED_TO": 1_000,
+    #: a query, embedded and split into a BM25 query of its words on every recall
+    "KEYTRAIL_MAX_QUERY_CHARS": 100_000,
+    #: items of one answer (each memory up to KEYTRAIL_MAX_CONTENT_CHARS), results of a recall
+    "KEYTRAIL_MAX_PAGE": 10_000,
+    "KEYTRAIL_MAX_TOP_K": 10_000,
     "KEYTRAIL_HYBRID_DATE_GRACE_DAYS": 100 * 365,
     "KEYTRAIL_DEPTH_STEP": 1,
     "KEYTRAIL_DEPTH_MAX": 1,
@@ -430,10 +454,10 @@ def _parse(var: str, raw: str, kind: type[Any]) -> Any:
         raise InvalidInput(
             var, f"not one of {', '.join(choices)}: {quoted(raw)}", limit=", ".join(choices)
         )
-    if kind is int:
-        from .validation import integer  # validation imports this module
+    if kind in (int, float):
+        from .validation import floating, integer  # validation imports this module
 
-        value = integer(var, raw)
+        value = integer(var, raw) if kind is int else floating(var, raw)
     else:
         try:
             value = kind(raw)
@@ -463,7 +487,7 @@ def _check_range(var: str, raw: str, value: float) -> None:
     ceiling = _AT_MOST.get(var)
     if ceiling is not None and value > ceiling:
         low = "above 0" if var in _POSITIVE or var.startswith("KEYTRAIL_MAX_") else "0"
-        raise InvalidInput(var, f"{quoted(raw)} is out of range", limit=f"{low} to {ceiling:g}")
+        raise InvalidInput(var, f"{quoted(raw)} is out of range", limit=f"{low} to {ceiling}")
 
 
 def _check_namespace(field: str, value: str) -> None:

@@ -62,6 +62,7 @@ from .kg_reads import observation_form, observation_nodes
 from .knowledge_graph import KnowledgeGraph, new_key_id, new_memory_id
 from .store import Store, content_hash
 from .timetravel import parse_time
+from .validation import quoted
 
 Format = Literal["memory-jsonl", "keymem", "keytrail"]
 FORMATS: tuple[str, ...] = ("memory-jsonl", "keymem", "keytrail")
@@ -207,7 +208,7 @@ def parse_memory_jsonl(
                 )
             )
         else:
-            raise InvalidInput(where, f"unknown type {kind!r}", limit="entity | relation")
+            raise InvalidInput(where, f"unknown type {quoted(kind)}", limit="entity | relation")
     return list(entities.values()), relations
 
 
@@ -221,7 +222,8 @@ def check_memory_jsonl(
             for role, name in (("from", r.from_), ("to", r.to)):
                 if name.casefold() not in names:
                     raise InvalidInput(
-                        f"{label} line {r.line}", f"relation {role!r} names no entity {name!r}"
+                        f"{label} line {r.line}",
+                        f"relation {role!r} names no entity {quoted(name)}",
                     )
     return lambda store: _write_memory_jsonl(store, label, entities, relations)
 
@@ -244,7 +246,9 @@ def _write_memory_jsonl(
             where = f"{label} line {e.line}"
             key = state.key_for_label(e.name)
             if key is not None and not same_name(key.label, e.name):
-                raise InvalidInput(where, f"{e.name!r} is an alias of the key {key.label!r}")
+                raise InvalidInput(
+                    where, f"{quoted(e.name)} is an alias of the key {quoted(key.label)}"
+                )
             if key is None:
                 key_id, label_, key_type = new_key_id(state, taken), e.name, "name"
                 keys.append(
@@ -302,7 +306,7 @@ def _write_memory_jsonl(
                     if existing is None or existing.entity_type is None:
                         raise InvalidInput(
                             f"{label} line {r.line}",
-                            f"relation {role!r} names no entity {name!r} "
+                            f"relation {role!r} names no entity {quoted(name)} "
                             "(not in the file nor in the store)",
                         )
                     end = existing.id
@@ -399,7 +403,9 @@ def _time(path: str, value: object) -> datetime | None:
         try:
             return datetime.fromtimestamp(value, UTC)
         except (OverflowError, OSError, ValueError):  # out of range, or NaN
-            raise InvalidInput(path, f"{value!r} is not a Unix time a date can hold") from None
+            raise InvalidInput(
+                path, f"{quoted(value)} is not a Unix time a date can hold"
+            ) from None
     if not isinstance(value, str):
         raise InvalidInput(path, "must be an ISO-8601 time or a Unix timestamp")
     # As a time argument is read: held to TIME_CHARS (fromisoformat reads a megabyte of zeros
@@ -409,7 +415,7 @@ def _time(path: str, value: object) -> datetime | None:
 
 def _number(path: str, value: object, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise InvalidInput(path, f"must be a number from {low} to {high}, got {value!r}")
+        raise InvalidInput(path, f"must be a number from {low} to {high}, got {quoted(value)}")
     return float(value)
 
 
@@ -430,7 +436,7 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         kind = obj.get("key_type", "concept")
         if kind not in KEY_TYPES:
             raise InvalidInput(
-                f"{path}.key_type", f"unknown key type {kind!r}", limit=" | ".join(KEY_TYPES)
+                f"{path}.key_type", f"unknown key type {quoted(kind)}", limit=" | ".join(KEY_TYPES)
             )
         aliases = obj.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
@@ -440,12 +446,12 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
             check.label(f"{path}.aliases[{i}]", a, limits.key_chars) for i, a in enumerate(aliases)
         ]
         if ident in keys:
-            raise InvalidInput(path, f"duplicate key id {ident!r}")
+            raise InvalidInput(path, f"duplicate key id {quoted(ident)}")
         keys[ident] = _KmKey(ident, concept, str(kind), aliases, path)
     memories: dict[str, _KmMemory] = {}
     for ident, path, obj in _entries(doc, "memories", label):
         if ident in memories:
-            raise InvalidInput(path, f"duplicate memory id {ident!r}")
+            raise InvalidInput(path, f"duplicate memory id {quoted(ident)}")
         content = obj.get("content")
         if not isinstance(content, str) or not content.strip():
             raise InvalidInput(f"{path}.content", "must be a non-empty string")
@@ -502,9 +508,11 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
             raise InvalidInput(path, "must be an object with key_id, memory_id, weight")
         key_id, memory_id = link.get("key_id"), link.get("memory_id")
         if key_id not in keys:
-            raise InvalidInput(f"{path}.key_id", f"names no key of the file: {key_id!r}")
+            raise InvalidInput(f"{path}.key_id", f"names no key of the file: {quoted(key_id)}")
         if memory_id not in memories:
-            raise InvalidInput(f"{path}.memory_id", f"names no memory of the file: {memory_id!r}")
+            raise InvalidInput(
+                f"{path}.memory_id", f"names no memory of the file: {quoted(memory_id)}"
+            )
         weight = _number(f"{path}.weight", link.get("weight", 1.0), 1e-9, 1e9)
         if (key_id, memory_id) not in seen:
             seen.add((key_id, memory_id))
@@ -514,7 +522,7 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         for j, target in enumerate(m.related):
             if target not in memories:
                 raise InvalidInput(
-                    f"{m.path}.links[{j}]", f"names no memory of the file: {target!r}"
+                    f"{m.path}.links[{j}]", f"names no memory of the file: {quoted(target)}"
                 )
             # As remember and correct refuse it.
             check.related_namespace(
@@ -523,20 +531,22 @@ def parse_keymem(text: str, label: str, settings: Settings) -> tuple[list[_KmKey
         if m.supersedes is not None:
             if m.supersedes not in memories or m.supersedes == m.id:
                 raise InvalidInput(
-                    f"{m.path}.supersedes", f"names no other memory of the file: {m.supersedes!r}"
+                    f"{m.path}.supersedes",
+                    f"names no other memory of the file: {quoted(m.supersedes)}",
                 )
             if m.supersedes in superseded:
                 raise InvalidInput(
                     f"{m.path}.supersedes",
-                    f"{m.supersedes!r} is already superseded by {superseded[m.supersedes]!r}",
+                    f"{quoted(m.supersedes)} is already superseded by "
+                    f"{quoted(superseded[m.supersedes])}",
                 )
             if memories[m.supersedes].namespace != m.namespace:
                 # A correction keeps its memory's namespace: a newer version elsewhere would
                 # hide the fact from its own namespace's reads and show it in another's.
                 raise InvalidInput(
                     f"{m.path}.supersedes",
-                    f"memory {m.supersedes!r} is in namespace "
-                    f"{memories[m.supersedes].namespace!r}, not {m.namespace!r} "
+                    f"memory {quoted(m.supersedes)} is in namespace "
+                    f"{quoted(memories[m.supersedes].namespace)}, not {quoted(m.namespace)} "
                     "(the versions of a memory share its namespace)",
                 )
             superseded[m.supersedes] = m.id
@@ -647,8 +657,9 @@ def _write_keymem(
             if held_old is not None and held_old.superseded_by is not None:
                 raise InvalidInput(
                     f"{m.path}.supersedes",
-                    f"{m.supersedes!r} is already superseded by {held_old.superseded_by!r} in "
-                    "the store (a new version goes after its current one)",
+                    f"{quoted(m.supersedes)} is already superseded by "
+                    f"{quoted(held_old.superseded_by)} in the store "
+                    "(a new version goes after its current one)",
                 )
         if not fresh and not imported:
             return ImportReport(
@@ -733,7 +744,7 @@ def check_import(
     if chosen not in CHECKERS:
         raise InvalidInput(
             "--format",
-            f"{chosen!r} cannot be imported into a store this way",
+            f"{quoted(chosen)} cannot be imported into a store this way",
             limit=" | ".join(CHECKERS),
         )
     if chosen == "memory-jsonl":

@@ -54,6 +54,26 @@ def integer(field: str, raw: str) -> int:
         raise InvalidInput(field, f"an integer of {size:,} digits is out of range") from None
 
 
+#: What a decimal number typed as a flag or a KEYTRAIL_* variable is made of (see `floating`)
+FLOAT_FORM = (
+    "ASCII digits 0-9, after a minus if negative; a decimal point and an exponent optional: "
+    "2.5, .5, 1e-3"
+)
+_FLOAT_RE = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def floating(field: str, raw: str) -> float:
+    """`raw`, a decimal number typed as a command-line flag or a KEYTRAIL_* variable, as
+    `integer` reads an integer: ASCII digits with at most one decimal point, after a minus if
+    negative, an exponent optional, surrounding whitespace ignored. float() also reads other
+    scripts' digits, underscores, a plus, "nan" and "inf": KEYTRAIL_TIME_DECAY_DAYS=١.٥ was
+    1.5. One too large for a float is infinite, which the range checked after refuses."""
+    digits = raw.strip()
+    if not _FLOAT_RE.fullmatch(digits):
+        raise InvalidInput(field, f"not a number: {quoted(raw)}", limit=FLOAT_FORM)
+    return float(digits)
+
+
 @dataclass(frozen=True)
 class KeySpec:
     label: str

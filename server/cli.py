@@ -45,7 +45,9 @@ from .shell import (
     OFFSET_HELP,
     PAGE_HELP,
     TOP_K_HELP,
+    AsTyped,
     emit_json,
+    float_flag,
     integer_flag,
     is_loopback,
     memories,
@@ -74,7 +76,7 @@ def apply_setting_flags(args: argparse.Namespace) -> dict[str, str]:
     `KEYTRAIL_MAX_CONTENT_CHARS=5000`.
     """
     given = {
-        var.env: str(value)
+        var.env: str(value)  # the text typed (see AsTyped), or a name (a time zone, a fusion)
         for var in tunable_variables()
         if (value := getattr(args, var.env, None)) is not None
     }
@@ -453,7 +455,7 @@ def home_path(value: str) -> str:
 
 class Parser(argparse.ArgumentParser):
     """argparse, quoting a refused value short as keytrail's own errors do: its "invalid
-    choice" and "invalid float value" echoed the value whole (3,000 characters of --format)."""
+    choice" and "invalid TimeZone value" echoed the value whole (3,000 characters of --format)."""
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         try:
@@ -569,7 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
         settings.add_argument(
             var.flag,
             dest=var.env,
-            type=integer_flag if var.kind is int else var.kind,
+            type=(
+                AsTyped(integer_flag)
+                if var.kind is int
+                else AsTyped(float_flag)
+                if var.kind is float
+                else var.kind
+            ),
             choices=var.choices,
             metavar="|".join(var.choices) if var.choices else var.kind.__name__.upper(),
             help=f"{var.help} ({var.env}, default {default})",

@@ -39,6 +39,7 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp.types import (
+    INVALID_REQUEST,
     PARSE_ERROR,
     CallToolResult,
     ErrorData,
@@ -1106,8 +1107,8 @@ async def _pass_requests(
     end), so the client could not tell it had been stored. A request the client cancelled is
     never answered, so it is not waited for. SIGTERM still ends a server that waits.
 
-    A request line the SDK could not parse is answered here (see `_answer_unparsed`): the
-    SDK only logs it, and its client waited for ever."""
+    A request line the SDK could not parse, or JSON that is no JSON-RPC message, is answered
+    here (see `_answer_unparsed`): the SDK only logs it, and its client waited for ever."""
     async with to_server, answers:
         async for item in stdin:
             if isinstance(item, Exception) and (answer := _answer_unparsed(item)) is not None:
@@ -1148,14 +1149,15 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
     surrogate escape ("\\ud800"), an integer of over 4,300 digits, nesting over 201 deep. A
     tool call is refused like any argument that breaks its schema, naming the argument; another
     request gets a parse error. A line that is no JSON at all (`{not json`, nesting deeper than
-    Python's recursion limit) gets a parse error with id null, as JSON-RPC 2.0 says. None: a
-    blank line, or JSON of a notification or a client's answer: no one to answer (the SDK
-    logs it)."""
+    Python's recursion limit) gets a parse error with id null, as JSON-RPC 2.0 says; JSON that
+    is no JSON-RPC message gets Invalid Request (see `_invalid_request`). None: a blank line,
+    or JSON of a notification or a client's answer: no one to answer (the SDK logs it)."""
     if not isinstance(error, ValidationError):
         return None
     [*problems] = error.errors(include_url=False)
     if len(problems) != 1 or problems[0]["type"] != "json_invalid":
-        return None
+        # JSON, but none of the messages the SDK knows (it was read: the line is gone)
+        return _invalid_request(_message_in(problems))
     line = problems[0]["input"]
     parse_error = ErrorData(code=PARSE_ERROR, message=f"Parse error: {problems[0]['msg']}")
     try:
@@ -1165,7 +1167,7 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
             return None  # no message at all, not a broken one
         return JSONRPCError(jsonrpc="2.0", id=None, error=parse_error)
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-        return None  # no request: a client's answer (to a ping) is not answered back
+        return _invalid_request(message)  # None for a client's answer (to a ping)
     request_id = message.get("id")
     if type(request_id) not in (int, str) or not _writable(request_id):
         return None  # a notification, or an id no answer could carry back
@@ -1181,6 +1183,47 @@ def _answer_unparsed(error: Exception) -> JSONRPCResponse | JSONRPCError | None:
             answer = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
             return JSONRPCResponse(jsonrpc="2.0", id=request_id, result=answer)
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=parse_error)
+
+
+#: `_message_in` found no message in a validation error's problems
+_UNREAD = object()
+
+
+def _message_in(problems: list[Any]) -> object:
+    """The JSON value of a line that is no message the SDK knows, from the problems its
+    validation found: one at the value itself (not an object) or at a field the object lacks
+    has the value as its input. _UNREAD if none is (an object holding every field)."""
+    for problem in problems:
+        if len(problem["loc"]) == 1 or (len(problem["loc"]) == 2 and problem["type"] == "missing"):
+            return problem["input"]
+    return _UNREAD
+
+
+def _invalid_request(message: object) -> JSONRPCError | None:
+    """-32600 Invalid Request for JSON that is no JSON-RPC message (`42`, `[]`, `{"foo":1}`, a
+    request whose method is no string), with its id where one can be read and null otherwise,
+    as JSON-RPC 2.0 says: the SDK only logged it, and its client waited for ever. None for
+    one shaped as a notification (a method, no id) or a client's answer (a result or an error,
+    no method): no one to answer."""
+    if isinstance(message, dict):
+        if "id" not in message and isinstance(message.get("method"), str):
+            return None
+        if "method" not in message and ("result" in message or "error" in message):
+            return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if type(request_id) not in (int, str) or not _writable(request_id):
+        request_id = None
+    said = (
+        'a request is an object with "jsonrpc": "2.0", a string "method" and an "id" '
+        "(a string or an integer)"
+        if isinstance(message, dict) or message is _UNREAD
+        else "a JSON-RPC message is an object"
+    )
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=cast(int | str | None, request_id),
+        error=ErrorData(code=INVALID_REQUEST, message=f"Invalid Request: {said}"),
+    )
 
 
 def _writable(value: object) -> bool:

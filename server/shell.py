@@ -7,14 +7,16 @@ import json
 import os
 import sys
 import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
-from keytrail.core.validation import BIDI_CONTROLS, integer
+from keytrail.core.validation import BIDI_CONTROLS, PATH_CHARS, floating, integer, quoted
 from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
 
 from .progress import end_open_line
@@ -29,13 +31,39 @@ TOP_K_HELP = (
 )
 
 
+T = TypeVar("T")
+
+
 def integer_flag(raw: str) -> int:
     """The value of a flag that takes an integer (its argparse `type`): ASCII digits, as a
     KEYTRAIL_* variable's (see validation.integer); argparse names the flag."""
+    return _flag_value(integer, raw)
+
+
+def float_flag(raw: str) -> float:
+    """The value of a flag that takes a decimal number (its argparse `type`): ASCII digits, a
+    point and an exponent, as a KEYTRAIL_* variable's (see validation.floating)."""
+    return _flag_value(floating, raw)
+
+
+def _flag_value(parse: Callable[[str, str], T], raw: str) -> T:
     try:
-        return integer("value", raw)
+        return parse("value", raw)
     except InvalidInput as exc:
         raise argparse.ArgumentTypeError(exc.message.removeprefix("value: ")) from None
+
+
+@dataclass(frozen=True)
+class AsTyped:
+    """The argparse `type` of a setting's flag: `parse` (integer_flag, float_flag) checks the
+    value, which is kept as typed, for the flag sets its KEYTRAIL_* variable to it: an error
+    then quotes what was typed (`1000`), not what Python writes of the number (`1000.0`)."""
+
+    parse: Callable[[str], object]
+
+    def __call__(self, raw: str) -> str:
+        self.parse(raw)
+        return raw
 
 
 #: The exit status of a verb stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
@@ -80,7 +108,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         # Else the store was made and serve started, to fail every call at the model's load.
         raise InvalidInput(
             "--model-path" if args.model_path else "KEYTRAIL_EMBED_MODEL_PATH",
-            f"{path!r} is no directory (the local copy of the embedding model)",
+            f"{quoted(path, PATH_CHARS)} is no directory (the local copy of the embedding model)",
         )
     return settings
 

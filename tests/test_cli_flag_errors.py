@@ -139,20 +139,23 @@ def test_import_into_a_store_of_one_event_says_event_not_events(
     assert f"{home} already holds 1 event; import needs an empty store" in said
 
 
-def _integer_flags() -> list[tuple[str, argparse.Action]]:
-    """(verb, action) of every flag that takes an integer, in every verb."""
+def _number_flags(kind: type) -> list[tuple[str, Callable[[str], object], str]]:
+    """(verb, parser, flag) of every flag that takes a number of `kind`, in every verb. A
+    setting's flag keeps the text typed (it sets its variable to it): its parser is the one
+    its `type` checks the text with."""
     verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     found = []
     for verb, parser in verbs.choices.items():
         for action in parser._actions:
             if not callable(action.type) or not action.option_strings:
                 continue
+            parse = getattr(action.type, "parse", action.type)
             try:
-                seven = action.type("7")
+                seven = parse("7")
             except (argparse.ArgumentTypeError, ValueError, TypeError):
                 continue
-            if type(seven) is int:
-                found.append((verb, action))
+            if type(seven) is kind:
+                found.append((verb, parse, action.option_strings[-1]))
     return found
 
 
@@ -160,16 +163,31 @@ def test_every_integer_flag_takes_ascii_digits_only() -> None:
     """int() reads other scripts' digits and underscores: `serve --http --port ٣` served on
     port 3, `list --limit 1_0` showed 10. An integer flag takes ASCII digits, after a minus
     (a range says which negatives mean something), and nothing else."""
-    flags = _integer_flags()
+    flags = _number_flags(int)
     assert {"--port", "--ttl", "--top-k", "--limit", "--offset", "--max-page"} <= {
-        action.option_strings[-1] for _, action in flags
+        flag for _, _, flag in flags
     }
-    for verb, action in flags:
+    for verb, parse, flag in flags:
         for value in ("٣", "1_0", "+7", "7.0", "", " "):
             with pytest.raises(argparse.ArgumentTypeError):
-                action.type(value)
-        assert action.type("-3") == -3, (verb, action.option_strings)
-        assert action.type("0012") == 12
+                parse(value)
+        assert parse("-3") == -3, (verb, flag)
+        assert parse("0012") == 12
+
+
+def test_every_float_flag_takes_ascii_digits_only() -> None:
+    """float() reads other scripts' digits, underscores and a plus: `serve --time-decay-days
+    ١.٥` was 1.5 and `--hybrid-weight-bm25 1_0.5` 10.5, though integer flags refused them."""
+    flags = _number_flags(float)
+    assert {"--time-decay-days", "--depth-step", "--hybrid-weight-bm25", "--threshold-merge"} <= {
+        flag for _, _, flag in flags
+    }
+    for verb, parse, flag in flags:
+        for value in ("١.٥", "1_0.5", "+7", "7.0.1", "", " ", "nan", "inf", "0x1p3"):
+            with pytest.raises(argparse.ArgumentTypeError):
+                parse(value)
+        assert parse("-3.5") == -3.5, (verb, flag)
+        assert parse("1e3") == 1000.0
 
 
 @pytest.mark.parametrize(
@@ -195,6 +213,26 @@ def test_an_integer_flag_in_other_digits_is_refused_naming_it(
     assert not home.exists()
 
 
+@pytest.mark.parametrize(
+    "args", [["serve", "--time-decay-days", "١.٥"], ["serve", "--depth-step", "0_5"]]
+)
+def test_a_float_flag_in_other_digits_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    home = tmp_path / "store"
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--home", str(home)])
+    assert exited.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    flag, value = args[-2:]
+    limit = (
+        "ASCII digits 0-9, after a minus if negative; a decimal point and an exponent optional: "
+        "2.5, .5, 1e-3"
+    )
+    assert last.endswith(f"error: argument {flag}: not a number: {value!r} (limit: {limit})")
+    assert not home.exists()
+
+
 LONG = "x" * 3000
 
 
@@ -204,7 +242,7 @@ LONG = "x" * 3000
         ([LONG], {}),  # argparse: invalid choice (a verb)
         (["export", "--format", LONG], {}),  # invalid choice
         (["serve", "--time-zone", LONG], {}),  # invalid TimeZone value
-        (["serve", "--depth-step", LONG], {}),  # invalid float value
+        (["serve", "--depth-step", LONG], {}),  # not a number
         (["serve", "--max-page", "-" + "9" * 1000], {}),
         (["serve", "--http", "--port", "9" * 1000], {}),
         (["serve", "--http", "--host", LONG], {}),  # a token is required on this host

@@ -786,3 +786,49 @@ def test_an_observation_held_in_two_encodings_exports_once(store: Store) -> None
     store.remember("likes cafe\u0301", ["Ann"])
     lines = memory_jsonl_lines(store.state, "default", datetime.now(UTC))
     assert [json.loads(line)["observations"] for line in lines] == [["likes café", "tall"]]
+
+
+LONG = "x" * 3000
+
+
+def _memory(doc: dict[str, Any], **fields: Any) -> None:
+    doc["memories"]["m_lyon"].update(fields)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda doc: doc["keys"]["k_dana"].update(key_type=LONG), "$.keys.k_dana.key_type"),
+        (lambda doc: _memory(doc, depth=LONG), "$.memories.m_lyon.depth"),
+        (lambda doc: _memory(doc, depth=[LONG]), "$.memories.m_lyon.depth"),
+        (lambda doc: _memory(doc, created_at=10**1000), "$.memories.m_lyon.created_at"),
+        (lambda doc: _memory(doc, links=[LONG]), "$.memories.m_lyon.links[0]"),
+        (lambda doc: _memory(doc, supersedes=LONG), "$.memories.m_lyon.supersedes"),
+        (lambda doc: doc["links"][0].update(key_id=LONG), "$.links[0].key_id"),
+        (lambda doc: doc["links"][0].update(memory_id=LONG), "$.links[0].memory_id"),
+        (
+            lambda doc: doc.update(
+                keys=[{"id": LONG, "concept": "a"}, {"id": LONG, "concept": "b"}]
+            ),
+            "$.keys[1]",
+        ),
+    ],
+)
+def test_a_value_refused_in_a_keymem_file_is_quoted_short(
+    store: Store, change: Callable[[dict[str, Any]], None], field: str
+) -> None:
+    """A value of the file came back whole in the error (an id, a key type, a depth of 3,000
+    characters, a Unix time of 1,001 digits): quoted short, as refused arguments are."""
+    doc = msgspec.json.decode(text("keymem-graph.json"))
+    change(doc)
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, msgspec.json.encode(doc).decode(), "graph.json")
+    assert err.value.field == f"graph.json {field}", str(err.value)
+    assert len(str(err.value)) < 300, str(err.value)[:300]
+
+
+def test_a_long_type_in_a_memory_jsonl_file_is_quoted_short(store: Store) -> None:
+    with pytest.raises(InvalidInput) as err:
+        import_text(store, json.dumps({"type": "entity" + LONG}), "memory.jsonl", "memory-jsonl")
+    assert str(err.value).startswith("memory.jsonl line 1: unknown type 'entityxxx")
+    assert len(str(err.value)) < 300, str(err.value)[:300]

@@ -839,6 +839,40 @@ def test_a_line_that_is_no_json_is_answered_with_a_parse_error(home: Path) -> No
     assert read[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}  # still serving after them
 
 
+def test_json_that_is_no_json_rpc_message_is_answered_with_invalid_request(home: Path) -> None:
+    """Valid JSON that is no JSON-RPC message (`42`, `[]`, `{"foo":1}`, a request whose method
+    is no string) got no answer: the SDK only logged it. JSON-RPC 2.0 answers it with -32600
+    Invalid Request, with its id where one can be read and null otherwise, and the server goes
+    on serving; a broken notification or client's answer still gets nothing back."""
+    proc = piped_serve(
+        home,
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "42",
+        "[]",
+        '{"foo":1}',
+        "null",
+        '["\\ud800"]',  # JSON the SDK's parser refuses too
+        '{"jsonrpc":"2.0","id":[5],"method":3}',  # no id an answer can carry
+        '{"jsonrpc":"2.0","id":5}',
+        '{"jsonrpc":"2.0","id":6,"method":3}',
+        '{"jsonrpc":"1.0","id":"seven","method":"ping"}',
+        '{"jsonrpc":"2.0","method":"notifications/progress","params":5}',  # a notification
+        '{"jsonrpc":"2.0","id":98,"error":5}',  # a client's answer
+        '{"jsonrpc":"2.0","id":99,"result":{}}',
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    refused = [a for a in answers if "error" in a]
+    assert [a["id"] for a in refused] == [None] * 6 + [5, 6, "seven"], proc.stdout
+    assert {a["error"]["code"] for a in refused} == {-32600}, refused
+    assert all(a["error"]["message"].startswith("Invalid Request: ") for a in refused), refused
+    read = {a["id"]: a for a in answers if "result" in a}
+    assert sorted(read) == [1, 2], proc.stdout
+    assert read[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}  # still serving after them
+
+
 def test_capabilities_promise_no_change_notifications(home: Path) -> None:
     """A 2026-07-28 client's server/discover was told listChanged for tools, prompts and
     resources and resources.subscribe, all true (the SDK serves subscriptions/listen by

@@ -16,6 +16,7 @@ import pytest
 from test_cli import REPO, env_for
 
 from keytrail.core import InvalidInput, Settings
+from keytrail.core.config import tunable_variables
 from keytrail.core.profiles import Thresholds
 
 THRESHOLDS = [f.name for f in dataclasses.fields(Thresholds)]
@@ -90,6 +91,93 @@ def test_an_integer_setting_takes_ascii_digits_and_is_quoted_short(value: str) -
     assert caught.value.field == "KEYTRAIL_MAX_PAGE"
     assert len(caught.value.message) < 200, caught.value.message
     assert Settings.from_env({"KEYTRAIL_MAX_PAGE": " 42 "}).limits.page == 42
+
+
+#: The most each input limit may be raised to (README, "Configuration")
+LIMIT_CEILINGS = {
+    "KEYTRAIL_MAX_CONTENT_CHARS": 1_000_000,
+    "KEYTRAIL_MAX_KEYS_PER_MEMORY": 1_000,
+    "KEYTRAIL_MAX_KEY_CHARS": 10_000,
+    "KEYTRAIL_MAX_BATCH_ITEMS": 10_000,
+    "KEYTRAIL_MAX_RELATED_TO": 1_000,
+    "KEYTRAIL_MAX_SOURCE_CHARS": 10_000,
+    "KEYTRAIL_MAX_QUERY_CHARS": 100_000,
+    "KEYTRAIL_MAX_TTL_SECONDS": 1000 * 365 * 24 * 3600,
+    "KEYTRAIL_MAX_PAGE": 10_000,
+    "KEYTRAIL_MAX_TOP_K": 10_000,
+    "KEYTRAIL_MAX_KG_NAME_CHARS": 10_000,
+}
+
+
+@pytest.mark.parametrize(
+    "var", [v.env for v in tunable_variables() if v.env.startswith("KEYTRAIL_MAX_")]
+)
+def test_every_input_limit_has_a_ceiling(var: str) -> None:
+    """They had none: --max-page of 1,000 digits served, its tool schemas advertising that
+    maximum, and --max-content-chars of as many failed as a SchemaError traceback."""
+    ceiling = LIMIT_CEILINGS[var]
+    Settings.from_env({var: str(ceiling)})
+    for value in (str(ceiling + 1), "9" * 1000):
+        with pytest.raises(InvalidInput) as caught:
+            Settings.from_env({var: value})
+        said = str(caught.value)
+        assert said.startswith(f"{var}: {value[:20]!r}"[:-1]), said
+        assert said.endswith(f" is out of range (limit: above 0 to {ceiling})"), said
+        assert len(said) < 200, said
+
+
+#: What a float setting or flag is made of, as its error says it
+FLOAT_FORM = (
+    "ASCII digits 0-9, after a minus if negative; a decimal point and an exponent optional: "
+    "2.5, .5, 1e-3"
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "١.٥",
+        "１.５",
+        "1_0.5",
+        "+1.5",
+        "1.5.0",
+        "--1",
+        "1e",
+        "e3",
+        ".",
+        "0x1p3",
+        "nan",
+        "-inf",
+        "1,5",
+    ],
+)
+def test_a_float_setting_takes_ascii_digits_only(value: str) -> None:
+    """float() reads other scripts' digits, underscores and a plus: KEYTRAIL_TIME_DECAY_DAYS=١.٥
+    was 1.5 and 1_0.5 was 10.5, though an integer setting refused them."""
+    with pytest.raises(InvalidInput) as caught:
+        Settings.from_env({"KEYTRAIL_TIME_DECAY_DAYS": value})
+    assert str(caught.value) == (
+        f"KEYTRAIL_TIME_DECAY_DAYS: not a number: {value!r} (limit: {FLOAT_FORM})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "read"),
+    [
+        ("KEYTRAIL_TIME_DECAY_DAYS", " 2.5 ", 2.5),
+        ("KEYTRAIL_TIME_DECAY_DAYS", ".5", 0.5),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "5.", 5.0),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "007", 7.0),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "1e3", 1000.0),
+        ("KEYTRAIL_TIME_DECAY_DAYS", "2.5E+1", 25.0),
+        ("KEYTRAIL_THRESHOLD_MERGE", "-5e-1", -0.5),
+    ],
+)
+def test_a_float_setting_reads_decimals_and_exponents(var: str, value: str, read: float) -> None:
+    settings = Settings.from_env({var: value})
+    got = settings.time_decay_days if var == "KEYTRAIL_TIME_DECAY_DAYS" else None
+    got = settings.threshold_overrides.get("merge", got)
+    assert got == read
 
 
 @pytest.mark.parametrize(
@@ -171,12 +259,31 @@ def test_a_model_path_that_is_no_directory_is_refused_before_a_store_is_made(
     assert not home.exists()
 
 
+def test_a_long_model_path_that_is_no_directory_is_quoted_short(tmp_path: Path) -> None:
+    """The path was echoed whole: one of 2,000 characters (short names, so no "File name too
+    long") came back in full."""
+    home = tmp_path / "store"
+    path = str(tmp_path / ("x/" * 1000))
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "stats", "--model-path", path],
+        env=env_for(home) | {"KEYTRAIL_EMBEDDER": "fastembed"},
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"keytrail: error: --model-path: {path[:100]!r}"[:-1])
+    assert "is no directory" in proc.stderr and len(proc.stderr) < 400, proc.stderr[:400]
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "named"),
     [
         ("--hybrid-weight-bm25", "1e308", "--hybrid-weight-bm25"),
         ("--max-page", "0", "--max-page"),
         ("--threshold-merge", "1000", "--threshold-merge"),
+        ("--max-content-chars", "9" * 1000, "--max-content-chars"),
     ],
 )
 def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(
@@ -196,4 +303,33 @@ def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"keytrail: error: {named}: ") and proc.stderr.count("\n") == 1
+    assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "limit"),
+    [
+        ("--hybrid-weight-bm25", "1001", "0 to 1000"),
+        ("--threshold-merge", "1000", "-1 to 1, a cosine"),
+        ("--time-decay-days", "-2.50", "above 0"),
+        ("--hub-min", "-05", "above 0"),
+    ],
+)
+def test_a_serve_flag_out_of_range_is_quoted_as_typed(
+    tmp_path: Path, flag: str, value: str, limit: str
+) -> None:
+    """The flag set its variable to the number parsed, written back by Python: `--threshold-merge
+    1000` was refused as '1000.0', `--hub-min -05` as '-5', values no one typed."""
+    home = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "keytrail.server.cli", "serve", flag, value],
+        env=env_for(home),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"keytrail: error: {flag}: {value!r} is out of range (limit: {limit})\n"
     assert not home.exists()
