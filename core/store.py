@@ -1730,4 +1730,7 @@ def open_store(home: Path | str | None = None, **kwargs: Any) -> Store:
     try:
         return Store(home=home, **kwargs)
     except OSError as exc:
-        raise StoreError(f"cannot open store at {home}: {exc}", path=str(home)) from exc
+        where = check.quoted(str(home), check.PATH_CHARS)
+        raise StoreError(
+            f"cannot open store at {where}: {check.os_error_text(exc)}", path=str(home)
+        ) from exc

@@ -34,6 +34,18 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 #: long to name a file (thousands of characters) cut short
 PATH_CHARS = 200
 
+
+def os_error_text(exc: OSError) -> str:
+    """`exc` as str() says it, its file names quoted short: a name too long to be a file's
+    (`--output` or `--home` of 3,000 characters) came back whole."""
+    if exc.errno is None or exc.filename is None:
+        return str(exc)
+    text = f"[Errno {exc.errno}] {exc.strerror}: {quoted(exc.filename, PATH_CHARS)}"
+    if exc.filename2 is not None:
+        text += f" -> {quoted(exc.filename2, PATH_CHARS)}"
+    return text
+
+
 #: What an integer typed as a flag or a KEYTRAIL_* variable is made of (see `integer`)
 INTEGER_FORM = "ASCII digits 0-9, after a minus if negative"
 _INTEGER_RE = re.compile(r"-?[0-9]+")

@@ -32,7 +32,7 @@ from keytrail.core.embedders import EMBEDDERS
 from keytrail.core.results import KeyOutcome, MemoryView
 from keytrail.core.store import READ_ONLY_ERRNOS, check_item
 from keytrail.core.timetravel import read_memory_at, view
-from keytrail.core.validation import PATH_CHARS, quoted
+from keytrail.core.validation import os_error_text, quoted
 
 from .browse_cli import add_browse_verbs, say_more
 from .care import cmd_export, cmd_import, cmd_log, cmd_rebuild, cmd_verify
@@ -869,17 +869,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         fail(os_error_text(exc))
     return code
-
-
-def os_error_text(exc: OSError) -> str:
-    """`exc` as str() says it, its file names quoted short: a name too long to be a file's
-    (`--output` of 3,000 characters) came back whole."""
-    if exc.errno is None or exc.filename is None:
-        return str(exc)
-    text = f"[Errno {exc.errno}] {exc.strerror}: {quoted(exc.filename, PATH_CHARS)}"
-    if exc.filename2 is not None:
-        text += f" -> {quoted(exc.filename2, PATH_CHARS)}"
-    return text
 
 
 def cannot_write(verb: str, exc: OSError) -> str:

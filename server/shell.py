@@ -16,7 +16,14 @@ from typing import Any, TextIO, TypeVar
 from keytrail.core import InvalidInput, Settings, Store, StoreError, require_log, to_dict
 from keytrail.core.config import parse_toolsets
 from keytrail.core.queries import clipped
-from keytrail.core.validation import BIDI_CONTROLS, PATH_CHARS, floating, integer, quoted
+from keytrail.core.validation import (
+    BIDI_CONTROLS,
+    PATH_CHARS,
+    floating,
+    integer,
+    os_error_text,
+    quoted,
+)
 from keytrail.core.validation import counted as counted  # the verbs' count wording, from core
 
 from .progress import end_open_line
@@ -150,7 +157,8 @@ def open_store(
     try:
         store = Store(settings, create=creates_store(args), **kwargs)
     except OSError as exc:
-        raise StoreError(f"cannot open store at {settings.home}: {exc}") from exc
+        where = quoted(str(settings.home), PATH_CHARS)
+        raise StoreError(f"cannot open store at {where}: {os_error_text(exc)}") from exc
     if build_projection:
         from .embed_cli import ensure_projection  # it builds on this module
 

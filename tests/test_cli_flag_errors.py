@@ -283,3 +283,19 @@ def test_a_path_too_long_to_name_a_file_is_quoted_short(
     err = refused(home, capsys, *verb.split(), str(path))
     assert "File name too long" in err and len(err) < 300, err
     assert f"{str(path)[:100]}" in err
+
+
+@pytest.mark.parametrize("verb", ["stats", "list", "serve"])
+def test_a_home_too_long_to_name_a_file_is_quoted_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """`--home` of a path too long to name a directory: opening the store said the path
+    twice, whole (about 10 KB for a 5,000-character path)."""
+    home = tmp_path / ("x" * 3000)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["--home", str(home), verb])
+    assert exited.value.code != 0
+    err = capsys.readouterr().err
+    assert "File name too long" in err and len(err) < 600, err
+    assert f"{str(home)[:100]}" in err
