@@ -190,17 +190,28 @@ def test_every_float_flag_takes_ascii_digits_only() -> None:
         assert parse("1e3") == 1000.0
 
 
+#: What an integer flag and a decimal one are refused as, other digits given
+INTEGER_REFUSED = "not an integer", "ASCII digits 0-9, after a minus if negative"
+FLOAT_REFUSED = (
+    "not a number",
+    "ASCII digits 0-9, after a minus if negative; a decimal point and an exponent optional: "
+    "2.5, .5, 1e-3",
+)
+
+
 @pytest.mark.parametrize(
-    "args",
+    ("args", "refused"),
     [
-        ["serve", "--port", "٣"],  # --http left out: unrefused, it would serve
-        ["serve", "--max-page", "1_000"],
-        ["list", "--limit", "١٠"],
-        ["remember", "a fact", "--ttl", "+60"],
+        (["serve", "--port", "٣"], INTEGER_REFUSED),  # --http left out: unrefused, it would serve
+        (["serve", "--max-page", "1_000"], INTEGER_REFUSED),
+        (["list", "--limit", "١٠"], INTEGER_REFUSED),
+        (["remember", "a fact", "--ttl", "+60"], INTEGER_REFUSED),
+        (["serve", "--time-decay-days", "١.٥"], FLOAT_REFUSED),
+        (["serve", "--depth-step", "0_5"], FLOAT_REFUSED),
     ],
 )
-def test_an_integer_flag_in_other_digits_is_refused_naming_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+def test_a_number_flag_in_other_digits_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], refused: tuple[str, str]
 ) -> None:
     home = tmp_path / "store"
     with pytest.raises(SystemExit) as exited:
@@ -208,28 +219,8 @@ def test_an_integer_flag_in_other_digits_is_refused_naming_it(
     assert exited.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     flag, value = args[-2:]
-    limit = "ASCII digits 0-9, after a minus if negative"
-    assert last.endswith(f"error: argument {flag}: not an integer: {value!r} (limit: {limit})")
-    assert not home.exists()
-
-
-@pytest.mark.parametrize(
-    "args", [["serve", "--time-decay-days", "١.٥"], ["serve", "--depth-step", "0_5"]]
-)
-def test_a_float_flag_in_other_digits_is_refused_naming_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
-) -> None:
-    home = tmp_path / "store"
-    with pytest.raises(SystemExit) as exited:
-        main([*args, "--home", str(home)])
-    assert exited.value.code == 2
-    last = capsys.readouterr().err.splitlines()[-1]
-    flag, value = args[-2:]
-    limit = (
-        "ASCII digits 0-9, after a minus if negative; a decimal point and an exponent optional: "
-        "2.5, .5, 1e-3"
-    )
-    assert last.endswith(f"error: argument {flag}: not a number: {value!r} (limit: {limit})")
+    said, limit = refused
+    assert last.endswith(f"error: argument {flag}: {said}: {value!r} (limit: {limit})")
     assert not home.exists()
 
 

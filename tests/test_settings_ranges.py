@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import REPO, env_for
+from test_cli import REPO, env_for, kt
 
 from keytrail.core import InvalidInput, Settings
 from keytrail.core.config import tunable_variables
@@ -292,15 +292,7 @@ def test_a_serve_flag_out_of_range_is_refused_naming_the_flag(
     """It was refused naming the variable the flag sets (KEYTRAIL_MAX_PAGE), which the person
     who typed --max-page never wrote; a variable given as one is still named as itself."""
     home = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "keytrail.server.cli", "serve", flag, value],
-        env=env_for(home),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
+    proc = kt(home, "serve", flag, value, ok=False, stdin="")
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"keytrail: error: {named}: ") and proc.stderr.count("\n") == 1
     assert not home.exists()
@@ -321,15 +313,7 @@ def test_a_serve_flag_out_of_range_is_quoted_as_typed(
     """The flag set its variable to the number parsed, written back by Python: `--threshold-merge
     1000` was refused as '1000.0', `--hub-min -05` as '-5', values no one typed."""
     home = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "keytrail.server.cli", "serve", flag, value],
-        env=env_for(home),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
+    proc = kt(home, "serve", flag, value, ok=False, stdin="")
     assert proc.returncode == 2
     assert proc.stderr == f"keytrail: error: {flag}: {value!r} is out of range (limit: {limit})\n"
     assert not home.exists()
