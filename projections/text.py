@@ -181,8 +181,13 @@ def _new_labels(content: str, labels: list[str]) -> list[str]:
     A label the content already says (every extracted key, most names) would only count its
     words twice, so a memory's own speaker or a word it repeats outranks better matches.
     """
+    return _lacked(content, labels, _words)
+
+
+def _lacked(content: str, labels: list[str], words_of: Callable[[str], set[str]]) -> list[str]:
+    """`_new_labels`, each label's words found by `words_of` (a build splits each label once)."""
     words = _words(content)
-    return [label for label in labels if not _words(label) <= words]
+    return [label for label in labels if not words_of(label) <= words]
 
 
 #: ASCII's bytes with a space for each that is not of a word once lower-cased ([a-z0-9_] are)
@@ -259,27 +264,27 @@ class _Documents:
     def __init__(self, state: GraphState) -> None:
         self.state = state
         self.meta = (state.seq, micros(state.at))
-        #: key id -> its label and the label's words; a key the state lacks has none, so
-        #: its (empty) label is never added, as a label without words is not
-        self._labels: dict[str, tuple[str, set[str]]] = {}
+        #: key id -> its label ("" for a key the state lacks: no words, so never added)
+        self._labels: dict[str, str] = {}
+        #: label -> its words
+        self._words: dict[str, set[str]] = {}
 
-    def _label(self, key_id: str) -> tuple[str, set[str]]:
+    def _label(self, key_id: str) -> str:
         node = self.state.keys.get(key_id)
-        label = self._labels[key_id] = (
-            ("", set()) if node is None else (node.label, _words(node.label))
-        )
+        label = self._labels[key_id] = "" if node is None else node.label
         return label
+
+    def _words_of(self, label: str) -> set[str]:
+        words = self._words.get(label)
+        if words is None:
+            words = self._words[label] = _words(label)
+        return words
 
     def keys(self, node: MemoryNode) -> str:
         """The document's `keys` field: the labels of `node`'s keys its content lacks."""
-        words = _words(node.content)
         labels = self._labels
-        new: list[str] = []
-        for key_id in node.keys:
-            label, its_words = labels.get(key_id) or self._label(key_id)
-            if not its_words <= words:  # `_new_labels`, each label split once
-                new.append(label)
-        return _nfc(" ; ".join(new))
+        told = [labels[k] if k in labels else self._label(k) for k in node.keys]
+        return _nfc(" ; ".join(_lacked(node.content, told, self._words_of)))
 
     def __call__(self, node: MemoryNode) -> str:
         return _document(
@@ -292,18 +297,18 @@ class _Documents:
         )
 
 
-def _newest(searcher: tantivy.Searcher, since: int = 0) -> tantivy.Document | None:
+def _newest(index: tantivy.Index, since: int = 0) -> tantivy.Document | None:
     """The document written last (the highest `indexed`), looking first among those indexed at
     `since` or later; None in an empty index. ValueError for an index of an older schema (it
     has no `indexed` field)."""
-    query = tantivy.Query.all_query()
+    searcher, query = index.searcher(), tantivy.Query.all_query()
     if since:
         query = tantivy.Query.range_query(
-            _schema(), "indexed", tantivy.FieldType.Integer, since, 2**63 - 1
+            index.schema, "indexed", tantivy.FieldType.Integer, since, 2**63 - 1
         )
     hits = searcher.search(query, 1, order_by_field="indexed").hits
     if not hits:
-        return _newest(searcher) if since else None
+        return _newest(index) if since else None
     return searcher.doc(hits[0][1])
 
 
@@ -350,7 +355,7 @@ def swap_to_finish(directory: Path) -> bool:
     try:
         index = tantivy.Index.open(str(new))
         index.reload()
-        newest = _newest(index.searcher())
+        newest = _newest(index)
         return newest is not None and newest.get_first("schema") == SCHEMA_VERSION
     except (ValueError, OSError):
         return False
@@ -489,7 +494,7 @@ class TextIndex:
     def _read_meta(self, index: tantivy.Index, since: int = 0) -> tuple[int, int]:
         """The (seq, at) the committed index records (`since`: a seq it recorded before, where
         the search for its newest document starts)."""
-        doc = _newest(index.searcher(), since)
+        doc = _newest(index, since)
         if doc is None:
             return 0, 0
         if doc.get_first("schema") != SCHEMA_VERSION:
@@ -612,7 +617,7 @@ class TextIndex:
         # Only those the index holds: a commit deleting nothing would be for nothing, and
         # (adding no memory) one deleting something must rewrite a document to record its seq.
         searcher = index.searcher()
-        forgotten = [m for m in forgotten if self._holds(searcher, m)]
+        forgotten = [m for m in forgotten if self._stored_of(searcher, m) is not None]
         rekeyed = self._rekeyed(searcher, state, unlinked)
         if rekeyed:
             return self._rewrite(index, state, fresh, forgotten, rekeyed, progress)
@@ -680,11 +685,8 @@ class TextIndex:
             node = state.memories.get(memory_id)
             if node is None or node.status == "forgotten" or node.created_seq > self.seq:
                 continue  # gone from the index, or a fresh one (written anyway)
-            query = tantivy.Query.term_query(self.schema, "memory_id", memory_id)
-            hits = searcher.search(query, 1, count=False).hits
-            if not hits:
-                continue
-            if searcher.doc(hits[0][1]).get_first("keys") != document.keys(node):
+            stored = self._stored_of(searcher, memory_id)
+            if stored is not None and stored.get_first("keys") != document.keys(node):
                 rekeyed[memory_id] = document(node)
         return rekeyed
 
@@ -794,13 +796,15 @@ class TextIndex:
 
     def _purge(self, index: tantivy.Index, gone: set[str]) -> int:
         searcher = index.searcher()
-        removed = sum(self._holds(searcher, memory_id) for memory_id in gone)
+        removed = sum(self._stored_of(searcher, m) is not None for m in gone)
         self._swap_in(self._stored(index, gone, (self.seq, self.at)), (self.seq, self.at))
         return removed
 
-    def _holds(self, searcher: tantivy.Searcher, memory_id: str) -> bool:
+    def _stored_of(self, searcher: tantivy.Searcher, memory_id: str) -> tantivy.Document | None:
+        """The document the index holds for `memory_id`, if any."""
         query = tantivy.Query.term_query(self.schema, "memory_id", memory_id)
-        return bool(searcher.search(query, 1, count=False).hits)
+        hits = searcher.search(query, 1, count=False).hits
+        return searcher.doc(hits[0][1]) if hits else None
 
     # -- searching -------------------------------------------------------------------------
 
