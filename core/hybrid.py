@@ -706,37 +706,36 @@ class HybridQueries:
             self.refresh()
             index.drop_if_moved()  # open what is there now, whole: its writer let the lock go
 
-            def forgotten() -> list[str]:
-                if index.seq < self._text_observed_from:
-                    # Forgotten before this process started watching (or before it folded the
-                    # log afresh): find them in the state.
-                    return [m.id for m in self.state.memories.values() if m.status == "forgotten"]
-                return self._forgotten_unindexed
-
-            def unlinked() -> list[str]:
-                if index.seq < self._text_observed_from:
-                    # Every memory changed since the index's seq may have lost a key: the
-                    # index compares their keys fields with what it holds.
-                    seq = index.seq
-                    return [
-                        m.id
-                        for m in self.state.memories.values()
-                        if m.updated_seq > seq >= m.created_seq and m.status != "forgotten"
-                    ]
-                return self._unlinked_unindexed
+            def changed() -> tuple[list[str], list[str]]:
+                """The memories forgotten since the index's seq, and those a knowledge-graph
+                delete may have cut keys from (the index compares their keys fields)."""
+                if index.seq >= self._text_observed_from:
+                    return self._forgotten_unindexed, self._unlinked_unindexed
+                # The index was behind when this process started watching (or folded the log
+                # afresh): both are found in the state, in one walk of it. Every memory
+                # changed since the index's seq may have lost a key.
+                seq, forgotten, unlinked = index.seq, [], []
+                for m in self.state.memories.values():
+                    if m.status == "forgotten":
+                        forgotten.append(m.id)
+                    elif m.updated_seq > seq >= m.created_seq:
+                        unlinked.append(m.id)
+                return forgotten, unlinked
 
             # The log's cursor stands at the state's last event: what it reads back from there
             # tells whether the index's last event is still the log's.
             time_of = self.log.time_of
             try:
-                index.sync(self.state, forgotten(), progress, time_of, unlinked())
+                forgotten, unlinked = changed()
+                index.sync(self.state, forgotten, progress, time_of, unlinked)
             except IndexAhead:
                 # Another process indexed events we have not folded yet: catch up and sync
                 # again. Still ahead after that means the log is older than the index (a
                 # restored store), or it indexed lines a failed append then cut back.
                 self.refresh()
                 try:
-                    index.sync(self.state, forgotten(), progress, time_of, unlinked())
+                    forgotten, unlinked = changed()
+                    index.sync(self.state, forgotten, progress, time_of, unlinked)
                 except IndexAhead:
                     index.rebuild(self.state, progress)
             self._forgotten_unindexed = []
